@@ -41,6 +41,7 @@ from .models_api import add_model_routes
 from .pairing import PairingLimit
 from .pairing_api import add_pairing_routes
 from .projects_api import add_project_routes
+from .route_hints import API_PREFIX, near_route, under_the_api
 from .server_answers import refuse
 from .services import Services
 from .sessions_api import add_session_routes
@@ -97,7 +98,8 @@ def _shown_path(path: str) -> str:
 
 def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
     """The message (and headers) of a request no route takes: 404 names the method and path,
-    and the route the client may have meant when the path only has a trailing slash more; 405
+    and the route the client may have meant when the path only has a trailing slash more, or
+    names a route outside :data:`API_PREFIX` or with a word misspelt (runtime/route_hints.py); 405
     names the methods the route takes, also in ``Allow`` (RFC 9110 15.5.6: a 405 carries it)."""
     method = request.method if len(request.method) <= 20 else request.method[:20] + "…"
     path = request.path
@@ -114,6 +116,11 @@ def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
             pass
         else:
             message += f"; routes take no trailing slash: {_shown_path(bare)}"
+    meant = under_the_api(current_app.url_map, bare or path, request.method)
+    if meant is not None:
+        message += f"; the API is under {API_PREFIX}: {_shown_path(meant)}"
+    elif (near := near_route(current_app.url_map, bare or path)) is not None:
+        message += f"; a route near it: {_shown_path(near)}"
     return message, {}
 
 
@@ -140,7 +147,9 @@ def create_app(svc: Services) -> QuartTrio:
         svc.guard.check_origin(origins[0] if origins else None)
         if request.method == "OPTIONS" and request.scope.get("raw_path") == b"*":  # (the asterisk form: no route, no credential)
             return options_response(ALLOWED_METHODS)
-        if not path.startswith("/api/"):
+        if not path.startswith(API_PREFIX + "/"):
+            # (no route is there but the dashboard's `/`: a path outside the API, also one under
+            # another `/api/` prefix, is answered 404 naming the route meant, no credential asked)
             return None
         if path in Guard.PUBLIC_PATHS:
             # (any method: a wrong one is 405, not "this route needs a credential" — it does not)

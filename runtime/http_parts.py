@@ -21,6 +21,7 @@ from quart import Response, current_app, g, request
 from events.ids import id_rule, is_id
 from events.reader import SEQ_MAX
 
+from .body_hints import body_hint
 from .errors import LensError, short_reason
 from .guard import Guard
 from .list_pages import LIST_LIMIT_MAX, ListOrder, split_page
@@ -180,7 +181,7 @@ async def read_body(kind: type[B]) -> B:
         if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
             reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
         reason = _not_utf8(raw) or reason
-        raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason})") from None
+        raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason}){_sent_as_form()}") from None
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
     repeated = _repeated_key(raw, decoded)
@@ -191,7 +192,8 @@ async def read_body(kind: type[B]) -> B:
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}") from None
+        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}"
+                                            f"{body_hint(kind, str(exc))}") from None
     except RecursionError:
         raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
 
@@ -236,6 +238,18 @@ def _repeated_key(raw: bytes, decoded: Any) -> str | None:
 
 def _nothing(_: str) -> None:
     return None
+
+
+_FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+def _sent_as_form() -> str:
+    """What to do, for a body that is no JSON and came as a form: ``curl -d 'clientId=me'`` (or
+    ``-F``) sends one, and msgspec's reason ("invalid character (byte 0)") said nothing of it. A
+    JSON body under a form's type is read as JSON all the same (the type is not judged)."""
+    if request.mimetype not in _FORM_TYPES:
+        return ""
+    return f"; it came as a form ({request.mimetype}), and this route takes a JSON object, as {{\"key\": \"value\"}}"
 
 
 _UTF8_NAMES = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})

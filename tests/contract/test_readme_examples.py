@@ -12,17 +12,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
+import msgspec.inspect
 import pytest
 
 from projections.history import MAX_LIMIT, MAX_QUERY_BYTES, MAX_QUERY_TERMS
 from runtime.bus import BUFFER_BYTES
 from runtime.config import Config
 from runtime.head_limit import HEAD_LIMIT, UNFINISHED_HEAD_BYTES
+from runtime.config_api import ConfigWriteBody
 from runtime.history_api import HistorySearchBody
 from runtime.http_parts import RETRY_AFTER_CODES, RETRY_AFTER_SECONDS, STATUS
 from runtime.list_pages import LIST_LIMIT_MAX
 from runtime.projection_service import STOP_BUSY_WAIT_SECONDS
-from runtime.sessions_api import MAX_EVENTS_PAGE
+from runtime.sessions_api import MAX_EVENTS_PAGE, ForkBody, InputBody, SessionBody, SessionPatchBody
 from runtime.views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX
 from tests.contract.error_codes import ROOT, documented_codes
 from tests.daemon.conftest import API, BUSY, Daemon, app_routes, error_of, run_lens
@@ -248,7 +251,7 @@ async def test_the_answer_shapes_the_readme_prints_are_the_daemon_s(daemon: Daem
     await daemon.submit(strong, sid, "busy", BUSY)
     await daemon.wait_running_call(strong, sid)
 
-    status, fields = _shape("`POST /sessions/{id}/inputs` (")
+    status, fields = _shape("`POST /sessions/{id}/inputs {requestId, content, whenBusy?}` (")
     r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "q1", "content": "one"})
     assert r.status_code == status
     _assert_shape(r.json(), fields, "inputs")
@@ -356,3 +359,21 @@ async def test_the_body_fields_the_readme_lists_are_taken_by_their_routes(daemon
     first = (await daemon.events(strong, sid))[0]["seq"]
     r = await daemon.post(f"/sessions/{sid}/fork", strong, {"seq": first, "name": "copy"})
     assert r.status_code == 201 and r.json()["name"] == "copy" and r.json()["id"] != sid, r.text
+
+
+def test_the_request_bodies_the_readme_shows_are_the_routes_own():
+    """Each ``ROUTE {field, optional?}`` the README's HTTP section shows is the route's body as
+    the daemon reads it: the same fields, by their JSON names, those that may be left out marked
+    ``?``, in the order of the body's type. The inputs, a new session, a config write and a
+    history search were shown without their bodies, which a new user had to find in the spec."""
+    bodies = {"POST /sessions/{id}/inputs": InputBody, "POST /sessions": SessionBody,
+              "POST /history/search": HistorySearchBody, "PATCH /sessions/{id}": SessionPatchBody,
+              "POST /sessions/{id}/fork": ForkBody}
+    for route, kind in bodies.items():
+        shown = re.search(re.escape(f"`{route} {{") + r"([^}]*)\}`", HTTP_SECTION)
+        assert shown, route
+        fields = [f.encode_name if f.required else f"{f.encode_name}?" for f in msgspec.inspect.type_info(kind).fields]
+        assert [f.strip() for f in shown.group(1).split(",")] == fields, (route, shown.group(1), fields)
+    shown = _one(r"\(`PUT` takes `\{([^}]*)\}`", HTTP_SECTION)
+    fields = [f.encode_name if f.required else f"{f.encode_name}?" for f in msgspec.inspect.type_info(ConfigWriteBody).fields]
+    assert [f.strip() for f in shown.group(1).split(",")] == fields

@@ -1,0 +1,103 @@
+"""What a request body takes at the place msgspec refused it, said after msgspec's reason.
+
+msgspec names what it found (``Object contains unknown field `server```, ``Invalid enum value
+'queue' - at `$.whenBusy```) but not what the route takes there: a client that sent a config
+file's own text to ``PUT /config/files/{name}`` was told of an unknown field ``server``, and one
+that sent ``whenBusy: "queue"`` had to find the two values elsewhere. The hint is read from the
+body's type at the error's path: the fields of an object (``{text, expectDigest?}``, ``?`` for
+one that may be left out; a tagged part as ``{type: "image", artifactId, mime}``, the shapes of a
+union joined by ``or``) or the values of an enum. A place whose type says nothing more (a string,
+a number, a free mapping) gets no hint.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec.inspect as mi
+
+_AT = re.compile(r" - at `(\$[^`]*)`$")
+_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]")
+MAX_HINT = 300  # characters of the hint at most (a body of many fields is cut with …)
+
+
+def body_hint(kind: type, reason: str) -> str:
+    """``; <what the body takes there>`` for msgspec's ``reason`` refusing a body decoded as
+    ``kind``, or ``""`` when the place's type says nothing more than the reason."""
+    at = _AT.search(reason)
+    try:
+        node = _walk(mi.type_info(kind), at.group(1) if at else "$")
+    except (TypeError, ValueError):  # (a type msgspec.inspect cannot read: the reason alone, as before)
+        return ""
+    said = _said(node) if node is not None else None
+    if said is None:
+        return ""
+    where = _named(at.group(1)) if at else "the body"
+    hint = f"; {where} takes {said}"
+    return hint if len(hint) <= MAX_HINT else hint[:MAX_HINT] + "…"
+
+
+def _named(path: str) -> str:
+    """A path as the client wrote the place: ``content[0]`` for ``$.content[0]``."""
+    return path[2:] if path.startswith("$.") else path
+
+
+def _walk(node: mi.Type | None, path: str) -> mi.Type | None:
+    """The type at ``path`` (``$.a[0]['k'].b``) under ``node``; None when the path leaves what
+    the type describes."""
+    rest = path[1:]
+    while rest and node is not None:
+        m = _SEGMENT.match(rest)
+        if m is None:
+            return None
+        rest = rest[m.end():]
+        node = _step(node, field=m.group(1), index=m.group(2), key=m.group(3))
+    return node
+
+
+def _step(node: mi.Type, *, field: str | None, index: str | None, key: str | None) -> mi.Type | None:
+    if isinstance(node, mi.Metadata):
+        return _step(node.type, field=field, index=index, key=key)
+    if isinstance(node, mi.UnionType):
+        members = [m for m in node.types if not isinstance(m, mi.NoneType)]
+        structs = [m for m in members if isinstance(m, mi.StructType)]
+        if field is not None and structs and all(s.tag_field == field for s in structs):
+            return mi.LiteralType(values=tuple(s.tag for s in structs))  # (the tag: which shapes there are)
+        found = [t for t in (_step(m, field=field, index=index, key=key) for m in members) if t is not None]
+        return found[0] if len(found) == 1 else (mi.UnionType(types=tuple(found)) if found else None)
+    if field is not None and isinstance(node, mi.StructType):
+        if field == node.tag_field:
+            return mi.LiteralType(values=(node.tag,))
+        return next((f.type for f in node.fields if f.encode_name == field), None)
+    if index is not None and isinstance(node, (mi.ListType, mi.SetType, mi.FrozenSetType, mi.VarTupleType)):
+        return node.item_type
+    if index is not None and isinstance(node, mi.TupleType):
+        i = int(index)
+        return node.item_types[i] if i < len(node.item_types) else None
+    if key is not None and isinstance(node, mi.DictType):
+        return node.value_type
+    return None
+
+
+def _said(node: mi.Type) -> str | None:
+    """The fields of an object, the values of an enum, or the shapes of a union of them."""
+    if isinstance(node, mi.Metadata):
+        return _said(node.type)
+    if isinstance(node, mi.StructType):
+        return _fields(node)
+    if isinstance(node, mi.LiteralType):
+        return " or ".join(repr(v) for v in node.values)
+    if isinstance(node, mi.UnionType):
+        members = [m for m in node.types if not isinstance(m, mi.NoneType)]
+        said = [_said(m) for m in members]
+        if said and all(s is not None for s in said):
+            return " or ".join(s for s in said if s is not None)
+    return None
+
+
+def _fields(node: mi.StructType) -> str:
+    if not node.fields and not node.tag_field:
+        return "no field: {} or no body"
+    names = [f'{node.tag_field}: "{node.tag}"'] if node.tag_field else []
+    names += [f.encode_name if f.required else f"{f.encode_name}?" for f in node.fields]
+    return "{" + ", ".join(names) + "}"
