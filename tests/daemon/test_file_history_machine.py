@@ -9,7 +9,8 @@ two edits; a create over an existing file, an edit that matches nothing or twice
 the same bytes), ``patch_file`` with a valid hunk (which may match nothing or twice) and with an
 invalid one; a file written or deleted from outside between calls (the nested one also with its
 directories); ``revert_call`` of any earlier call (the latest, an older one, one already reverted,
-a revert, one that failed, an unknown id); and a restart of the daemon (its executor child too)
+a revert, one that failed, an unknown id), and an undo made to meet both kinds of revert that
+succeed (a line added to a file and reverted at once, or after another file's change); and a restart of the daemon (its executor child too)
 on the same data directory. Each example starts with the model creating the three files, in a
 new session over the emptied workspace of one project.
 
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
@@ -53,6 +54,7 @@ FAUX = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux
 # for fresh examples) search further.
 MAX_EXAMPLES = int(os.environ.get("LENS_FILES_EXAMPLES", 8))
 STEPS = int(os.environ.get("LENS_FILES_STEPS", 30))
+EXTRA_RUNS = 3  # (see the test: runs under fixed seeds while a kind of outcome is unmet)
 
 # Each path as the model may spell it; the first spelling is the file the edit writes (the
 # changes list it by that).
@@ -330,6 +332,20 @@ class FileHistoryMachine(RuleBasedStateMachine):
         e.reverted_by = body["call_id"]
         self.model.timeline.append(("revert", e))
 
+    @rule(first=st.integers(0, len(PATHS) - 1), older=st.booleans())
+    def undo(self, first: int, older: bool) -> None:
+        """The common undo: a file's content changed (a line added) and that call reverted at
+        once (the latest call), or after a change of another file (an older call). Each change
+        is made where it cannot fail, so both kinds of revert are met whatever else was drawn."""
+        at = [PATHS[first]] + ([PATHS[(first + 1) % len(PATHS)]] if older else [])
+        changed = []
+        for real, given in at:
+            if real not in self.model.files:
+                self.create((real, given), 0, "")
+            self.rewrite((real, given), 0, (self.model.files[real] + b"delta\n").decode())
+            changed.append(self.model.edits[-1].call_id)
+        self.revert_call(changed[0])
+
     # ------------------------------------------------------------------ rules: the daemon's life
 
     @rule(now=st.booleans())
@@ -390,17 +406,31 @@ async def test_a_workspace_file_history_through_edits_outside_changes_reverts_an
     d = await daemon_factory(config=FAUX)
     token = await d.pair("files-machine", strong=True)
     world = World(d, daemon_factory, token, (await d.project(token))["id"], trio.lowlevel.current_trio_token())
-    machine = type("Machine", (FileHistoryMachine,), {"world": world})
-    await trio.to_thread.run_sync(lambda: run_state_machine_as_test(machine, settings=settings(
-        max_examples=MAX_EXAMPLES, stateful_step_count=STEPS, deadline=None,
-        suppress_health_check=list(HealthCheck))))
+
+    async def explore(seeded: int | None = None) -> None:
+        machine: Any = type("Machine", (FileHistoryMachine,), {"world": world})
+        if seeded is not None:
+            machine = seed(seeded)(machine)
+        await trio.to_thread.run_sync(lambda: run_state_machine_as_test(machine, settings=settings(
+            max_examples=MAX_EXAMPLES, stateful_step_count=STEPS, deadline=None,
+            suppress_health_check=list(HealthCheck))))
+
+    await explore()
     assert world.examples >= MAX_EXAMPLES
-    print(sorted(world.seen.items()))
     # The kinds of outcome the semantics distinguish were all met (a change that starves one of
     # them shows here, not as a machine that silently checks less). Only the committed,
     # derandomized run is held to it: fresh random examples lean to empty files, and a few dozen
-    # of them may well not revert anything but creates.
+    # of them may well not revert anything but creates. Even derandomized, Hypothesis mixes the
+    # literals of the project's modules (those loaded by then) into its draws, so a change of
+    # code anywhere changes the examples, and an outcome met a few times in one run may go unmet
+    # in the next: up to EXTRA_RUNS more runs under fixed seeds are made before an outcome is
+    # taken as starved.
     if settings.default.derandomize:
+        for extra in range(1, EXTRA_RUNS + 1):
+            if set(REACHED) <= set(world.seen):
+                break
+            await explore(seeded=extra)
+        print(sorted(world.seen.items()))
         assert set(REACHED) <= set(world.seen), sorted(world.seen.items())
 
 
