@@ -195,7 +195,8 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         if body.name is not None:
             check_name(body.name, "name")
         new = await before_stop(svc.shutting_down, lambda: svc.supervisor.fork_session(sid, body.seq, name=body.name))
-        return json_response(session_view(await svc.call(new, a.GetState()), secrets=svc.store.secrets), 201)
+        return await json_answer(session_view(await svc.call(new, a.GetState()), secrets=svc.store.secrets),
+                                 svc.store.secrets, 201)
 
     @app.patch("/api/v1/sessions/<sid>")
     async def configure_session(sid: str) -> Response:
@@ -235,7 +236,7 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
                                                        settings=settings, reset=reset))
         if name is not None:
             await svc.call(sid, a.Rename(name))
-        return json_response(await svc.call(sid, a.GetView()))
+        return await json_answer(await svc.call(sid, a.GetView()), svc.store.secrets)
 
     @app.delete("/api/v1/sessions/<sid>")
     async def delete_session(sid: str) -> Response:

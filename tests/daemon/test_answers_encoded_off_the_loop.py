@@ -16,6 +16,8 @@ from ..loop_json import json_of_text_on_this_thread
 
 
 async def test_a_view_and_a_page_of_events_are_encoded_off_the_event_loop(daemon, strong):
+    """``GET /sessions/{id}``, ``PATCH /sessions/{id}`` and ``POST /sessions/{id}/fork`` (each
+    answers a view) and ``GET /sessions/{id}/events``."""
     sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
     text = "".join(f"line {i}: \"quoted\" \\ and \u2028 é\n" for i in range(12_000))  # several pieces long
     assert len(text) > 4 * PIECE_CHARS
@@ -24,9 +26,14 @@ async def test_a_view_and_a_page_of_events_are_encoded_off_the_event_loop(daemon
     with json_of_text_on_this_thread(text) as on_loop:
         view = await daemon.get(f"/sessions/{sid}", strong)
         page = await daemon.get(f"/sessions/{sid}/events", strong, params={"limit": 1000})
+        renamed = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"name": "long"})
+        fork = await daemon.post(f"/sessions/{sid}/fork", strong, {"seq": view.json()["lastSeq"]})
     assert on_loop == []
-    for answer in (view, page):
-        assert answer.status_code == 200
+    assert (renamed.status_code, fork.status_code) == (200, 201)
+    for views in (renamed, fork):
+        assert [it["text"] for it in views.json()["items"] if it["role"] == "user"] == [text]
+    assert (view.status_code, page.status_code) == (200, 200)
+    for answer in (view, page, renamed, fork):
         assert answer.headers["content-type"] == "application/json"
         assert int(answer.headers["content-length"]) == len(answer.content)
         assert msgspec.json.encode(answer.json()) == answer.content  # (msgspec's own encoding, byte for byte)
