@@ -75,6 +75,12 @@ MAX_BATCH_EVENTS = 1024
 # its commit overlaps with the rest of the batch (two cohorts of producers take turns: one
 # encodes while the other's commit is on disk).
 HAND_OVER_EVENTS = 32
+# A batch of at most this many bytes of MessagePack is compressed by the task that hands it over
+# (about a millisecond at most, while the writer thread writes the batch before: compressing every
+# batch in the writer took that overlap away, some 15 % of bench/log_bench.py's appends a
+# second); a larger one by the writer thread, never on the event loop (a body of a few megabytes
+# took 20 to 30 ms there).
+COMPRESS_ON_LOOP_BYTES = 256 * 1024
 QUEUE_DEPTH = 4096
 # Train a zstd dictionary automatically once the log holds this many events (and none is
 # active yet); ``None`` turns it off. See EventStore.open.
@@ -196,6 +202,11 @@ class _Pending:
         self.task: trio.lowlevel.Task | None = None
         self.result: AppendResult | None = None
         self.error: LogError | None = None
+
+
+def _compressed(batch: list[_Pending]) -> bool:
+    """Whether the batch's bodies are compressed (by the task that handed it over)."""
+    return all(len(pending.bodies) == len(pending.raws) for pending in batch)
 
 
 def _stored_events(group: list[_Pending]) -> list[StoredEvent]:
@@ -489,26 +500,36 @@ class EventStore:
             raise self._writer_error
 
     def _hand_over(self) -> None:
-        """Compress the batch in one GIL-free call and queue it for the writer thread."""
+        """Queue the batch for the writer thread: compressed here in one GIL-free call when it is
+        small (:data:`COMPRESS_ON_LOOP_BYTES`), else left to the writer thread to compress."""
         batch, self._batch = self._batch, []
         self._batched = 0
         if not batch:
             return
+        if sum(len(raw) for pending in batch for raw in pending.raws) <= COMPRESS_ON_LOOP_BYTES:
+            if not self._compress(batch):
+                self._acknowledge(batch)
+                return
+        self._queue.put(batch)
+
+    def _compress(self, batch: list[_Pending]) -> bool:
+        """Compress the batch's bodies in one GIL-free call. False when zstd refuses (not
+        expected: out of memory, a zstd bug): each append of the batch then fails, and nothing
+        of it is written."""
         raws = [raw for pending in batch for raw in pending.raws]
         try:
             bodies, dict_id = self.codec.compress_many(raws)
-        except zstandard.ZstdError as exc:  # not expected: out of memory, a zstd bug
+        except zstandard.ZstdError as exc:
             for pending in batch:
                 pending.error = StoreWriteFailed(f"the event could not be compressed ({exc})")
-            self._acknowledge(batch)
-            return
+            return False
         i = 0
         for pending in batch:
             n = len(pending.raws)
             pending.bodies = bodies[i : i + n]
             pending.dict_id = dict_id
             i += n
-        self._queue.put(batch)
+        return True
 
     def close_writer(self) -> None:
         """Stop accepting appends; :meth:`run` returns once the queue is drained."""
@@ -740,7 +761,7 @@ class EventStore:
             if first is _STOP:
                 return
             assert isinstance(first, list)
-            group: list[_Pending] = list(first)
+            batches: list[list[_Pending]] = [first]
             count = sum(len(p.drafts) for p in first)
             stop = False
             while count < MAX_BATCH_EVENTS:
@@ -752,15 +773,20 @@ class EventStore:
                     stop = True
                     break
                 assert isinstance(nxt, list)
-                group.extend(nxt)
+                batches.append(nxt)
                 count += sum(len(p.drafts) for p in nxt)
+            group = [pending for batch in batches for pending in batch]
             if self._abort:
                 for pending in group:
                     pending.error = StoreClosed("the event store closed before this append was written")
             else:
                 try:
-                    with self._conn_lock:
-                        self._write_group(group)
+                    # (a large batch is compressed here; one zstd refuses fails whole; the rest are written)
+                    written = [pending for batch in batches if _compressed(batch) or self._compress(batch)
+                               for pending in batch]
+                    if written:
+                        with self._conn_lock:
+                            self._write_group(written)
                     if len(self._session_seq) > self._cached_sessions:
                         self._forget_sessions()
                 except BaseException as exc:  # a bug, not a SQLite error: stop writing

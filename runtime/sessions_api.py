@@ -42,6 +42,7 @@ from .errors import SessionNotFound
 from .http_parts import (ApiError, Body, EmptyBody, bool_arg, check_id, check_name, check_not_past_end, check_session_settings,
                          id_arg, id_filter, int_arg, json_response, list_page_args, next_after, one_arg, optional_int,
                          parse_int, read_body, read_list, require_strong)
+from .json_answer import json_answer
 from .list_pages import SESSIONS
 from .projects_api import project_exists
 from .services import Services, before_stop
@@ -181,7 +182,7 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
     @app.get("/api/v1/sessions/<sid>")
     async def get_session(sid: str) -> Response:
         check_id(sid, "session id")
-        return json_response(await svc.call(sid, _view_window()))
+        return await json_answer(await svc.call(sid, _view_window()), svc.store.secrets)
 
     @app.post("/api/v1/sessions/<sid>/fork")
     async def fork_session(sid: str) -> Response:
@@ -194,7 +195,8 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         if body.name is not None:
             check_name(body.name, "name")
         new = await before_stop(svc.shutting_down, lambda: svc.supervisor.fork_session(sid, body.seq, name=body.name))
-        return json_response(session_view(await svc.call(new, a.GetState()), secrets=svc.store.secrets), 201)
+        return await json_answer(session_view(await svc.call(new, a.GetState()), secrets=svc.store.secrets),
+                                 svc.store.secrets, 201)
 
     @app.patch("/api/v1/sessions/<sid>")
     async def configure_session(sid: str) -> Response:
@@ -234,7 +236,7 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
                                                        settings=settings, reset=reset))
         if name is not None:
             await svc.call(sid, a.Rename(name))
-        return json_response(await svc.call(sid, a.GetView()))
+        return await json_answer(await svc.call(sid, a.GetView()), svc.store.secrets)
 
     @app.delete("/api/v1/sessions/<sid>")
     async def delete_session(sid: str) -> Response:
@@ -301,8 +303,8 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
             # A session is its events: none at all is a session that does not exist (asked of
             # the log, so an unknown id wakes no actor).
             raise SessionNotFound(f"no session {sid!r}")
-        return json_response({"events": [e.to_json() for e in events],
-                              "nextAfter": events[-1].seq if events else after})
+        return await json_answer({"events": [e.to_json() for e in events],
+                                  "nextAfter": events[-1].seq if events else after}, svc.store.secrets)
 
     @app.post("/api/v1/sessions/<sid>/questions/<qid>/answer")
     async def answer(sid: str, qid: str) -> Response:

@@ -1,0 +1,114 @@
+"""A JSON answer that may be large (a session's view, a page of its events), encoded in a worker
+thread a piece at a time, never on the event loop.
+
+``msgspec.json.encode`` holds the interpreter's lock for the whole of one call: a view of 70 MB
+(a session whose items hold many large tool outputs) took 90 to 130 ms in one call, and a worker
+thread making that one call holds the event loop as long as the loop making it would. So the
+answer is encoded in many calls, each of at most :data:`PIECE_CHARS` characters of a string: the
+worker gives the lock up between two of them, and the loop runs meanwhile. The pieces are
+gathered into chunks of about :data:`CHUNK_BYTES`, the answer's body, sent one after the other
+with the whole length declared (joining 70 MB into one ``bytes`` held the loop 50 ms too).
+
+The bytes are exactly ``msgspec.json.encode(data)``'s. The daemon's known secrets are scrubbed
+here, from every string and key, as the app's ``after_request`` scrubs a whole JSON answer (it
+leaves a body made of pieces to its route): what it would make of the same answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import msgspec
+import trio
+from quart import Response
+
+from events.secrets import Secrets
+
+PIECE_CHARS = 64 * 1024  # a string longer than this is encoded a slice at a time
+CHUNK_BYTES = 256 * 1024  # the pieces are gathered into chunks of about this many bytes
+SPLIT_DEPTH = 16  # a value nested deeper than this is encoded in one call (what is so deep is small)
+
+_encode = msgspec.json.Encoder().encode
+
+
+class _Chunks:
+    """Pieces of JSON text gathered into chunks of about :data:`CHUNK_BYTES`."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.length = 0
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+
+    def add(self, piece: bytes) -> None:
+        self._pending.append(piece)
+        self._pending_bytes += len(piece)
+        if self._pending_bytes >= CHUNK_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            chunk = b"".join(self._pending)
+            self.chunks.append(chunk)
+            self.length += len(chunk)
+            self._pending, self._pending_bytes = [], 0
+
+
+def _string(text: str, out: _Chunks) -> None:
+    if len(text) <= PIECE_CHARS:
+        out.add(_encode(text))
+        return
+    # Each character is escaped on its own, so slices encoded apart and put together (without
+    # their quotes) are the whole string's encoding.
+    out.add(b'"')
+    for at in range(0, len(text), PIECE_CHARS):
+        out.add(_encode(text[at:at + PIECE_CHARS])[1:-1])
+    out.add(b'"')
+
+
+def _value(value: Any, out: _Chunks, depth: int) -> None:
+    if isinstance(value, str):
+        _string(value, out)
+    elif depth >= SPLIT_DEPTH or not isinstance(value, (dict, list)) or not value:
+        out.add(_encode(value))
+    elif isinstance(value, dict):
+        sep = b"{"
+        for key, item in value.items():
+            out.add(sep)
+            _string(key, out)
+            out.add(b":")
+            _value(item, out, depth + 1)
+            sep = b","
+        out.add(b"}")
+    else:
+        sep = b"["
+        for item in value:
+            out.add(sep)
+            _value(item, out, depth + 1)
+            sep = b","
+        out.add(b"]")
+
+
+def encode_in_pieces(data: Any, secrets: Secrets | None = None) -> tuple[list[bytes], int]:
+    """``msgspec.json.encode(data)`` (scrubbed of ``secrets``) as chunks, and their length.
+    Meant for a worker thread: no single call in it holds the interpreter's lock long."""
+    tree = msgspec.to_builtins(data, str_keys=True)  # (a copy of the containers: the strings are shared)
+    if secrets:
+        tree = secrets.scrub(tree)
+    out = _Chunks()
+    _value(tree, out, 0)
+    out.flush()
+    return out.chunks, out.length
+
+
+async def json_answer(data: Any, secrets: Secrets | None = None, status: int = 200) -> Response:
+    """``data`` as a JSON answer, encoded by :func:`encode_in_pieces` in a worker thread.
+    ``data`` must not change meanwhile: a view or a page built for this answer alone."""
+    chunks, length = await trio.to_thread.run_sync(encode_in_pieces, data, secrets)
+    return Response(_body(chunks), status, {"Content-Type": "application/json", "Content-Length": str(length)})
+
+
+async def _body(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    # (an asynchronous iterable: Quart runs a plain one's iteration through asyncio)
+    while chunks:
+        yield chunks.pop(0)
