@@ -1,0 +1,45 @@
+"""The faux provider's input-token figure: the words of the request, counted off the event loop.
+
+It counted them with one ``split`` per item on the loop: an 8 MB input held the loop 0.7 s, and
+every later request of the session counted it again (the faux provider is the daemon's model on
+embedded defaults)."""
+
+from __future__ import annotations
+
+import sys
+from types import FrameType
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runtime.providers.faux import WORD_SLICE, FauxProvider, words
+
+from .conftest import Ctx, Deltas
+
+TEXT = st.text(st.sampled_from("ab \n\t\u3000\u2028é"), max_size=60)
+
+
+@given(TEXT, st.integers(1, 8))
+def test_words_counted_a_slice_at_a_time_are_split_s(text: str, slice_chars: int) -> None:
+    assert words(text, slice_chars) == len(text.split())
+
+
+async def test_the_words_of_a_large_request_are_not_split_on_the_event_loop() -> None:
+    big = ("word " * 7 + "\n") * (3 * WORD_SLICE // 8)  # (a text of several slices)
+    ctx = Ctx().user(big).user("and a short one")
+    long_splits: list[int] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:  # (this thread: the loop's)
+        if event == "c_call" and getattr(arg, "__name__", None) == "split":
+            whole = getattr(arg, "__self__", None)
+            if isinstance(whole, str) and len(whole) > WORD_SLICE:
+                long_splits.append(len(whole))
+
+    provider = FauxProvider("faux", [])
+    sys.setprofile(profile)
+    try:
+        result = await provider.stream(ctx.request(), Deltas())
+    finally:
+        sys.setprofile(None)
+    assert long_splits == []
+    assert result.usage.input_tokens == len(big.split()) + 4
