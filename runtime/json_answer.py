@@ -1,5 +1,5 @@
-"""A JSON answer that may be large (a session's view, a page of its events), encoded in a worker
-thread a piece at a time, never on the event loop.
+"""A JSON answer that may be large (a session's view), encoded in a worker thread a piece at a
+time when it is large, never in one call on the event loop.
 
 ``msgspec.json.encode`` holds the interpreter's lock for the whole of one call: a view of 70 MB
 (a session whose items hold many large tool outputs) took 90 to 130 ms in one call, and a worker
@@ -24,6 +24,13 @@ from quart import Response
 
 from events.secrets import Secrets
 
+from .http_parts import json_response
+
+# An answer whose strings hold more characters than this is encoded in pieces (below it, in one
+# call: msgspec encodes about 2 MB a millisecond, where the walk of a view of a thousand small
+# items in pieces took 15 ms of CPU, and its worker thread, holding the interpreter's lock up to
+# 5 ms at a time, held the loop back longer than the one call did).
+PIECES_FROM_CHARS = 4 * 1024 * 1024
 PIECE_CHARS = 64 * 1024  # a string longer than this is encoded a slice at a time
 CHUNK_BYTES = 256 * 1024  # the pieces are gathered into chunks of about this many bytes
 SPLIT_DEPTH = 16  # a value nested deeper than this is encoded in one call (what is so deep is small)
@@ -101,9 +108,15 @@ def encode_in_pieces(data: Any, secrets: Secrets | None = None) -> tuple[list[by
     return out.chunks, out.length
 
 
-async def json_answer(data: Any, secrets: Secrets | None = None, status: int = 200) -> Response:
-    """``data`` as a JSON answer, encoded by :func:`encode_in_pieces` in a worker thread.
-    ``data`` must not change meanwhile: a view or a page built for this answer alone."""
+async def json_answer(data: Any, secrets: Secrets | None = None, status: int = 200, *, chars: int) -> Response:
+    """``data`` as a JSON answer. ``chars``: about how many characters its strings hold (the
+    caller's cheap estimate). Up to :data:`PIECES_FROM_CHARS` it is encoded on the loop in one
+    call, as any answer (a few milliseconds at most; the app's ``after_request`` scrubs it);
+    past that by :func:`encode_in_pieces` in a worker thread, whose walk costs more in all but
+    gives the loop the lock back between pieces. ``data`` must not change meanwhile: a view
+    built for this answer alone."""
+    if chars <= PIECES_FROM_CHARS:
+        return json_response(data, status)
     chunks, length = await trio.to_thread.run_sync(encode_in_pieces, data, secrets)
     return Response(_body(chunks), status, {"Content-Type": "application/json", "Content-Length": str(length)})
 

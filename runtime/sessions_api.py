@@ -46,7 +46,7 @@ from .json_answer import json_answer
 from .list_pages import SESSIONS
 from .projects_api import project_exists
 from .services import Services, before_stop
-from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_row_view, session_view
+from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_row_view, session_view, view_chars
 
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
@@ -182,7 +182,8 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
     @app.get("/api/v1/sessions/<sid>")
     async def get_session(sid: str) -> Response:
         check_id(sid, "session id")
-        return await json_answer(await svc.call(sid, _view_window()), svc.store.secrets)
+        view = await svc.call(sid, _view_window())
+        return await json_answer(view, svc.store.secrets, chars=view_chars(view))
 
     @app.post("/api/v1/sessions/<sid>/fork")
     async def fork_session(sid: str) -> Response:
@@ -195,8 +196,8 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         if body.name is not None:
             check_name(body.name, "name")
         new = await before_stop(svc.shutting_down, lambda: svc.supervisor.fork_session(sid, body.seq, name=body.name))
-        return await json_answer(session_view(await svc.call(new, a.GetState()), secrets=svc.store.secrets),
-                                 svc.store.secrets, 201)
+        view = session_view(await svc.call(new, a.GetState()), secrets=svc.store.secrets)
+        return await json_answer(view, svc.store.secrets, 201, chars=view_chars(view))
 
     @app.patch("/api/v1/sessions/<sid>")
     async def configure_session(sid: str) -> Response:
@@ -236,7 +237,8 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
                                                        settings=settings, reset=reset))
         if name is not None:
             await svc.call(sid, a.Rename(name))
-        return await json_answer(await svc.call(sid, a.GetView()), svc.store.secrets)
+        view = await svc.call(sid, a.GetView())
+        return await json_answer(view, svc.store.secrets, chars=view_chars(view))
 
     @app.delete("/api/v1/sessions/<sid>")
     async def delete_session(sid: str) -> Response:
@@ -303,8 +305,7 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
             # A session is its events: none at all is a session that does not exist (asked of
             # the log, so an unknown id wakes no actor).
             raise SessionNotFound(f"no session {sid!r}")
-        return await json_answer({"events": [e.to_json() for e in events],
-                                  "nextAfter": events[-1].seq if events else after}, svc.store.secrets)
+        return json_response({"events": [e.to_json() for e in events], "nextAfter": events[-1].seq if events else after})
 
     @app.post("/api/v1/sessions/<sid>/questions/<qid>/answer")
     async def answer(sid: str, qid: str) -> Response:

@@ -110,6 +110,22 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
     return v
 
 
+def view_chars(view: dict[str, Any]) -> int:
+    """About how many characters the strings of a :func:`session_view` hold: its items' texts,
+    calls' arguments and results' texts, where a large view's size is (a few dictionary reads an
+    item; see :func:`runtime.json_answer.json_answer`)."""
+    n = 0
+    for v in view["items"]:
+        n += len(v.get("text") or "")
+        call = v.get("call")
+        if call is not None:
+            n += len(call["arguments"] or "")
+            result = v.get("result")
+            if result is not None:
+                n += len(result["text"] or "")
+    return n
+
+
 def _refused(v: dict[str, Any], it: Item) -> None:
     """An item of an answer the provider refused says so (``refused: true``), and the first says
     why when the provider did (``stopDetails``: its ``type``, ``category``, ``explanation``)."""
