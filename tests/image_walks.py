@@ -2,36 +2,29 @@
 
 An image is walked to be checked whole (:mod:`tools.files.image`; a GIF of many frames block by
 block, tens of milliseconds) and base64-encoded to be sent; on the event loop either holds every
-other task meanwhile. ``sys.setprofile`` watches the calling thread only, so a call made in a
-worker thread is not seen."""
+other task meanwhile. See :mod:`tests.loop_profile`."""
 
 from __future__ import annotations
 
 import base64
-import sys
-from contextlib import contextmanager
 from types import FrameType
-from typing import Iterator
+from typing import ContextManager
 
 from tools.files import image as image_tool
+
+from .loop_profile import on_this_thread
 
 WALKS = (image_tool.examine.__code__, image_tool.measure.__code__, image_tool.fault.__code__)
 
 
-@contextmanager
-def image_work_on_this_thread(data: bytes) -> Iterator[list[str]]:
+def image_work_on_this_thread(data: bytes) -> ContextManager[list[str]]:
     """The names of the image functions called on this thread while the block runs, and of
     ``base64.b64encode`` when it encoded ``data``."""
-    seen: list[str] = []
 
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        if event != "call":
-            return
-        if frame.f_code in WALKS or (frame.f_code is base64.b64encode.__code__ and frame.f_locals.get("s") == data):
-            seen.append(frame.f_code.co_name)
+    def record(frame: FrameType, event: str, arg: object) -> str | None:
+        if event == "call" and (frame.f_code in WALKS or (frame.f_code is base64.b64encode.__code__
+                                                          and frame.f_locals.get("s") == data)):
+            return frame.f_code.co_name
+        return None
 
-    sys.setprofile(profile)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(None)
+    return on_this_thread(record)

@@ -2,18 +2,18 @@
 
 ``msgspec.json.encode`` holds the interpreter's lock for the whole of one call: an answer of tens
 of megabytes encoded in one call holds the event loop that long, whether the loop or a worker
-thread makes the call. ``sys.setprofile`` watches the calling thread only, and sees a call of a
-built-in (``c_call``) with the frame that makes it: a call is counted when that frame's locals
+thread makes the call. The profiler (:mod:`tests.loop_profile`) sees a call of a built-in
+(``c_call``) with the frame that makes it: a call is counted when that frame's locals
 hold ``text`` (in a dict or list, a few levels down), i.e. when it encodes it in one call."""
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any, ContextManager
 
 import msgspec
+
+from .loop_profile import on_this_thread
 
 DEPTH = 8  # levels of dicts and lists searched for the text under a local
 
@@ -35,18 +35,13 @@ def _encodes_json(fn: Any) -> bool:
                                          and isinstance(getattr(fn, "__self__", None), msgspec.json.Encoder))
 
 
-@contextmanager
-def json_of_text_on_this_thread(text: str) -> Iterator[list[str]]:
+def json_of_text_on_this_thread(text: str) -> ContextManager[list[str]]:
     """The names of the functions that, on this thread while the block runs, called a msgspec JSON
     encoder with ``text`` among their locals' contents (the whole text in one call)."""
-    seen: list[str] = []
 
-    def profile(frame: FrameType, event: str, arg: object) -> None:
+    def record(frame: FrameType, event: str, arg: object) -> str | None:
         if event == "c_call" and _encodes_json(arg) and any(_holds(v, text, DEPTH) for v in frame.f_locals.values()):
-            seen.append(frame.f_code.co_name)
+            return frame.f_code.co_name
+        return None
 
-    sys.setprofile(profile)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(None)
+    return on_this_thread(record)

@@ -3,8 +3,8 @@
 zstd gives up the interpreter's lock while it compresses, but a call made on the event loop holds
 the loop all the same: a body of a few megabytes (a large tool output, a long input) took 20 to
 30 ms there, every session, request and stream of the daemon waiting. A small batch is still
-compressed where it is handed over (``COMPRESS_ON_LOOP_BYTES``). ``sys.setprofile`` watches the
-calling thread only (here: trio's), and sees a call of a built-in (``c_call``) with the frame
+compressed where it is handed over (``COMPRESS_ON_LOOP_BYTES``). The profiler
+(:mod:`tests.loop_profile`) watches the calling thread only (here: trio's), and sees a call of a built-in (``c_call``) with the frame
 that makes it (``Codec.compress_many``, whose ``raws`` are the batch).
 
 These run against every store harness of tests/conftest.py, like the contract suite."""
@@ -12,9 +12,7 @@ These run against every store harness of tests/conftest.py, like the contract su
 from __future__ import annotations
 
 import random
-import sys
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, ContextManager
 
 import trio
 import zstandard
@@ -22,25 +20,22 @@ import zstandard
 from events.store import COMPRESS_ON_LOOP_BYTES, Draft
 from events.types import InstructionAppended
 
+from ..loop_profile import on_this_thread
 
-@contextmanager
-def compressions_on_this_thread() -> Iterator[list[int]]:
+
+def compressions_on_this_thread() -> ContextManager[list[int]]:
     """The sizes of the batches (bytes of MessagePack) zstd compressed on this thread while the
     block runs."""
-    seen: list[int] = []
 
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "c_call" and isinstance(getattr(arg, "__self__", None), zstandard.ZstdCompressor):
-            caller = frame  # (compress_many, or the comprehension in it)
-            while caller is not None and "raws" not in caller.f_locals:
-                caller = caller.f_back
-            seen.append(sum(map(len, caller.f_locals["raws"])) if caller is not None else -1)
+    def record(frame: Any, event: str, arg: Any) -> int | None:
+        if event != "c_call" or not isinstance(getattr(arg, "__self__", None), zstandard.ZstdCompressor):
+            return None
+        caller = frame  # (compress_many, or the comprehension in it)
+        while caller is not None and "raws" not in caller.f_locals:
+            caller = caller.f_back
+        return sum(map(len, caller.f_locals["raws"])) if caller is not None else -1
 
-    sys.setprofile(profile)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(None)
+    return on_this_thread(record)
 
 
 def text_of(size: int, seed: int) -> str:

@@ -6,7 +6,6 @@ embedded defaults)."""
 
 from __future__ import annotations
 
-import sys
 from types import FrameType
 
 from hypothesis import given
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from runtime.providers.faux import WORD_SLICE, FauxProvider, words
 
+from ..loop_profile import on_this_thread
 from .conftest import Ctx, Deltas
 
 TEXT = st.text(st.sampled_from("ab \n\t\u3000\u2028é"), max_size=60)
@@ -27,19 +27,13 @@ def test_words_counted_a_slice_at_a_time_are_split_s(text: str, slice_chars: int
 async def test_the_words_of_a_large_request_are_not_split_on_the_event_loop() -> None:
     big = ("word " * 7 + "\n") * (3 * WORD_SLICE // 8)  # (a text of several slices)
     ctx = Ctx().user(big).user("and a short one")
-    long_splits: list[int] = []
 
-    def profile(frame: FrameType, event: str, arg: object) -> None:  # (this thread: the loop's)
-        if event == "c_call" and getattr(arg, "__name__", None) == "split":
-            whole = getattr(arg, "__self__", None)
-            if isinstance(whole, str) and len(whole) > WORD_SLICE:
-                long_splits.append(len(whole))
+    def record(frame: FrameType, event: str, arg: object) -> int | None:  # (this thread: the loop's)
+        whole = getattr(arg, "__self__", None) if event == "c_call" and getattr(arg, "__name__", None) == "split" else None
+        return len(whole) if isinstance(whole, str) and len(whole) > WORD_SLICE else None
 
     provider = FauxProvider("faux", [])
-    sys.setprofile(profile)
-    try:
+    with on_this_thread(record) as long_splits:
         result = await provider.stream(ctx.request(), Deltas())
-    finally:
-        sys.setprofile(None)
     assert long_splits == []
     assert result.usage.input_tokens == len(big.split()) + 4
