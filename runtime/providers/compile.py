@@ -98,9 +98,6 @@ class StoreImages:
         self._lock = threading.Lock()
         self.measurements = 0  # images walked (not answered from the kept ids): for tests and measurements
 
-    async def __call__(self, artifact_id: str) -> bytes:
-        return await trio.to_thread.run_sync(self.store.get, artifact_id)
-
     async def image(self, artifact_id: str) -> Image | Withheld:
         """The artifact as sent, or why it is not (see :func:`prepare`)."""
         return await trio.to_thread.run_sync(self._image, artifact_id)
@@ -117,6 +114,11 @@ class StoreImages:
                     del self._found[next(iter(self._found))]  # (the oldest)
                 self._found[artifact_id] = found
         return _image(artifact_id, data, found)
+
+
+ImageLoader = LoadImage | StoreImages
+"""What :func:`prepare` loads images with: the artifact store's (:class:`StoreImages`, which checks
+and measures each id once) or any function from an id to its bytes (checked and measured here)."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ def summary_text(entry: Entry) -> str:
     return f"{SUMMARY_PREFIX}\n{entry.text}"
 
 
-async def prepare(request: ModelRequest, *, load_image: LoadImage | None, images: bool,
+async def prepare(request: ModelRequest, *, load_image: ImageLoader | None, images: bool,
                   limits: ImageLimits | None = None) -> Compiled:
     """Compile ``request`` into protocol-free entries (see the module docstring); ``limits`` are
     the service's for images (none: each whole image is sent).
@@ -366,7 +368,7 @@ def _fit(entries: list[Entry], limits: ImageLimits) -> list[Withheld]:
     return out
 
 
-async def _load(part: t.ImagePart, load_image: LoadImage | None) -> Image | Withheld:
+async def _load(part: t.ImagePart, load_image: ImageLoader | None) -> Image | Withheld:
     if part.mime not in IMAGE_MIMES:  # (not loaded: an artifact of another type may be large)
         return Withheld(part.artifact_id, f"it is recorded as {part.mime!r}, none of {', '.join(sorted(IMAGE_MIMES))}")
     if load_image is None:

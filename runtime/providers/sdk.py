@@ -52,7 +52,7 @@ from runtime.config import ModelConfig
 
 from .base import ModelResult, ProviderError
 from .redact import redact_key
-from .compile import Compiled, LoadImage, StoreImages
+from .compile import Compiled, ImageLoader, StoreImages
 
 log = logging.getLogger("lens.providers")
 
@@ -178,7 +178,7 @@ class SdkProvider(ABC):
         api_key: str | None = None,
         api_key_env: str | None = None,
         models: Mapping[str, ModelConfig] | None = None,
-        load_image: LoadImage | None = None,
+        load_image: ImageLoader | None = None,
         cache_ttl: str = "30m",
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout: float = DEFAULT_TIMEOUT,
@@ -666,7 +666,7 @@ def usage_dict(obj: Any) -> dict[str, Any] | None:
     return None
 
 
-def store_loader(store: Any) -> LoadImage:
+def store_loader(store: Any) -> StoreImages:
     """An image loader over an :class:`~tools.artifacts.ArtifactStore` (file read off the loop,
     checked by the store: see :class:`~runtime.providers.compile.StoreImages`)."""
     return StoreImages(store)
