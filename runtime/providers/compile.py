@@ -37,7 +37,7 @@ module renders into its SDK's request shape. What happens here, once for all pro
   Each image is read as :func:`tools.files.image.measure` reads it (whole, at most 8000 pixels a
   side; sent under the type its bytes say) and the protocol's :class:`ImageLimits` are applied
   (bytes of one image, images and bytes of images in one request, the side when a request holds
-  many), the newest images kept first. An image not sent becomes a text naming it and why
+  many, an animated GIF where the service takes only still ones), the newest images kept first. An image not sent becomes a text naming it and why
   (:data:`IMAGE_WITHHELD`); ``diagnostics["images_withheld"]`` lists them
   (``{"artifact_id", "why"}``, once per artifact: the images that are not whole in the order of
   the request, then those past the limits).
@@ -61,7 +61,7 @@ import trio
 from events import types as t
 from projections.session_state import EMPTY_ANSWER, REFUSED, Item, item_parts, text_of
 from tools.artifacts import ArtifactError, ArtifactStore
-from tools.files.image import MIME_TYPES, Malformed, measure
+from tools.files.image import MIME_TYPES, Malformed, Measured, measure
 from tools.json_values import lone_surrogate, scalars
 
 from .base import ModelRequest, ProviderError
@@ -94,7 +94,7 @@ class StoreImages:
 
     def __init__(self, store: ArtifactStore) -> None:
         self.store = store
-        self._found: dict[str, tuple[str, int, int] | str] = {}  # id -> (mime, width, height) | why not
+        self._found: dict[str, Measured | str] = {}  # id -> (mime, width, height, frames) | why not
         self._lock = threading.Lock()
         self.measurements = 0  # images walked (not answered from the kept ids): for tests and measurements
 
@@ -124,8 +124,9 @@ and measures each id once) or any function from an id to its bytes (checked and 
 @dataclass(frozen=True)
 class ImageLimits:
     """What one service takes of images in a request: bytes of one image and of all (before
-    base64), images in one request, and, for a request holding more than ``many`` images, the
-    pixels of a side (0: no such rule). See the module docstring."""
+    base64), images in one request, for a request holding more than ``many`` images the pixels of
+    a side (0: no such rule), and whether it takes an animated GIF (one of more than one frame).
+    See the module docstring."""
 
     service: str
     each: int
@@ -133,21 +134,23 @@ class ImageLimits:
     total: int
     many: int = 0
     many_side: int = 0
+    animated: bool = True
 
 
 # Anthropic: 5 MiB of base64 an image (3,932,160 bytes before it), 100 images and 32 MB a request
 # (18 MiB of images is 24 MiB of base64, leaving the rest to the text), and at most 2000 pixels a
 # side once a request holds more than 20 images. OpenAI: 20 MB an image, 500 images and 50 MB of
-# image bytes a request.
+# image bytes a request, and a GIF only when it is not animated.
 ANTHROPIC_IMAGES = ImageLimits("Anthropic", each=5 * 1024 * 1024 * 3 // 4, count=100, total=18 * 1024 * 1024,
                                many=20, many_side=2000)
-OPENAI_IMAGES = ImageLimits("OpenAI", each=20_000_000, count=500, total=50_000_000)
+OPENAI_IMAGES = ImageLimits("OpenAI", each=20_000_000, count=500, total=50_000_000, animated=False)
 
 
 @dataclass(frozen=True)
 class Image:
     """An image ready to send: bytes verified and base64-encoded, in memory only; ``mime`` is
-    the type its bytes say, ``size`` their length before base64."""
+    the type its bytes say, ``size`` their length before base64, ``frames`` a GIF's frames (1
+    for the other types)."""
 
     artifact_id: str
     mime: str
@@ -155,6 +158,7 @@ class Image:
     size: int
     width: int
     height: int
+    frames: int = 1
 
     @property
     def data_url(self) -> str:
@@ -346,7 +350,9 @@ def _fit(entries: list[Entry], limits: ImageLimits) -> list[Withheld]:
 
     service = limits.service
     for entry, i, img in reversed(spots):
-        if img.size > limits.each:
+        if img.frames > 1 and not limits.animated:
+            withhold(entry, i, img, f"the image is an animated GIF ({img.frames} frames); {service} takes only still GIFs")
+        elif img.size > limits.each:
             withhold(entry, i, img, f"it is {img.size} bytes; {service} takes at most {limits.each} bytes an image")
         elif len(kept) == limits.count:
             withhold(entry, i, img, f"{service} takes at most {limits.count} images a request, "
@@ -393,7 +399,7 @@ def _checked_image(artifact_id: str, data: bytes) -> Image | Withheld:
     return _image(artifact_id, data, _measure(data))
 
 
-def _measure(data: bytes) -> tuple[str, int, int] | str:
+def _measure(data: bytes) -> Measured | str:
     """Read as view_image reads an image: one it would refuse (stored by an earlier build, or by
     hand) is not sent (why, as a string), and its type is the one its bytes say."""
     try:
@@ -402,11 +408,11 @@ def _measure(data: bytes) -> tuple[str, int, int] | str:
         return f"the image {exc}"
 
 
-def _image(artifact_id: str, data: bytes, found: tuple[str, int, int] | str) -> Image | Withheld:
+def _image(artifact_id: str, data: bytes, found: Measured | str) -> Image | Withheld:
     if isinstance(found, str):
         return Withheld(artifact_id, found)
-    mime, width, height = found
-    return Image(artifact_id, mime, base64.b64encode(data).decode("ascii"), len(data), width, height)
+    return Image(artifact_id, found.mime, base64.b64encode(data).decode("ascii"), len(data), found.width,
+                 found.height, found.frames)
 
 
 def native_reasoning(compiled: Compiled, entry: Entry, protocol: str) -> list[dict[str, Any]]:

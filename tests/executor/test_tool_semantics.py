@@ -108,17 +108,62 @@ async def test_core_read_file_tells_the_model_when_a_page_is_not_the_end(core: C
     assert listing.content[0].text.startswith("a/\nb/\n[partial: entries 1-2, bytes 0-6 of 9;")
 
 
-async def test_an_edit_missing_only_because_of_crlf_endings_says_so_and_changes_nothing(
+HINT = "; it would match at {where} if line endings were ignored: the file's {file}, old_string's in {old}; " \
+       "the match is exact, so give old_string the file's line endings"
+CRLF, LF = "CRLF (\\r\\n)", "LF (\\n)"
+
+
+@pytest.mark.parametrize("original,old,hint", [
+    # a CRLF file and an old_string written with bare newlines (what a model nearly always writes)
+    (b"one\r\ntwo\r\nthree\r\n", "two\nthree", dict(where="line 2", file=f"lines there end in {CRLF}", old=LF)),
+    # an LF file and an old_string written with CRLF
+    (b"one\ntwo\nthree\n", "one\r\ntwo\r\n", dict(where="line 1", file=f"lines there end in {LF}", old=CRLF)),
+    # mixed endings: the lines of each named
+    (b"one\r\ntwo\nthree\r\nfour\n", "two\nthree\nfour",
+     dict(where="line 2", file=f"line 3 there ends in {CRLF} and line 2 in {LF}", old=LF)),
+    (b"a\r\nb\nc\r\nd\ne\r\nf\ng\r\nh\ni\r\nj\nk\r\nl\n", "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\nl\n",
+     dict(where="line 1", file=f"lines 1, 3, 5, 7, 9 and 1 more there end in {CRLF} and lines 2, 4, 6, 8, 10 and 1 more in {LF}",
+          old=LF)),
+    (b"one\ntwo\r\nthree\n", "one\r\ntwo\nthree",  # (each ending of old_string the other one)
+     dict(where="line 1", file=f"line 2 there ends in {CRLF} and line 1 in {LF}", old=f"a mix of {CRLF} and {LF}")),
+    # more than one place
+    (b"x\r\ny\r\nx\r\ny\r\n", "x\ny", dict(where="line 1 (the first of more than one place)",
+                                           file=f"lines there end in {CRLF}", old=LF)),
+    # genuine misses keep the plain message
+    (b"one\r\ntwo\r\nthree\r\n", "one\nthree", None),
+    (b"one\r\ntwo\r\nthree\r\n", "two", None),  # (found: not a miss; checked below)
+    (b"one\ntwo\n", "one\ntwo \n", None),
+    (b"one\r\ntwo\r\n", "one two", None),
+], ids=["crlf-file-lf-old", "lf-file-crlf-old", "mixed-file", "mixed-file-many-lines", "mixed-both",
+        "more-than-once", "no-match-crlf", "found", "no-match-blank", "no-match-one-line"])
+async def test_an_edit_missing_only_because_of_line_endings_says_where_and_which(
+        client: ExecutorClient, workspace: Path, sub: str, original: bytes, old: str, hint: dict | None) -> None:
+    # The match stays exact (F-EXE-3), so a model's old_string with other line endings than the
+    # file's finds nothing; the NO_MATCH says so, by line numbers only, and nothing is written.
+    f = workspace / sub / "f.txt"
+    f.write_bytes(original)
+    call = client.call("edit_file", {"path": f"{sub}/f.txt", "mode": "edit", "edits": [
+        {"old_string": old, "new_string": "X"}]})
+    if old == "two":
+        assert (await call).result["changed"] is True
+        return
+    err = await fails("NO_MATCH", call)
+    assert err.message == f"{sub}/f.txt: edit 0: old_string not found" + (HINT.format(**hint) if hint else "")
+    assert f.read_bytes() == original
+
+
+async def test_the_line_endings_hint_counts_lines_of_the_text_the_edits_before_left(
         client: ExecutorClient, workspace: Path, sub: str) -> None:
     f = workspace / sub / "win.txt"
     f.write_bytes(b"one\r\ntwo\r\nthree\r\n")
     err = await fails("NO_MATCH", client.call("edit_file", {"path": f"{sub}/win.txt", "mode": "edit", "edits": [
+        {"old_string": "one", "new_string": "zero\r\none"},
+        {"old_string": "three", "new_string": "3"},
         {"old_string": "one\ntwo", "new_string": "1\n2"}]}))
-    assert "line endings are \\r\\n" in err.message
+    assert err.message == f"{sub}/win.txt: edit 2: old_string not found" + HINT.format(
+        where="line 2 of the text as edits 0-1 left it", file=f"lines there end in {CRLF}", old=LF)
     assert f.read_bytes() == b"one\r\ntwo\r\nthree\r\n"
-    other = await fails("NO_MATCH", client.call("edit_file", {"path": f"{sub}/win.txt", "mode": "edit", "edits": [
-        {"old_string": "one\nthree", "new_string": "x"}]}))  # not there with CRLF either: no hint
-    assert "line endings" not in other.message
+    # written with the file's endings, as the message says, it is applied
     done = await client.call("edit_file", {"path": f"{sub}/win.txt", "mode": "edit", "edits": [
         {"old_string": "one\r\ntwo", "new_string": "1\r\n2"}]})
     assert done.result == {"path": f"{sub}/win.txt", "changed": True, "units_applied": 1, "bytes_written": 13}

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from tools.files import LIMITS, Workspace
-from tools.files.image import MAX_IMAGE_SIDE
+from tools.files.image import MAX_IMAGE_SIDE, Measured, measure
 
 from .helpers import fails
-from .sample_images import GIF, JPEG, PNG, WEBP_LOSSLESS, WHOLE, png_of_size, png_sized
+from .sample_images import (ANIMATED_GIF, GIF, JPEG, PNG, WEBP_ANIMATED, WEBP_LOSSLESS, WHOLE, gif_of_frames,
+                            png_of_size, png_sized)
 
 MAX = LIMITS["MAX_IMAGE_BYTES"]
 
@@ -25,6 +26,21 @@ MAX = LIMITS["MAX_IMAGE_BYTES"]
 def test_magic_bytes_decide(ws: Workspace, root: Path, name: str, data: bytes, mime: str) -> None:
     (root / name).write_bytes(data)
     assert ws.view_image(name) == (data, mime)
+
+
+@pytest.mark.parametrize("data,found", [
+    (GIF, Measured("image/gif", 1, 1, 1)),
+    (gif_of_frames(1), Measured("image/gif", 1, 1, 1)),   # the edge: one frame is a still GIF
+    (gif_of_frames(2), Measured("image/gif", 1, 1, 2)),   # two: animated
+    (ANIMATED_GIF, Measured("image/gif", 1, 1, 2)),       # (with its looping extension)
+    (gif_of_frames(300), Measured("image/gif", 1, 1, 300)),
+    (PNG, Measured("image/png", 1, 1, 1)),
+    (JPEG, Measured("image/jpeg", 16, 16, 1)),
+    (WEBP_ANIMATED, Measured("image/webp", 1, 1, 1)),      # (a WebP's frames are not counted)
+])
+def test_the_walk_counts_a_gifs_frames(data: bytes, found: Measured) -> None:
+    # A service that takes only still GIFs is told apart by this count (runtime.providers.compile).
+    assert measure(data) == found
 
 
 @pytest.mark.parametrize("data", [b"", b"hello", b"\x89PNG\r\n", b"RIFF\x00\x00\x00\x00WAVEfmt ",

@@ -18,7 +18,7 @@ import pytest
 from events import types as t
 from runtime.providers.compile import ANTHROPIC_IMAGES, IMAGE_WITHHELD, OPENAI_IMAGES, Image, prepare
 
-from ..files.sample_images import JPEG, png_of_size, png_sized, tiny_png
+from ..files.sample_images import ANIMATED_GIF, JPEG, gif_of_frames, png_of_size, png_sized, tiny_png
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import reply
 from .test_images import images_in
@@ -86,6 +86,70 @@ async def test_an_image_no_service_takes_is_named_not_sent(protocol, server, mak
                                                 page.artifact_id]
     assert result.diagnostics["images_withheld"][0] == {"artifact_id": cut.artifact_id,
                                                         "why": "the image is truncated (no IEND chunk)"}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_an_animated_gif_is_named_not_sent_on_the_openai_protocols(protocol, server, make, artifacts):
+    # OpenAI takes GIFs that are not animated only; an animated one in the context failed the
+    # request, and every later one of the session. A still GIF goes as before, and Anthropic takes both.
+    provider = make(protocol, load_image=artifacts.load)
+    still, two, looping = gif_of_frames(1), gif_of_frames(2), ANIMATED_GIF
+    parts = {data: t.ImagePart(artifacts.store.put(data), "image/gif") for data in (still, two, looping)}
+    ctx = (Ctx().user("what are these?", parts[still], parts[two])
+           .response("", ("v1", "view_image", {"path": "a.gif"}))
+           .result("v1", "the image", parts[looping]))
+    for _ in range(2):  # (the same request again: each still named, from the kept finding)
+        server.push(reply(protocol, text="pictures"))
+        result = await provider.stream(ctx.request(), Deltas())
+    assert len(server.bodies) == 2 and artifacts.load.measurements == 3
+    for body in server.bodies:
+        sent = [base64.b64decode(s) for s in images_in(protocol, body)]
+        if protocol == "anthropic":
+            assert sent == [still, two, looping] and withheld_texts(body) == []
+            continue
+        assert sent == [still]
+        assert withheld_texts(body) == [
+            IMAGE_WITHHELD.format(id=parts[two].artifact_id,
+                                  why="the image is an animated GIF (2 frames); OpenAI takes only still GIFs"),
+            IMAGE_WITHHELD.format(id=parts[looping].artifact_id,
+                                  why="the image is an animated GIF (2 frames); OpenAI takes only still GIFs"),
+        ]
+    if protocol == "anthropic":
+        assert result.diagnostics["images"] == 3 and "images_withheld" not in result.diagnostics
+        return
+    assert result.diagnostics["images"] == 1
+    assert result.diagnostics["images_withheld"] == [  # (the newest first, as the limits are applied)
+        {"artifact_id": parts[looping].artifact_id,
+         "why": "the image is an animated GIF (2 frames); OpenAI takes only still GIFs"},
+        {"artifact_id": parts[two].artifact_id,
+         "why": "the image is an animated GIF (2 frames); OpenAI takes only still GIFs"},
+    ]
+
+
+async def test_an_animated_gif_takes_no_room_of_the_openai_limits():
+    # Withheld before the count: 500 still images and an animated one newer than them are all
+    # sent but the animated one (compiled without a server).
+    blobs: dict[str, bytes] = {}
+
+    def part(data: bytes, mime: str = "image/png") -> t.ImagePart:
+        aid = hashlib.sha256(data).hexdigest()
+        blobs[aid] = data
+        return t.ImagePart(aid, mime)
+
+    async def load(aid: str) -> bytes:
+        return blobs[aid]
+
+    tiny = [part(tiny_png(i % 256) + bytes([i // 256])) for i in range(500)]
+    animated = part(gif_of_frames(3), "image/gif")
+    compiled = await prepare(Ctx().user("see", *tiny, animated).request(), load_image=load, images=True,
+                             limits=OPENAI_IMAGES)
+    images = [p for e in compiled.entries for p in e.parts if isinstance(p, Image)]
+    assert len(images) == 500 and withheld_ids(compiled.diagnostics) == [animated.artifact_id]
+    assert compiled.diagnostics["images_withheld"][0]["why"] == (
+        "the image is an animated GIF (3 frames); OpenAI takes only still GIFs")
+    anthropic = await prepare(Ctx().user("see", tiny[0], animated).request(), load_image=load, images=True,
+                              limits=ANTHROPIC_IMAGES)
+    assert [p.frames for e in anthropic.entries for p in e.parts if isinstance(p, Image)] == [1, 3]
 
 
 async def test_anthropic_bytes_of_one_image_at_its_edge(server, make, artifacts):

@@ -180,15 +180,16 @@ async def test_an_image_is_measured_and_encoded_off_the_event_loop_and_measured_
     async def other_loader(artifact_id: str) -> bytes:  # (a loader that is not the store's)
         return (artifacts.store.root / artifact_id).read_bytes()
 
-    provider = make("openai-chat", load_image=artifacts.load if loader == "store" else other_loader)
+    # (Anthropic's protocol: the OpenAI ones take no animated GIF, and name it instead of sending it)
+    provider = make("anthropic", load_image=artifacts.load if loader == "store" else other_loader)
     ctx = Ctx().user("what is this?", part)
     for _ in range(3):
-        server.push(reply("openai-chat", text="a picture"))
+        server.push(reply("anthropic", text="a picture"))
         with image_work_on_this_thread(data) as on_loop:
             result = await provider.stream(ctx.request(), Deltas())
         assert on_loop == []
         assert result.text == "a picture" and result.diagnostics["images"] == 1
-    sent = [s for b in server.bodies for s in images_in("openai-chat", b)]
+    sent = [s for b in server.bodies for s in images_in("anthropic", b)]
     assert [base64.b64decode(s) for s in sent] == [data] * 3
     if loader == "store":
         assert (artifacts.load.measurements, artifacts.store.verifications) == (1, 1)

@@ -11,8 +11,12 @@ Edits are applied in order to the in-memory text, each to the result of the prev
 file is committed once, after all of them succeeded. An edit's ``old_string`` must be non-empty
 and match exactly (bytes of its UTF-8 form): no match is NO_MATCH, more than one match without
 ``replace_all`` is NOT_UNIQUE (overlapping occurrences count: "aa" in "aaa" is not unique); the
-message names the edit's 0-based index, and a NO_MATCH whose ``old_string`` has bare "\\n" where
-the file has "\\r\\n" (it would match with CRLF endings) says so — the match stays exact.
+message names the edit's 0-based index. The match stays exact, but a NO_MATCH whose
+``old_string`` differs from the text only in line endings (it is there when every "\\r\\n" of
+both is read as "\\n": an ``old_string`` written with "\\n" in a CRLF file, with "\\r\\n" in an
+LF file, or with either over lines of mixed endings) says so: the line where it would match, the
+endings of the file's lines there (naming the lines of each when they are mixed) and
+``old_string``'s, by line numbers only (no text of the file is echoed).
 ``replace_all`` replaces every non-overlapping occurrence, left to right.
 
 ``rewrite`` keeps what a model's content does not spell from the file it replaces, as
@@ -148,7 +152,7 @@ def apply_edits(original: bytes, edits: tuple[Replacement, ...], shown: str) -> 
     for i, rep in enumerate(edits):
         first = text.find(rep.old)
         if first < 0:
-            raise FileToolError("NO_MATCH", f"{shown}: edit {i}: old_string not found{_crlf_hint(text, rep.old)}")
+            raise FileToolError("NO_MATCH", f"{shown}: edit {i}: old_string not found{_endings_hint(text, rep.old, i)}")
         if not rep.replace_all and text.find(rep.old, first + 1) >= 0:
             raise FileToolError("NOT_UNIQUE", f"{shown}: edit {i}: old_string matches more than once; "
                                               "add context or set replace_all")
@@ -161,9 +165,65 @@ def apply_edits(original: bytes, edits: tuple[Replacement, ...], shown: str) -> 
     return text
 
 
-def _crlf_hint(text: bytes, old: bytes) -> str:
-    """Matching is exact: in a file with CRLF endings an old_string written with bare newlines
-    finds nothing. Say so when that is why (the match itself stays exact)."""
-    if b"\n" in old and b"\r\n" not in old and old.replace(b"\n", b"\r\n") in text:
-        return " (the file's line endings are \\r\\n; old_string has bare \\n: match is exact)"
-    return ""
+CRLF, LF = "CRLF (\\r\\n)", "LF (\\n)"
+_NAMED_LINES = 5  # line numbers named of each ending, at most
+
+
+def _endings_hint(text: bytes, old: bytes, index: int) -> str:
+    """Matching is exact: an ``old_string`` whose line endings are not the file's finds nothing
+    (in a file with CRLF endings a model nearly always writes bare newlines). Say so when that is
+    why, and where; the match itself stays exact. Made only on a failure."""
+    if b"\n" not in old:
+        return ""  # (differing in line endings alone needs one)
+    flat_text, flat_old = text.replace(b"\r\n", b"\n"), old.replace(b"\r\n", b"\n")
+    at = flat_text.find(flat_old)
+    if at < 0:
+        return ""
+    start, end = _unflattened(text, at), _unflattened(text, at + len(flat_old))
+    first = text.count(b"\n", 0, start) + 1
+    crlf_count = text.count(b"\r\n", start, end)
+    lf_count = text.count(b"\n", start, end) - crlf_count
+    if not lf_count or not crlf_count:
+        file_endings = f"lines there end in {LF if crlf_count == 0 else CRLF}"
+    else:  # (mixed: the lines of each named, the first few)
+        crlf: list[int] = []
+        lf: list[int] = []
+        line, nl = first, text.find(b"\n", start, end)
+        while nl >= 0 and (len(crlf) < _NAMED_LINES or len(lf) < _NAMED_LINES):
+            (crlf if text[nl - 1:nl] == b"\r" else lf).append(line)
+            line, nl = line + 1, text.find(b"\n", nl + 1, end)
+        verb = "end" if crlf_count > 1 else "ends"
+        file_endings = f"{_lines(crlf, crlf_count)} there {verb} in {CRLF} and {_lines(lf, lf_count)} in {LF}"
+    where = f"line {first}"
+    if index:
+        where += f" of the text as edit{'s' if index > 1 else ''} {_span(index)} left it"
+    if flat_text.find(flat_old, at + 1) >= 0:
+        where += " (the first of more than one place)"
+    crlf_old = old.count(b"\r\n")
+    old_endings = CRLF if crlf_old == old.count(b"\n") else LF if not crlf_old else f"a mix of {CRLF} and {LF}"
+    return (f"; it would match at {where} if line endings were ignored: the file's {file_endings}, "
+            f"old_string's in {old_endings}; the match is exact, so give old_string the file's line endings")
+
+
+def _unflattened(text: bytes, flat: int) -> int:
+    """The position in ``text`` of position ``flat`` of ``text`` with each "\\r\\n" read as "\\n"
+    (a flattened "\\n" that was "\\r\\n" maps to its "\\r"). By bisection over the positions,
+    each counting the "\\r\\n" before it: the flattened position never decreases with it."""
+    lo, hi = flat, len(text)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mid - text.count(b"\r\n", 0, mid + 1) >= flat:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _span(index: int) -> str:
+    return "0" if index == 1 else f"0-{index - 1}"
+
+
+def _lines(numbers: list[int], count: int) -> str:
+    named = ", ".join(str(n) for n in numbers[:_NAMED_LINES])
+    more = f" and {count - _NAMED_LINES} more" if count > _NAMED_LINES else ""
+    return f"line{'s' if count > 1 else ''} {named}{more}"

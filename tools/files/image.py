@@ -13,7 +13,8 @@ that it ends where its format says (a PNG's chunks up to ``IEND``, a JPEG's segm
 scan and an ``EOI`` after it, a GIF's blocks up to its trailer, a WebP's RIFF size within the
 file), else NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no
 pixels, and the image is sent again with every later request of the session, so each of them
-would fail.
+would fail. The walk also counts a GIF's frames (:class:`Measured`): a GIF of more than one is
+animated, which some services refuse.
 Each side at most :data:`MAX_IMAGE_SIDE` pixels (the strictest of the three wire protocols:
 Anthropic refuses a larger one), else TOO_LARGE naming its size.
 
@@ -24,6 +25,7 @@ are read_file's: a regular file inside the workspace (symlinks followed only ins
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from .errors import FileToolError
 
@@ -44,6 +46,17 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
+class Measured(NamedTuple):
+    """What a walk of a whole image found: its type by its bytes, its size in pixels, and how many
+    frames it holds — counted for a GIF (a GIF of more than one is animated); 1 for the other
+    types, whose frames are not counted."""
+
+    mime: str
+    width: int
+    height: int
+    frames: int = 1
+
+
 class Malformed(ValueError):
     """What is wrong with an image's structure (the message completes "the image ...")."""
 
@@ -52,7 +65,7 @@ class Oversized(Malformed):
     """A whole image with a side past :data:`MAX_IMAGE_SIDE` (the message completes "the image ...")."""
 
 
-def _png(data: bytes) -> tuple[int, int]:
+def _png(data: bytes) -> tuple[int, int, int]:
     if len(data) < 33 or data[12:16] != b"IHDR" or data[8:12] != b"\x00\x00\x00\x0d":
         raise Malformed("has no IHDR header")
     width, height = struct.unpack(">II", data[16:24])
@@ -65,13 +78,13 @@ def _png(data: bytes) -> tuple[int, int]:
         if at > len(data):
             raise Malformed(f"is truncated (inside its {kind.decode('latin-1')!r} chunk)")
         if kind == b"IEND":
-            return width, height
+            return width, height, 1
 
 
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start of frame (not DHT, JPG, DAC)
 
 
-def _jpeg(data: bytes) -> tuple[int, int]:
+def _jpeg(data: bytes) -> tuple[int, int, int]:
     at, size = 2, None
     while True:  # (its segments, to the first scan)
         while at < len(data) and data[at] == 0xFF and at + 1 < len(data) and data[at + 1] == 0xFF:
@@ -96,14 +109,14 @@ def _jpeg(data: bytes) -> tuple[int, int]:
                 raise Malformed("has no frame header before its scan")
             if at > len(data) or data.rfind(b"\xff\xd9") < at:
                 raise Malformed("is truncated (no end-of-image marker after its scan)")
-            return size
+            return (*size, 1)
         if marker == 0xD9:
             raise Malformed("has no scan")
         if at > len(data):
             raise Malformed("is truncated (before its scan)")
 
 
-def _gif(data: bytes) -> tuple[int, int]:
+def _gif(data: bytes) -> tuple[int, int, int]:
     if len(data) < 13:
         raise Malformed("is truncated (in its header)")
     width, height, flags = struct.unpack("<HHB", data[6:11])
@@ -125,7 +138,7 @@ def _gif(data: bytes) -> tuple[int, int]:
         if block == 0x3B:
             if not frames:
                 raise Malformed("holds no frame")
-            return width, height
+            return width, height, frames
         if block == 0x21:
             at = sub_blocks(at + 2)
         elif block == 0x2C:
@@ -139,7 +152,7 @@ def _gif(data: bytes) -> tuple[int, int]:
             raise Malformed(f"is damaged (an unknown block 0x{block:02x})")
 
 
-def _webp(data: bytes) -> tuple[int, int]:
+def _webp(data: bytes) -> tuple[int, int, int]:
     riff = struct.unpack("<I", data[4:8])[0] + 8
     if riff > len(data):
         raise Malformed(f"is truncated ({len(data)} bytes of the {riff} its RIFF header declares)")
@@ -149,44 +162,45 @@ def _webp(data: bytes) -> tuple[int, int]:
     if kind == b"VP8X":
         w = int.from_bytes(data[24:27], "little") + 1
         h = int.from_bytes(data[27:30], "little") + 1
-        return w, h
+        return w, h, 1
     if kind == b"VP8L":
         if data[20] != 0x2F:
             raise Malformed("is damaged (a lossless chunk without its signature)")
         bits = int.from_bytes(data[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1, 1
     if kind == b"VP8 ":
         if data[23:26] != b"\x9d\x01\x2a":
             raise Malformed("is damaged (a lossy chunk without its start code)")
         w, h = struct.unpack("<HH", data[26:30])
-        return w & 0x3FFF, h & 0x3FFF
+        return w & 0x3FFF, h & 0x3FFF, 1
     raise Malformed(f"is damaged (its first chunk is {kind!r}, not VP8, VP8L or VP8X)")
 
 
 _READERS = {"image/png": _png, "image/jpeg": _jpeg, "image/gif": _gif, "image/webp": _webp}
 
 
-def examine(data: bytes) -> tuple[str, int, int]:
-    """The MIME type, width and height of a whole image (see the module docstring); raises
-    :class:`Malformed` for one that is not a whole PNG, JPEG, GIF or WebP of at least one
-    pixel. Its sides are not held to :data:`MAX_IMAGE_SIDE` here."""
+def examine(data: bytes) -> Measured:
+    """The MIME type, width, height and frames (a GIF's, counted) of a whole image (see the module
+    docstring); raises :class:`Malformed` for one that is not a whole PNG, JPEG, GIF or WebP of at
+    least one pixel. Its sides are not held to :data:`MAX_IMAGE_SIDE` here."""
     mime = sniff(data)
     if mime is None:
         raise Malformed("is not a PNG, JPEG, GIF or WebP image")
-    width, height = _READERS[mime](data)
+    width, height, frames = _READERS[mime](data)
     if not width or not height:
         raise Malformed(f"has no pixels ({width}x{height})")
-    return mime, width, height
+    return Measured(mime, width, height, frames)
 
 
-def measure(data: bytes) -> tuple[str, int, int]:
-    """The MIME type, width and height of an image a model can be sent: whole (see
-    :func:`examine`) and at most :data:`MAX_IMAGE_SIDE` a side; raises :class:`Malformed` (or its
-    :class:`Oversized`) naming what is wrong."""
-    mime, width, height = examine(data)
-    if width > MAX_IMAGE_SIDE or height > MAX_IMAGE_SIDE:
-        raise Oversized(f"is {width}x{height} pixels; each side may be at most {MAX_IMAGE_SIDE}")
-    return mime, width, height
+def measure(data: bytes) -> Measured:
+    """What :func:`examine` finds of an image a model can be sent: whole and at most
+    :data:`MAX_IMAGE_SIDE` a side; raises :class:`Malformed` (or its :class:`Oversized`) naming
+    what is wrong. An animated GIF is whole: whether a service takes one is the service's rule
+    (``runtime.providers.compile.ImageLimits``)."""
+    found = examine(data)
+    if found.width > MAX_IMAGE_SIDE or found.height > MAX_IMAGE_SIDE:
+        raise Oversized(f"is {found.width}x{found.height} pixels; each side may be at most {MAX_IMAGE_SIDE}")
+    return found
 
 
 def fault(data: bytes) -> tuple[str, str] | None:
