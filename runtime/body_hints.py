@@ -37,6 +37,19 @@ def body_hint(kind: type, reason: str) -> str:
     return hint if len(hint) <= MAX_HINT else hint[:MAX_HINT] + "…"
 
 
+def fields_at(kind: type, path: str) -> list[str]:
+    """The field names of the object ``kind`` has at ``path`` (``$.tools.policy['bash']``; of
+    each object of a union there), ``[]`` when the place is no object the type describes."""
+    try:
+        node = _walk(mi.type_info(kind), path)
+    except (TypeError, ValueError):
+        return []
+    while isinstance(node, mi.Metadata):
+        node = node.type
+    members = node.types if isinstance(node, mi.UnionType) else (node,)
+    return [f.encode_name for m in members if isinstance(m, mi.StructType) for f in m.fields]
+
+
 def _named(path: str) -> str:
     """A path as the client wrote the place: ``content[0]`` for ``$.content[0]``."""
     return path[2:] if path.startswith("$.") else path

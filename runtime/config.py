@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Collection, Literal, Mapping
 from urllib.parse import urlsplit
 
 import msgspec
@@ -26,8 +26,9 @@ from tools.web.address import shown_url
 
 from . import jsonc
 from .atomicfile import FileTooLarge, others_can_change, read_regular_file
-from .errors import MAX_REASON, LensError, short_reason, shortened
+from .errors import LensError, short_reason, shortened
 from .credentials import WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
+from .key_hints import UnknownKey, hinted, refused_key_hint, unknown_keys_listed
 from .mcp_config import McpServerConfig, check_mcp_servers
 from .trust import loose_directory_above, swap_fix, the_fix
 
@@ -193,7 +194,8 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
     except msgspec.ValidationError as exc:
         if "[...]" in str(exc):  # (msgspec does not name a map's keys: which MCP server's `command`?)
             exc = msgspec.ValidationError(_first_refused(data, Config, "$") or str(exc))
-        raise ConfigError(f"{where}: {short_reason(exc)}") from None
+        reason = short_reason(exc)
+        raise ConfigError(f"{where}: {reason}{refused_key_hint(Config, reason)}") from None
     check_config(cfg, where)
     return cfg
 
@@ -496,20 +498,22 @@ def _named_key_variables(path: Path) -> set[str]:
     return found
 
 
-def unknown_keys(text: str | bytes) -> list[str]:
-    """Keys the daemon does not know, at any depth (``server.prot``, ``providers[0].apikeyEnv``):
+def unknown_keys(text: str | bytes) -> list[UnknownKey]:
+    """Keys the daemon does not know, at any depth (``server.prot``, ``providers[0].apikeyEnv``),
+    sorted, each with the known key of its object it may have meant (``port``, ``apiKeyEnv``):
     reported at start-up, not fatal (a newer config must not stop an older daemon)."""
-    return sorted(_unknown(jsonc.loads(text), Config, ""))
+    return hinted(sorted(_unknown(jsonc.loads(text), Config, ""), key=lambda k: k[0]))
 
 
-def _unknown(data: Any, cls: type, path: str) -> list[str]:
+def _unknown(data: Any, cls: type, path: str) -> list[tuple[str, str, Collection[str]]]:
+    """(path, key, the known keys of its object) of each unknown key under ``data``."""
     if not isinstance(data, dict):
         return []
     fields = {f.encode_name: f.type for f in msgspec.structs.fields(cls)}
-    out: list[str] = []
+    out: list[tuple[str, str, Collection[str]]] = []
     for key, value in data.items():
         if key not in fields:
-            out.append(f"{path}{key}")
+            out.append((f"{path}{key}", key, fields.keys()))
             continue
         kind = fields[key]
         if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
@@ -609,20 +613,6 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
                               f"could put a directory of theirs, and a config in it, in place of {folder}; "
                               f"check what it holds, then {swap_fix(above[1], above[0])}, or move the config "
                               f"to a directory of the daemon's user alone")
-
-
-def unknown_keys_listed(keys: list[str]) -> str:
-    """``keys`` for the start-up note: each cut to 80 characters, and as many as fit in
-    :data:`MAX_REASON` characters, then how many more (a file may hold any number, of any length)."""
-    shown: list[str] = []
-    size = 0
-    for key in map(shortened, keys):
-        if shown and size + len(key) > MAX_REASON:
-            break
-        shown.append(key)
-        size += len(key) + 2
-    more = len(keys) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
 def expand_path(value: str, key: str, where: str) -> Path:

@@ -31,6 +31,7 @@ from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_fi
                          why_not_written)
 from .config import ConfigError, check_size, parse_config, unknown_keys
 from .errors import LensError, shortened
+from .key_hints import unknown_keys_meant
 from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
 from .startcheck import check_startable
 
@@ -224,9 +225,12 @@ class ConfigFiles:
         # Keys the daemon does not know are written (a newer config must not stop an older
         # daemon) but will be ignored: the writer is told which, as `lens serve` tells at start
         # (a misspelt `server.prot` was answered 200 and nothing more).
+        # Each shown key near a known one is answered with it too (a misspelt `contextWindw`:
+        # `contextWindow`), as the start-up note says `(did you mean "contextWindow"?)`.
         unknown = unknown_keys(text) if role == "main" else []
-        written["unknownKeys"] = [shortened(key) for key in unknown[:MAX_UNKNOWN_KEYS_SHOWN]]
+        written["unknownKeys"] = [shortened(key.path) for key in unknown[:MAX_UNKNOWN_KEYS_SHOWN]]
         written["unknownKeysTotal"] = len(unknown)
+        written["unknownKeysMeant"] = unknown_keys_meant(unknown, MAX_UNKNOWN_KEYS_SHOWN)
         # ... and when the write takes effect: a 200 read as "applied" left the running daemon on
         # the config it started with and the writer none the wiser.
         written["appliesAt"] = APPLIES_AT.get(role, NOT_READ)

@@ -36,6 +36,7 @@ from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_
                          why_not_written)
 from .errors import LensError, short_reason
 from .filewatch import DirectoryWatch
+from .key_hints import UnknownKey, hinted, unknown_keys_listed
 from .terminal import unshowable_in
 
 log = logging.getLogger("lens.pairing")
@@ -172,16 +173,17 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     return data
 
 
-def ignored_record_fields(raw: bytes) -> list[str]:
+def ignored_record_fields(raw: bytes) -> list[UnknownKey]:
     """The fields of a pair file's records that :class:`ClientRecord` does not have
-    (``clients[2].isVerified``), for a file :func:`parse_pair_file` accepted."""
+    (``clients[2].isVerified``), each with the field it may have meant (``credentialhash``:
+    ``credentialHash``), for a file :func:`parse_pair_file` accepted."""
     known = {f.encode_name for f in msgspec.structs.fields(ClientRecord)}
     try:
         clients = msgspec.json.decode(raw).get("clients")
     except (msgspec.DecodeError, RecursionError, AttributeError):
         return []
-    return [f"clients[{i}].{key}" for i, c in enumerate(clients or []) if isinstance(c, dict)
-            for key in c if key not in known]
+    return hinted([(f"clients[{i}].{key}", key, known) for i, c in enumerate(clients or [])
+                   if isinstance(c, dict) for key in c if key not in known])
 
 
 def check_private(st: os.stat_result, path: Path) -> None:
@@ -240,7 +242,7 @@ class PairStore:
         self.valid = True
         self.problem: str | None = None  # why the file is not valid (logged once per change)
         self.generation = 0  # bumped on every reload: open streams re-check their credential
-        self._ignored: list[str] = []  # record fields ignored, as last logged
+        self._ignored: list[UnknownKey] = []  # record fields ignored, as last logged
         self.reload(force=True)
 
     # ------------------------------------------------------------------ file I/O
@@ -297,12 +299,11 @@ class PairStore:
         self.generation += 1
         return True
 
-    def _note_ignored(self, fields: list[str]) -> None:
+    def _note_ignored(self, fields: list[UnknownKey]) -> None:
         """Log the ignored record fields once (not again on each reload while they stay)."""
         if fields and fields != self._ignored:
-            shown_fields = ", ".join(fields[:20]) + (f" and {len(fields) - 20} more" if len(fields) > 20 else "")
             log.warning("pair file %s: ignoring fields its records do not have (%s); they grant nothing, and the "
-                        "next pairing change removes them", self.path, shown_fields)
+                        "next pairing change removes them", self.path, unknown_keys_listed(fields))
         self._ignored = fields
 
     def _parse(self, raw: bytes) -> PairFile:

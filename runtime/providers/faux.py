@@ -18,6 +18,7 @@ import trio
 
 from events import types as t
 
+from ..key_hints import refused_key_hint
 from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, refusal_details
 
 REQUESTS_KEPT = 1000  # FauxProvider.requests keeps the latest this many
@@ -109,7 +110,8 @@ class FauxProvider:
         try:
             return cls(id, msgspec.convert(script or [], list[FauxTurn]), keep_requests=keep_requests)
         except msgspec.ValidationError as exc:
-            raise ValueError(f"provider {id!r}: script: {str(exc).replace('$', 'script', 1)}") from None
+            hint = refused_key_hint(list[FauxTurn], str(exc))
+            raise ValueError(f"provider {id!r}: script: {str(exc).replace('$', 'script', 1)}{hint}") from None
 
     def pick(self, request: ModelRequest) -> FauxTurn:
         last = _last_message(request)

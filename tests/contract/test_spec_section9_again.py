@@ -302,7 +302,8 @@ async def test_a_config_write_names_the_keys_the_daemon_will_ignore(daemon: Daem
     newer config must not stop an older daemon), but a misspelt ``server.prot`` was answered 200
     with nothing more: the writer learns only at the next start, from the daemon's log, that the
     key did nothing. The answer now lists them (each cut to 80 characters, at most 100, and how
-    many in all); the file holds what was written."""
+    many in all), and the known key each listed one may have meant (``unknownKeysMeant``: a
+    misspelt key was named without the right one); the file holds what was written."""
     text = ('{\n  // hand-written\n  "server": {"prot": 7420, "heartbeatSeconds": 15},\n'
             '  "providers": [{"id": "local", "protocol": "faux", "modles": []}],\n  "x' + "k" * 100 + '": 1,\n}\n')
     r = await daemon.put("/config/files/lens.jsonc", strong, {"text": text})
@@ -310,15 +311,21 @@ async def test_a_config_write_names_the_keys_the_daemon_will_ignore(daemon: Daem
     body = r.json()
     assert body["unknownKeys"] == ["providers[0].modles", "server.prot", "x" + "k" * 79 + "\u2026"]
     assert body["unknownKeysTotal"] == 3
+    assert body["unknownKeysMeant"] == {"providers[0].modles": "models", "server.prot": "port"}
     assert (await daemon.get("/config/files/lens.jsonc", strong)).json()["text"] == text
     many = "{" + ", ".join(f'"k{i:03}": {i}' for i in range(150)) + "}"
     body = (await daemon.put("/config/files/lens.jsonc", strong, {"text": many})).json()
-    assert len(body["unknownKeys"]) == 100 and body["unknownKeysTotal"] == 150
+    assert len(body["unknownKeys"]) == 100 and body["unknownKeysTotal"] == 150 and body["unknownKeysMeant"] == {}
+    # a key equal to a known one but for its case; the hints of the listed keys only
+    near = "{" + ", ".join(f'"k{i:03}": {i}' for i in range(120)) + ', "Server": {}, "zzLog": {}, "tols": {}}'
+    body = (await daemon.put("/config/files/lens.jsonc", strong, {"text": near})).json()
+    assert body["unknownKeys"][0] == "Server" and body["unknownKeysTotal"] == 123
+    assert body["unknownKeysMeant"] == {"Server": "server"}
     body = (await daemon.put("/config/files/lens.jsonc", strong, {"text": '{"server": {"heartbeatSeconds": 15}}'})).json()
-    assert body["unknownKeys"] == [] and body["unknownKeysTotal"] == 0
+    assert body["unknownKeys"] == [] and body["unknownKeysTotal"] == 0 and body["unknownKeysMeant"] == {}
     pair = (await daemon.get("/config/files/pair.json", strong)).json()
     body = (await daemon.put("/config/files/pair.json", strong, {"text": pair["text"], "expectDigest": pair["digest"]})).json()
-    assert body["unknownKeys"] == [] and body["unknownKeysTotal"] == 0
+    assert body["unknownKeys"] == [] and body["unknownKeysTotal"] == 0 and body["unknownKeysMeant"] == {}
 
 
 async def test_a_body_in_another_charset_is_named_as_such(daemon: Daemon, strong: str) -> None:

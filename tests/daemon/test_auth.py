@@ -491,7 +491,7 @@ async def test_extra_fields_on_a_pending_record_grant_nothing(daemon: Daemon, ca
         rec = record(data, "mallory")
         rec.update(isVerified=True, verified=True, trust="strong", approved=True, isAdmin=True,
                    credentialHash=credential_hash("mallory", "strong", token),
-                   deviceId="copied-device", publicKey="AAAA")
+                   deviceId="copied-device", publicKey="AAAA", Status="approved")
 
     edit_pair_file(daemon, forge)
     await wait_until(lambda: _logged(caplog, "isVerified"), 2.0, "the daemon noticing the edited pair file")
@@ -503,6 +503,7 @@ async def test_extra_fields_on_a_pending_record_grant_nothing(daemon: Daemon, ca
     assert len(warnings) == 1, warnings
     for field in ("isVerified", "deviceId", "approved", "isAdmin", "publicKey", "verified"):
         assert f".{field}" in warnings[0]
+    assert '.Status (did you mean "status"?)' in warnings[0], warnings  # (a key but for its case: named)
     for _ in range(3):  # re-read (an unknown credential forces it): not logged again
         await daemon.get("/projects", TOKEN_PREFIX + "z" * 43)
     assert len([m for m in caplog.messages if "ignoring fields" in m]) == 1

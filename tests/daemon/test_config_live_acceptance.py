@@ -233,6 +233,7 @@ async def test_a_write_says_when_it_applies(daemon: Daemon, strong: str) -> None
     (daemon.config_dir / "notes.json").write_text("{}")  # (listed, and so written, once it exists)
     r = await daemon.put("/config/files/notes.json", strong, {"text": '{"a": 1}'})
     assert r.status_code == 200 and r.json()["appliesAt"] == "notRead", r.text
-    assert set(r.json()) == {"name", "role", "written", "digest", "unknownKeys", "unknownKeysTotal", "appliesAt"}
+    assert set(r.json()) == {"name", "role", "written", "digest", "unknownKeys", "unknownKeysTotal",
+                             "unknownKeysMeant", "appliesAt"}
     # The running daemon still pings at its start's 15 s: nothing in a second.
     assert await pinged_within_a_second(Probe(daemon, strong)) is False

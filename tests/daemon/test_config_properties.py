@@ -268,7 +268,11 @@ def serve_refused(out: Any, *words: str) -> None:
     ('{"providers": ' + "[" * 200 + "]" * 200 + "}", ["nested deeper than 200"]),
     (json.dumps(with_value(("mcpServers", "search", "command"), 7, MCP_BASE)),
      ["Expected `str`, got `int` - at `$.mcpServers['search'].command`"]),
-], ids=["wrong-type", "context-window-0", "port-past", "port-of-400-digits", "1e400", "duplicate", "too-deep", "mcp-server-by-name"])
+    # (an object that takes no unknown key refuses one, naming the key meant)
+    (json.dumps(with_value(("localPtc",), {"enabeld": True})),
+     ['Object contains unknown field `enabeld` - at `$.localPtc` (did you mean "enabled"?)']),
+], ids=["wrong-type", "context-window-0", "port-past", "port-of-400-digits", "1e400", "duplicate", "too-deep", "mcp-server-by-name",
+        "misspelt-key-of-a-strict-object"])
 async def test_lens_serve_refuses_with_one_line_naming_the_key(tmp_path: Path, text: str, words: list[str]) -> None:
     (tmp_path / "c.jsonc").write_text(text)
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
@@ -279,6 +283,7 @@ async def test_lens_serve_refuses_with_one_line_naming_the_key(tmp_path: Path, t
 async def test_lens_serve_starts_from_a_valid_config_with_unknown_keys_named(tmp_path: Path) -> None:
     cfg = with_value(("server", "later"), {"nested": {"deeper": [1, {"x": None}]}})
     cfg["providers"][0]["models"][0]["futureFlag"] = True
+    cfg["providers"][0]["models"][0]["contextWindw"] = 1000  # (misspelt: named with the key meant)
     (tmp_path / "c.jsonc").write_text("\ufeff// edited by hand\n" + json.dumps(cfg, indent=2)[:-1] + ",\n}\n")
     proc = ServeProcess(tmp_path, "--config", "c.jsonc")
     async with trio.open_nursery() as nursery:
@@ -288,4 +293,5 @@ async def test_lens_serve_starts_from_a_valid_config_with_unknown_keys_named(tmp
             proc.kill() if proc.proc is None or not proc.listening.is_set() else None
         assert await proc.terminate() == 0
     note = next(line for line in proc.lines if "ignoring unknown keys" in line)
-    assert "providers[0].models[0].futureFlag" in note and "server.later" in note, note
+    assert "providers[0].models[0].futureFlag, " in note and "server.later" in note, note
+    assert 'providers[0].models[0].contextWindw (did you mean "contextWindow"?)' in note, note

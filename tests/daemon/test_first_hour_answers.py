@@ -108,6 +108,11 @@ async def test_a_form_body_is_told_the_route_takes_json(daemon: Daemon, strong: 
     ("POST", "/sessions/s1/abrot", "/sessions/s1/abort"),
     ("GET", "/tools/inventroy", "/tools/inventory"),
     ("POST", "/history/serch", "/history/search"),
+    # two words misspelt: still the one route of as many words near both
+    ("POST", "/sesions/s1/inputt", "/sessions/s1/inputs"),
+    ("GET", "/sesions/s1/evnts", "/sessions/s1/events"),
+    ("POST", "/session/s1/inputs/r1/withdrw", "/sessions/s1/inputs/r1/withdraw"),
+    ("GET", "/confg/fils/lens.jsonc", "/config/files/lens.jsonc"),
 ])
 async def test_a_route_misspelt_by_a_letter_or_two_names_the_route_near_it(daemon: Daemon, strong: str, method: str,
                                                                           target: str, near: str) -> None:
@@ -119,7 +124,9 @@ async def test_a_route_misspelt_by_a_letter_or_two_names_the_route_near_it(daemo
 
 async def test_a_path_far_from_every_route_names_none(daemon: Daemon, strong: str) -> None:
     h = {"Authorization": f"Bearer {strong}"}
-    # (far from every route; a short word is not mended past half its letters; an empty id is no word)
-    for target in ("/nothing", "/sessions/s1/inputz/r1/stop", "/sessions//events", "/sessions/s1/xyz"):
+    # (far from every route; a short word is not mended past half its letters; an empty id is no word;
+    # three words misspelt are not mended, nor two words near a route of another length)
+    for target in ("/nothing", "/sessions/s1/inputz/r1/stop", "/sessions//events", "/sessions/s1/xyz",
+                   "/sesions/s1/inputt/r1/steerr", "/sesions/s1/inputt/r1", "/sesions/s1/xyz"):
         r = await raw_http(daemon.port, "GET", API + target, h)
         assert r.status == 404 and message(r) == f"no route GET '{API}{target}'", r.body

@@ -84,7 +84,8 @@ async def test_lens_serve_refuses_a_bad_faux_script_cleanly(tmp_path: Path):
     # A faux script with a misspelt key, or a negative delay, was a msgspec traceback at start
     # (or a ValueError on every request).
     (tmp_path / "config").mkdir()
-    for turn, words in [({"txt": "hi"}, "provider 'demo': script: Object contains unknown field `txt` - at `script[0]`"),
+    for turn, words in [({"txt": "hi"}, "provider 'demo': script: Object contains unknown field `txt` - at `script[0]` "
+                                        '(did you mean "text"?)'),
                         ({"text": "hi", "delayMs": -1}, "Expected `int` >= 0 - at `script[0].delayMs`"),
                         # (stopDetails on a turn not refused was taken and dropped without a word)
                         ({"text": "hi", "stopReason": "max_tokens", "stopDetails": {"category": "cyber"}},

@@ -143,7 +143,7 @@ def test_the_unknown_keys_note_lists_a_few_keys_whole_and_cuts_many_or_long_ones
 
     path = tmp_path / "lens.jsonc"
     path.write_text('{"zzz": 1, "server": {"prot": 1}}')
-    assert load_config(path)[2] == [f"{path}: ignoring unknown keys server.prot, zzz"]
+    assert load_config(path)[2] == [f'{path}: ignoring unknown keys server.prot (did you mean "port"?), zzz']
     path.write_text(json.dumps({"a" + "x" * 5000: 1, **{f"k{i:04}": 1 for i in range(3000)}}))
     (note,) = load_config(path)[2]
     listed = note.removeprefix(f"{path}: ignoring unknown keys ")
@@ -151,6 +151,31 @@ def test_the_unknown_keys_note_lists_a_few_keys_whole_and_cuts_many_or_long_ones
     shown, _, more = listed.rpartition(" and ")
     assert more.endswith(" more") and len(shown.split(", ")) + int(more.removesuffix(" more")) == 3001, note
     assert len(shown) <= 400 + 80, len(shown)
+
+
+def test_the_unknown_keys_note_names_the_key_each_may_have_meant(tmp_path) -> None:
+    # A misspelt key was named without the key meant: `contextWindw` was "ignoring unknown keys
+    # providers[0].models[0].contextWindw", and the user had to find `contextWindow` elsewhere.
+    from runtime.config import load_config
+
+    path = tmp_path / "lens.jsonc"
+    path.write_text(json.dumps({
+        "provders": [], "DataDir": "d", "zzz": 1,
+        "mcpServers": {"docs": {"command": "x", "comand": "y", "startupTimeout": 5}},
+    }))
+    assert load_config(path)[2] == [f"{path}: ignoring unknown keys "
+                                    'DataDir (did you mean "dataDir"?), '
+                                    'mcpServers.docs.comand (did you mean "command"?), '
+                                    'mcpServers.docs.startupTimeout (did you mean "startupTimeoutSeconds"?), '
+                                    'provders (did you mean "providers"?), zzz']
+    path.write_text(json.dumps({"providers": [{
+        "id": "x", "protocol": "faux", "api_key_env": "K",
+        "models": [{"id": "m", "contextWindw": 1, "ctx": 2, "ContextWindow": 3}]}]}))
+    assert load_config(path)[2] == [f"{path}: ignoring unknown keys "
+                                    'providers[0].api_key_env (did you mean "apiKeyEnv"?), '
+                                    'providers[0].models[0].ContextWindow (did you mean "contextWindow"?), '
+                                    'providers[0].models[0].contextWindw (did you mean "contextWindow"?), '
+                                    "providers[0].models[0].ctx"]
 
 
 def test_a_number_out_of_range_is_shown_up_to_80_characters(tmp_path) -> None:
