@@ -162,6 +162,11 @@ class FauxProvider:
         for i, chunk in enumerate(chunks):
             if i and turn.chunk_delay_ms:
                 await trio.sleep(turn.chunk_delay_ms / 1000)
+            elif i:
+                # The loop runs between two chunks, as it does while a real provider awaits the
+                # network (a script of thousands held it for the whole answer). No cancellation
+                # lands here: a scripted answer without delays streams whole, as it always did.
+                await trio.lowlevel.cancel_shielded_checkpoint()
             on_delta(Delta("text", chunk))
         if turn.error is not None:  # (a stream that fails part-way: its text streamed, then the error)
             raise ProviderError(turn.error.code, turn.error.message, retryable=turn.error.retryable, usage=begun)
