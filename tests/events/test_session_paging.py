@@ -78,7 +78,8 @@ async def test_a_page_says_the_decoded_bytes_its_rows_declare(store, store_harne
     with store_harness.reader() as reader:
         declared = {row.seq: row.raw_size for row in reader.rows(session_id="a")}
     # (the whole session; a page cut by its limit; one cut by its byte budget, after its first row)
-    for after, limit, max_bytes, count in ((0, 1000, 16 << 20, 12), (0, 5, 16 << 20, 5), (min(declared), 1000, 150_000, 2)):
+    for after, limit, max_bytes, count in ((0, 1000, 16 << 20, 12), (0, 5, 16 << 20, 5),
+                                           (min(declared), 1000, 150_000, 2)):
         page = await store.read_event_page(session_id="a", after=after, limit=limit, max_bytes=max_bytes)
         events = await store.read_events(session_id="a", after=after, limit=limit, max_bytes=max_bytes)
         assert page.events == events and len(events) == count
