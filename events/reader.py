@@ -158,6 +158,15 @@ class StoredEvent(msgspec.Struct, frozen=True, gc=False):
         }
 
 
+class EventPage(msgspec.Struct, frozen=True):
+    """The events of one read, and the decoded bytes of their bodies as their rows declare them
+    (``raw_size``: the MessagePack before compression; a damaged row's declaration counts 0): what
+    is known of the page's size before anything is made of it."""
+
+    events: list[StoredEvent]
+    raw_bytes: int
+
+
 _SQL_TYPE = {bytes: "a blob", str: "text", int: "an integer", float: "a real number", type(None): "NULL"}
 _INT, _TEXT, _OPTIONAL_INT, _OPTIONAL_TEXT = (int,), (str,), (int, type(None)), (str, type(None))
 _ROW_TYPES = (
@@ -536,6 +545,17 @@ class LogReader:
         straight from the row tuples with no :class:`StoredRow` per row. A row that fails any
         check goes through :meth:`Codec.decode`, which names the problem.
         """
+        return self._events(filters, None)
+
+    def page(self, **filters: Any) -> EventPage:
+        """The events of :meth:`events` (read whole) with the decoded bytes their rows declare."""
+        sizes: list[int] = []
+        events = list(self._events(filters, sizes))
+        return EventPage(events, sum(sizes))
+
+    def _events(self, filters: dict[str, Any], sizes: list[int] | None) -> Iterator[StoredEvent]:
+        """:meth:`events`; with ``sizes``, each page's declared decoded bytes are appended to it
+        (a sum a page, never a step a row: this is the replay path)."""
         codec = self.codec
         decode = codec.decode
         decode_raw = codec.raw_decoder.decode
@@ -543,6 +563,8 @@ class LogReader:
         not_typed = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
         for page_rows, raws in _decompressed_pages(codec, self._pages(**filters)):
             careful = type(page_rows) is _CarefulPage
+            if sizes is not None:
+                sizes.append(sum(r[10] for r in page_rows if type(r[10]) is int and r[10] > 0))
             for row, raw in zip(page_rows, raws):
                 if careful:  # text that is not UTF-8 somewhere in this page
                     problem = row_problem(row)

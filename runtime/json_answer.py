@@ -1,5 +1,5 @@
-"""A JSON answer that may be large (a session's view), encoded in a worker thread a piece at a
-time when it is large, never in one call on the event loop.
+"""A JSON answer that may be large (a session's view, a page of its events), encoded in a worker
+thread a piece at a time when it is large, never in one call on the event loop.
 
 ``msgspec.json.encode`` holds the interpreter's lock for the whole of one call: a view of 70 MB
 (a session whose items hold many large tool outputs) took 90 to 130 ms in one call, and a worker
@@ -110,11 +110,12 @@ def encode_in_pieces(data: Any, secrets: Secrets | None = None) -> tuple[list[by
 
 async def json_answer(data: Any, secrets: Secrets | None = None, status: int = 200, *, chars: int) -> Response:
     """``data`` as a JSON answer. ``chars``: about how many characters its strings hold (the
-    caller's cheap estimate). Up to :data:`PIECES_FROM_CHARS` it is encoded on the loop in one
-    call, as any answer (a few milliseconds at most; the app's ``after_request`` scrubs it);
-    past that by :func:`encode_in_pieces` in a worker thread, whose walk costs more in all but
-    gives the loop the lock back between pieces. ``data`` must not change meanwhile: a view
-    built for this answer alone."""
+    caller's cheap estimate: a view's texts, or the decoded bytes a page of events declares). Up
+    to :data:`PIECES_FROM_CHARS` it is encoded on the loop in one call, as any answer (a few
+    milliseconds at most; the app's ``after_request`` scrubs it); past that by
+    :func:`encode_in_pieces` in a worker thread, whose walk costs more in all but gives the loop
+    the lock back between pieces. ``data`` must not change meanwhile: a view or a page built for
+    this answer alone."""
     if chars <= PIECES_FROM_CHARS:
         return json_response(data, status)
     chunks, length = await trio.to_thread.run_sync(encode_in_pieces, data, secrets)

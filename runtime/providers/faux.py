@@ -24,8 +24,9 @@ from .base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, r
 REQUESTS_KEPT = 1000  # FauxProvider.requests keeps the latest this many
 MAX_DELAY_MS = 86_400_000  # a scripted delay: at most a day
 WORD_SLICE = 64 * 1024  # characters split at a time when the request's words are counted
-# A request of at most this many characters has its words counted on the loop (a millisecond or
-# two; a worker thread would let a test's autojump clock move meanwhile), a larger one in a thread.
+# A request (or a scripted answer) of at most this many characters has its words counted on the
+# loop (a millisecond or two; a worker thread would let a test's autojump clock move meanwhile), a
+# larger one in a thread.
 WORDS_ON_LOOP_CHARS = 256 * 1024
 
 
@@ -164,6 +165,11 @@ class FauxProvider:
         for i, chunk in enumerate(chunks):
             if i and turn.chunk_delay_ms:
                 await trio.sleep(turn.chunk_delay_ms / 1000)
+            elif i:
+                # The loop runs between two chunks, as it does while a real provider awaits the
+                # network (a script of thousands held it for the whole answer). No cancellation
+                # lands here: a scripted answer without delays streams whole, as it always did.
+                await trio.lowlevel.cancel_shielded_checkpoint()
             on_delta(Delta("text", chunk))
         if turn.error is not None:  # (a stream that fails part-way: its text streamed, then the error)
             raise ProviderError(turn.error.code, turn.error.message, retryable=turn.error.retryable, usage=begun)
@@ -177,6 +183,13 @@ class FauxProvider:
             for i, c in enumerate(turn.tool_calls)
         ]
         text = "".join(chunks)
+        output_tokens = turn.output_tokens
+        if output_tokens is msgspec.UNSET:
+            if len(text) <= WORDS_ON_LOOP_CHARS:
+                output_tokens = len(text.split())
+            else:  # (as a large request's words; shielded: the answer has streamed whole, no cut here)
+                with trio.CancelScope(shield=True):
+                    output_tokens = await trio.to_thread.run_sync(words, text)
         return ModelResult(
             text=text,
             reasoning=turn.reasoning,
@@ -185,7 +198,7 @@ class FauxProvider:
             stop_details=refusal_details(turn.stop_details) if turn.stop_reason == "refusal" else None,
             usage=t.Usage(
                 input_tokens=input_tokens,
-                output_tokens=len(text.split()) if turn.output_tokens is msgspec.UNSET else turn.output_tokens,
+                output_tokens=output_tokens,
                 cache_read_tokens=turn.cache_read_tokens,
                 cache_write_tokens=turn.cache_write_tokens,
                 reasoning_tokens=turn.reasoning_tokens,

@@ -6,8 +6,9 @@ A session's view (``GET /sessions/{id}``, and the views ``PATCH /sessions/{id}``
 has a view of tens of megabytes, whose encoding in one call held the event loop (every session
 and stream of the daemon) 90 to 130 ms. Encoding in pieces costs more in all (a walk of the
 view in Python) and its worker thread holds the interpreter's lock up to 5 ms at a time, so a
-view of ordinary size stays one call (about 2 MB a millisecond). Through a real daemon (loopback
-port 0, in this thread), a profiler on this thread only (:mod:`tests.loop_json`)."""
+view of ordinary size stays one call (about 2 MB a millisecond). A page of events
+(``GET /sessions/{id}/events``) likewise, by the bytes its rows declare. Through a real daemon
+(loopback port 0, in this thread), a profiler on this thread only (:mod:`tests.loop_json`)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,35 @@ async def test_a_view_of_ordinary_size_is_encoded_in_one_call(daemon, strong):
     assert on_loop != []
     assert [it["text"] for it in view.json()["items"] if it["role"] == "user"] == [text]
     _check_encoding(view)
+
+
+async def _pages_of_events(daemon, strong, sid: str, limit: int) -> list:
+    """The session's events read ``limit`` at a time: each page's answer, in order."""
+    pages, after = [], 0
+    while (page := await daemon.get(f"/sessions/{sid}/events?after={after}&limit={limit}", strong)).json()["events"]:
+        pages.append(page)
+        after = page.json()["nextAfter"]
+    return pages
+
+
+async def test_a_large_page_of_events_is_encoded_off_the_event_loop(daemon, strong):
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    texts = _texts(8, 600_000)  # (their events declare more bytes than PIECES_FROM_CHARS)
+    for i, text in enumerate(texts):
+        await daemon.submit(strong, sid, f"r{i}", text)
+        await daemon.wait_idle(strong, sid)
+    with json_of_text_on_this_thread(texts[-1]) as on_loop:
+        whole = await daemon.get(f"/sessions/{sid}/events?limit=1000", strong)
+    assert whole.status_code == 200 and on_loop == [] and len(whole.content) > PIECES_FROM_CHARS
+    events = whole.json()["events"]
+    assert [e["body"]["content"][0]["text"] for e in events if e["kind"] == "input.submitted"] == texts
+    assert whole.json()["nextAfter"] == events[-1]["seq"]
+    _check_encoding(whole)
+    # The same events in pages of ordinary size, each encoded in one call on the loop: the large
+    # page's bytes are what that one call makes of the same page.
+    with json_of_text_on_this_thread(texts[-1]) as on_loop:
+        pages = await _pages_of_events(daemon, strong, sid, 3)
+    assert len(on_loop) == 1
+    _check_encoding(*pages)
+    assert [e for page in pages for e in page.json()["events"]] == events
+    assert whole.content == msgspec.json.encode({"events": events, "nextAfter": events[-1]["seq"]})

@@ -68,3 +68,19 @@ def test_a_page_of_a_session_costs_the_same_in_a_log_four_times_as_long(tmp_path
     # Four times the session: the same work per page (bisection adds a few probes), not 4x.
     assert l_start <= 1.5 * s_start, (s_start, l_start)
     assert l_end <= 1.5 * s_end, (s_end, l_end)
+
+
+async def test_a_page_says_the_decoded_bytes_its_rows_declare(store, store_harness):
+    # (the events route's estimate of a page's size, known before anything is made of it)
+    texts = [f"{k} " + "é\"x\n" * (k * 5_000) for k in range(12)]
+    await store.append(*(Draft(InstructionAppended(text=text), session_id=s, agent_id="main")
+                         for text in texts for s in ("a", "b")))
+    with store_harness.reader() as reader:
+        declared = {row.seq: row.raw_size for row in reader.rows(session_id="a")}
+    # (the whole session; a page cut by its limit; one cut by its byte budget, after its first row)
+    for after, limit, max_bytes, count in ((0, 1000, 16 << 20, 12), (0, 5, 16 << 20, 5),
+                                           (min(declared), 1000, 150_000, 2)):
+        page = await store.read_event_page(session_id="a", after=after, limit=limit, max_bytes=max_bytes)
+        events = await store.read_events(session_id="a", after=after, limit=limit, max_bytes=max_bytes)
+        assert page.events == events and len(events) == count
+        assert page.raw_bytes == sum(declared[e.seq] for e in events) > sum(len(e.event.text) for e in events)
