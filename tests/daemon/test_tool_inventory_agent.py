@@ -4,13 +4,16 @@ loaded itself, its ``searchable`` what it can still load. Without ``agent`` the 
 agent's, as before. An agent the session does not have is 404 ``AGENT_NOT_FOUND``; ``agent``
 without ``session``, empty, too long or given twice is 400. A real daemon whose scripted model
 (openai-chat) has the main agent start two subagents one after the other: one without a tool
-list that loads a deferred tool, one restricted to two tools."""
+list that loads a deferred tool, one restricted to two tools; with PTC, each subagent's ``ptc``
+view is its own."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import trio
+
+from tools.catalog import PTC
 
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
@@ -104,3 +107,33 @@ async def test_the_agent_parameter_is_checked(daemon_factory: DaemonFactory) -> 
     await refused({"session": sid, "agent": "main", "agentId": "main"}, 400, "INVALID_ARGUMENT", "agentId")
     await refused({"session": "nope", "agent": "main"}, 404, "SESSION_NOT_FOUND")
     assert (await inventory(d, token, session=sid, agent="main"))["agent"] == "main"
+
+
+async def test_a_subagents_ptc_view_is_its_own(daemon_factory: DaemonFactory) -> None:
+    # With PTC, an agent's requests offer its eager tools and the entry; the rest is reached from
+    # a program: for a subagent, of its own tools (no main-only one; a tool list narrows both).
+    config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": "kickoff", "toolCalls": [
+            {"name": "subagent", "arguments": {"prompt": "look around"}},
+            {"name": "subagent", "arguments": {"prompt": "read a file", "tools": [PTC, "read_file"]}}]},
+    ]}], "defaultModel": "faux/faux-1", "localPtc": {}, "tools": {"deferred": ["get_system_time"]}}
+    d = await daemon_factory(config=config)
+    token = await d.pair("inventory-agent", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "kickoff")
+    await d.wait_idle(token, sid)
+    started = {e["agent_id"]: e["body"]["tools"] for e in await d.events(token, sid) if e["kind"] == "agent.started"}
+    assert len(started) == 2, started
+    free, narrowed = (next(a for a, tools in started.items() if bool(tools) is b) for b in (False, True))
+
+    main = (await inventory(d, token, session=sid))["ptc"]
+    assert main["native"] and "subagent" in main["native"] and main["fromProgram"] == ["get_system_time"]
+    inv = await inventory(d, token, session=sid, agent=free)
+    main_only = {t["name"] for t in inv["tools"] if t["mainOnly"]}
+    assert inv["ptc"]["native"] == sorted(inv["offered"]) and PTC in inv["ptc"]["native"]
+    assert not main_only & (set(inv["ptc"]["native"]) | set(inv["ptc"]["fromProgram"]))
+    assert inv["ptc"]["fromProgram"] == ["get_system_time"]
+    assert set(inv["ptc"]["native"]) == set(main["native"]) - main_only
+    inv = await inventory(d, token, session=sid, agent=narrowed)
+    assert inv["ptc"] == {"native": sorted([PTC, "read_file"]), "nativeCapabilities": None, "fromProgram": []}
+    assert sorted(inv["offered"]) == sorted([PTC, "read_file"])
