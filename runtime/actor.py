@@ -68,6 +68,7 @@ from .providers.catalog import ProviderCatalog
 from .providers.names import ids_for
 from .skill_loads import SkillLoads, load_failed
 from .stop_now import StopNow
+from .tool_inventory import agent_planes
 from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_view
 
 log = logging.getLogger("lens.actor")
@@ -1120,13 +1121,9 @@ class SessionActor:
                         self.session_id, j.STOP_RECORD_SECONDS)
 
     def _tool_schemas(self, agent_id: str) -> list[dict[str, Any]]:
-        """The tools ``agent_id``'s model requests offer."""
-        agent = self.state.agents.get(agent_id)
-        allowed = (agent.tools or None) if agent is not None else None
-        tool_policy = self.state.settings.get("toolPolicy")
-        offered, _searchable = self.tool_catalog.planes(is_main_agent=agent_id == MAIN_AGENT, allowed=allowed,
-                                                        loaded=agent.capabilities if agent is not None else (),
-                                                        session=tool_policy if isinstance(tool_policy, dict) else None)
+        """The tools ``agent_id``'s model requests offer (the inventory's ``offered`` for that agent:
+        the same call)."""
+        offered, _searchable = agent_planes(self.tool_catalog, self.state, agent_id)
         return [s.schema() for s in offered]
 
     async def _system_prompt(self) -> list[str]:

@@ -3,8 +3,9 @@
 * ``GET /api/v1/models`` — ``{models: [...], default: {effective, source, saved}}``.
 * ``PUT /api/v1/models/default {model}`` (strong trust) — save the default model of new sessions
   (null clears it; recorded as ``default_model.set``); answers ``default``'s shape.
-* ``GET /api/v1/tools/inventory?session=`` — the tool inventory (``runtime/tool_inventory.py``);
-  with ``session``, that session's main agent's loaded and searchable tools and its overrides.
+* ``GET /api/v1/tools/inventory?session=&agent=`` — the tool inventory (``runtime/tool_inventory.py``);
+  with ``session``, that session's main agent's loaded and searchable tools and its overrides;
+  with ``agent`` too, that agent's (a subagent's id as the session view's ``agents`` gives it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from events import types as t
 from events.store import Draft
 
 from . import actor as a
-from .http_parts import Body, check_session_settings, id_filter, json_response, read_body, require_strong
+from .errors import AgentNotFound
+from .http_parts import ApiError, Body, check_session_settings, id_filter, json_response, read_body, require_strong
 from .providers.catalog import ProviderCatalog
 from .services import Services
 
@@ -61,14 +63,21 @@ def add_model_routes(app: QuartTrio, svc: Services) -> None:
     @app.get("/api/v1/tools/inventory")
     async def tools_inventory() -> Response:
         """The tool inventory (F-TOOL-4, runtime/tool_inventory.py); with ``session``, that
-        session's main agent's loaded and searchable tools and its policy overrides."""
+        session's main agent's loaded and searchable tools and its policy overrides; with
+        ``agent`` (or ``agentId``) too, that agent's offered, loaded and searchable tools: an id
+        the session does not have is 404 ``AGENT_NOT_FOUND``, ``agent`` without ``session`` 400."""
         from tools.catalog import ToolCatalog
 
         from .tool_inventory import inventory
 
         sid = id_filter("session", "sessionId", "session")
+        agent_id = id_filter("agent", "agentId", "agent")
+        if agent_id is not None and sid is None:
+            raise ApiError("INVALID_ARGUMENT", "agent names an agent of a session; give session too")
         state = await svc.call(sid, a.GetState()) if sid is not None else None
+        if agent_id is not None and state is not None and agent_id not in state.agents:
+            raise AgentNotFound(f"session {sid!r} has no agent {agent_id!r}")
         deps = svc.supervisor.deps
         catalog = deps.tool_catalog or ToolCatalog(deps.tools)
         servers = svc.mcp.inventory() if svc.mcp is not None else []
-        return json_response(inventory(catalog, state, servers))
+        return json_response(inventory(catalog, state, servers, agent_id))

@@ -1,13 +1,14 @@
-"""The tool inventory snapshot (F-TOOL-4): ``GET /api/v1/tools/inventory[?session=ID]``.
+"""The tool inventory snapshot (F-TOOL-4): ``GET /api/v1/tools/inventory[?session=ID[&agent=ID]]``.
 
 Everything is read from the daemon's registry, its :class:`~tools.catalog.ToolCatalog` and, with
-``session``, that session's state (its main agent's loaded capabilities and saved tool policy):
-nothing here changes anything.
+``session``, that session's state (an agent's loaded capabilities and tool list, the saved tool
+policy): nothing here changes anything. :func:`agent_planes` is also what builds an agent's model
+requests' tool list (runtime/actor.py), so the inventory and the requests cannot disagree.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from projections.session_state import MAIN_AGENT, SessionState
 from tools.base import ToolSpec
@@ -24,32 +25,55 @@ def session_tool_policy(state: SessionState | None) -> dict[str, Any] | None:
     return policy if isinstance(policy, dict) and policy else None
 
 
-def ptc_view(catalog: ToolCatalog, offered: list[ToolSpec], session_policy: dict[str, Any] | None) -> dict[str, Any] | None:
-    """For the main agent with PTC in effect: ``native``, the tools its requests offer (``offered``,
-    from the same call that builds them), and ``fromProgram``, the enabled tools it reaches only
-    from a program. ``None`` without PTC or with the PTC entry disabled (the plain planes apply)."""
-    native = catalog.native_names(is_main_agent=True, allowed=None, session=session_policy)
+def agent_planes(catalog: ToolCatalog, state: SessionState | None, agent_id: str = MAIN_AGENT, *,
+                 loaded: Sequence[str] | None = None) -> tuple[list[ToolSpec], list[ToolSpec]]:
+    """(offered, searchable) for ``agent_id`` of the session ``state`` (``None``: a main agent that
+    loaded nothing): its tool list (a subagent's ``tools``), its loads (``loaded``: in their place)
+    and the session's saved ``toolPolicy``. The one call that builds the agent's model requests'
+    tool list (runtime/actor.py) and the inventory's ``offered`` and ``searchable``."""
+    agent = state.agents.get(agent_id) if state is not None else None
+    allowed = (agent.tools or None) if agent is not None else None
+    if loaded is None:
+        loaded = agent.capabilities if agent is not None else ()
+    return catalog.planes(is_main_agent=agent_id == MAIN_AGENT, allowed=allowed, loaded=loaded,
+                          session=session_tool_policy(state))
+
+
+def ptc_view(catalog: ToolCatalog, offered: list[ToolSpec], session_policy: dict[str, Any] | None, *,
+             is_main_agent: bool = True, allowed: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """For an agent (the main agent unless told; ``allowed``: a subagent's tool list) with PTC in
+    effect: ``native``, the tools its requests offer (``offered``, from the same call that builds
+    them), and ``fromProgram``, the enabled tools it reaches only from a program. ``None`` without
+    PTC or with the PTC entry disabled (the plain planes apply)."""
+    native = catalog.native_names(is_main_agent=is_main_agent, allowed=allowed, session=session_policy)
     if native is None:
         return None
     fixed = catalog.ptc.native_capabilities if catalog.ptc is not None else None
-    assigned = catalog.assigned(is_main_agent=True, allowed=None)
+    assigned = catalog.assigned(is_main_agent=is_main_agent, allowed=allowed)
     off = catalog.disabled_names(assigned, session_policy)
     return {"native": sorted(s.name for s in offered), "nativeCapabilities": fixed,
             "fromProgram": sorted(s.name for s in assigned
                                   if s.name not in native and s.name not in NOT_FROM_PROGRAMS and s.name not in off)}
 
 
-def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: list[dict[str, Any]]) -> dict[str, Any]:
+def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: list[dict[str, Any]],
+              agent_id: str | None = None) -> dict[str, Any]:
+    """The snapshot; ``agent_id`` (an agent of ``state``, checked by the caller) makes ``offered``,
+    ``loaded``, ``searchable``, ``defaultAllowed``, ``ptc`` and their ``visibility`` counts that
+    agent's and adds ``agent``; without it they are the main agent's (the answer as it was)."""
     registry = catalog.registry
     specs = registry.all()
     deferred = catalog.deferred_names()
     main_visible = {s.name for s in registry.visible(is_main_agent=True)}
     sub_visible = {s.name for s in registry.visible(is_main_agent=False)}
     session_policy = session_tool_policy(state)
-    main = state.agents.get(MAIN_AGENT) if state is not None else None
-    loaded = list(main.capabilities) if main is not None else []
-    offered, searchable = catalog.planes(is_main_agent=True, allowed=None, loaded=loaded, session=session_policy)
-    default_offered, _ = catalog.planes(is_main_agent=True, allowed=None, loaded=(), session=session_policy)
+    who = agent_id or MAIN_AGENT
+    agent = state.agents.get(who) if state is not None else None
+    allowed = (agent.tools or None) if agent is not None else None
+    assigned = {s.name for s in catalog.assigned(is_main_agent=who == MAIN_AGENT, allowed=allowed)}
+    loaded = [n for n in (agent.capabilities if agent is not None else ()) if n in assigned]
+    offered, searchable = agent_planes(catalog, state, who)
+    default_offered, _ = agent_planes(catalog, state, who, loaded=())
     profiles = {s.name: catalog.profile(s.name, session_policy) for s in specs}
     sources: dict[str, int] = {}
     for s in specs:
@@ -66,27 +90,28 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
         })
     return {
         "session": state.session_id if state is not None else None,
+        **({} if agent_id is None else {"agent": agent_id}),
         "tools": tools,
         "catalog": [describe(s) for s in specs],
-        # Offered to a main agent that loaded nothing (eager, enabled).
+        # Offered to a main agent (with ``agent``: to that agent) that loaded nothing (eager, enabled).
         "defaultAllowed": [s.name for s in default_offered],
         "runtimeRegistry": [s.name for s in specs],
         "extensionSurfaces": {"sources": sources,
                               "mcp": [s.name for s in specs if s.source == "mcp"]},
-        # For the session's main agent (without a session: an agent that loaded nothing); tools
-        # the effective policy disables are neither offered nor searchable.
-        "loaded": [n for n in loaded if n in main_visible],
+        # For the session's main agent (with ``agent``: that agent; without a session: a main agent
+        # that loaded nothing); tools the effective policy disables are neither offered nor searchable.
+        "loaded": loaded,
         "searchable": [s.name for s in searchable],
         "offered": [s.name for s in offered],
         "mcpServers": mcp_servers,
-        # Programmatic tool runs (localPtc): for the main agent, the tools offered natively when
+        # Programmatic tool runs (localPtc): for the main agent (or ``agent``), the tools offered natively when
         # programmatic_tool_run is assigned and enabled (the rest are called from a program), else null.
-        "ptc": ptc_view(catalog, offered, session_policy),
+        "ptc": ptc_view(catalog, offered, session_policy, is_main_agent=who == MAIN_AGENT, allowed=allowed),
         # Tools whose names providers cannot take as they are (F-MOD-3): sent under an alias.
         "mappingGaps": [{"name": s.name, "alias": alias_for(s.name)} for s in specs if not is_native(s.name)],
         "visibility": {"catalog": len(specs), "main": len(main_visible), "subagents": len(sub_visible),
                        "deferred": len(deferred), "offered": len(offered), "searchable": len(searchable),
-                       "loaded": len([n for n in loaded if n in main_visible]),
+                       "loaded": len(loaded),
                        "disabled": sum(1 for p in profiles.values() if not p["enabled"]["value"])},
         # Each execution field's effective value and where it came from (default|config|session).
         "executionProfile": profiles,
