@@ -89,7 +89,7 @@ async def test_a_name_refuses_invisible_format_characters_naming_the_first(daemo
 
 
 async def test_the_documented_bounds_hold_at_and_one_past_them(daemon: Daemon, strong: str):
-    """The bounds the README states for the event page, history search and history reads, at
+    """The bounds docs/http-api.md states for the event page, history search and history reads, at
     the limit (answered) and one past it (400, nothing else changed)."""
     p = await daemon.project(strong)
     sid = (await daemon.session(strong, p["id"]))["id"]

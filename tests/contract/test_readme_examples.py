@@ -1,7 +1,9 @@
-"""README.md read as a first user reads it, word by word, against the code and the running daemon.
+"""README.md, with the pages it sends a first user to for the details (docs/http-api.md, the HTTP
+API's reference, and docs/dashboard.md, the dashboard's behaviour), read as a first user reads them,
+word by word, against the code and the running daemon.
 
-What the README shows is taken from its own text wherever that is robust (the route list of its
-HTTP section, the error codes it names and the statuses it gives them, the `lens` command lines
+What they show is taken from their own text wherever that is robust (the route list of the HTTP
+reference, the error codes it names and the statuses it gives them, the `lens` command lines
 and flags, the answer shapes it prints, the limits it states), so that a README and a code that
 drift apart fail here. The live checks run the real daemon on a loopback port 0 (built-in
 defaults, the ``faux`` model, a real executor child) and the real ``lens`` CLI.
@@ -33,7 +35,12 @@ from tests.daemon.conftest import API, BUSY, Daemon, app_routes, error_of, run_l
 from .docs_pages import assert_taken, lens_help, shell_lines
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-HTTP_SECTION = README.split("\n## HTTP API", 1)[1].split("\n## ", 1)[0]
+# The HTTP API's full reference (the README's "HTTP API" section is its overview and points there).
+HTTP_API = (ROOT / "docs" / "http-api.md").read_text(encoding="utf-8")
+# The dashboard's behaviour (the README's Quick start points there).
+DASHBOARD = (ROOT / "docs" / "dashboard.md").read_text(encoding="utf-8")
+# The README's words wherever they now live: the README and the two pages its details moved to.
+README_PAGES = "\n".join((README, HTTP_API, DASHBOARD))
 ERRORS_DOC = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
 PAGE = (ROOT / "runtime" / "static" / "index.html").read_text(encoding="utf-8")
 
@@ -59,10 +66,10 @@ def _one(pattern: str, text: str = README) -> re.Match[str]:
 
 
 def _shape(route_words: str) -> tuple[int, dict[str, str | None]]:
-    """The status and the answer's fields the README prints right after ``route_words``: ``(202
-    `{requestId, seq, duplicate}``` -> 202, {requestId: None, ...}; ``status: "queued"`` gives
-    the literal value."""
-    m = _one(re.escape(route_words) + r"[^`]*?`?\(?(\d{3}) `\{([^}]*)\}`")
+    """The status and the answer's fields the HTTP reference prints right after ``route_words``:
+    ``(202 `{requestId, seq, duplicate}``` -> 202, {requestId: None, ...}; ``status: "queued"``
+    gives the literal value."""
+    m = _one(re.escape(route_words) + r"[^`]*?`?\(?(\d{3}) `\{([^}]*)\}`", HTTP_API)
     fields: dict[str, str | None] = {}
     for part in m.group(2).split(","):
         name, _, value = part.partition(":")
@@ -81,10 +88,10 @@ def _assert_shape(answer: dict, fields: dict[str, str | None], where: str) -> No
 
 
 def test_the_routes_the_readme_lists_are_the_routes_the_daemon_serves():
-    """Every ``METHOD /path`` of the README's HTTP section is a route of the API, and every route
-    of the API is listed there (placeholders compared by place, not name)."""
+    """Every ``METHOD /path`` of the HTTP reference (docs/http-api.md) is a route of the API, and
+    every route of the API is listed there (placeholders compared by place, not name)."""
     listed = set()
-    for m in re.finditer(rf"`((?:{_METHODS})(?:\|(?:{_METHODS}))*) (/[^` ?]*)", HTTP_SECTION):
+    for m in re.finditer(rf"`((?:{_METHODS})(?:\|(?:{_METHODS}))*) (/[^` ?]*)", HTTP_API):
         listed |= {(method, m.group(2)) for method in m.group(1).split("|")}
     served = {(method, rule[len(API):]) for method, rule in app_routes() if rule.startswith(API)}
     norm = lambda routes: {(m, re.sub(r"\{[^}]*\}|<[^>]*>", "{}", p)) for m, p in routes}  # noqa: E731
@@ -99,10 +106,10 @@ def test_the_routes_the_readme_lists_are_the_routes_the_daemon_serves():
 def test_every_code_the_readme_names_is_documented_with_the_status_the_readme_gives():
     documented = documented_codes()
     rows = dict(re.findall(rf"^\| `({_CODE})` \| ([0-9]{{3}}|–) \|", ERRORS_DOC, re.M))
-    named = set(re.findall(rf"`(?:lens(?: [a-z]+)*: )?({_CODE})", README)) - NOT_CODES
+    named = set(re.findall(rf"`(?:lens(?: [a-z]+)*: )?({_CODE})", README_PAGES)) - NOT_CODES
     assert len(named) > 30
     assert not [c for c in sorted(named) if c not in documented], "codes the README names that docs/errors.md has not"
-    given = re.findall(rf"\b([1-5][0-9]{{2}}) `({_CODE})`", README)
+    given = re.findall(rf"\b([1-5][0-9]{{2}}) `({_CODE})`", README_PAGES)
     assert len(given) > 15
     wrong = [(status, code, rows.get(code), STATUS.get(code)) for status, code in given
              if rows.get(code) != status or STATUS.get(code, int(status)) != int(status)]
@@ -110,7 +117,7 @@ def test_every_code_the_readme_names_is_documented_with_the_status_the_readme_gi
 
 
 def test_the_503s_the_readme_says_a_retry_helps_are_those_that_carry_retry_after():
-    m = _one(r"A 503 a retry can help \(([^)]*)\)\s+carries `Retry-After: (\d+)`")
+    m = _one(r"A 503 a retry can help \(([^)]*)\)\s+carries `Retry-After: (\d+)`", HTTP_API)
     assert set(re.findall(rf"`({_CODE})`", m.group(1))) == set(RETRY_AFTER_CODES)
     assert int(m.group(2)) == RETRY_AFTER_SECONDS
     assert all(STATUS[c] == 503 for c in RETRY_AFTER_CODES)
@@ -120,10 +127,10 @@ def test_the_503s_the_readme_says_a_retry_helps_are_those_that_carry_retry_after
 
 
 def _readme_command_lines() -> list[list[str]]:
-    """Every `lens …` command line of the README (code blocks and inline), as argument lists
-    without the ``.venv/bin/`` and the ``[ ]`` of optional parts."""
+    """Every `lens …` command line of the README and the pages its details moved to (code blocks
+    and inline), as argument lists without the ``.venv/bin/`` and the ``[ ]`` of optional parts."""
     out = []
-    for line in shell_lines(README, r"`((?:\.venv/bin/)?lens [^`]*)`"):
+    for line in shell_lines(README_PAGES, r"`((?:\.venv/bin/)?lens [^`]*)`"):
         for part in line.split("&&"):
             part = part.strip()
             m = re.match(r"(?:\.venv/bin/)?lens ((?:[a-z]+ ?)+)(.*)$", part)
@@ -183,33 +190,34 @@ async def test_a_command_line_lens_cannot_read_is_answered_as_docs_errors_says(t
 
 
 def test_the_numbers_the_readme_gives_are_the_code_s():
-    assert _number(_one(r"`server\.heartbeatSeconds` \((\d+) by default\)").group(1)) == Config().server.heartbeat_seconds
-    assert _one(r"\(or (\d+) MiB\) behind").group(1) == str(BUFFER_BYTES // 2**20)
-    assert _number(_one(r"A request head is at most\s+([\d,]+) bytes").group(1)) == HEAD_LIMIT
-    assert _number(_one(r"more than ([\d,]+) bytes arrive without its end").group(1)) == UNFINISHED_HEAD_BYTES
-    m = _one(r"at most `limit` events \(1–([\d,]+), default (\d+)\)")
+    assert _number(_one(r"`server\.heartbeatSeconds` \((\d+) by default\)", HTTP_API).group(1)) == Config().server.heartbeat_seconds
+    assert _one(r"\(or (\d+) MiB\) behind", HTTP_API).group(1) == str(BUFFER_BYTES // 2**20)
+    assert _number(_one(r"A request head is at most\s+([\d,]+) bytes", HTTP_API).group(1)) == HEAD_LIMIT
+    assert _number(_one(r"more than ([\d,]+) bytes arrive without its end", HTTP_API).group(1)) == UNFINISHED_HEAD_BYTES
+    m = _one(r"at most `limit` events \(1–([\d,]+), default (\d+)\)", HTTP_API)
     assert _number(m.group(1)) == MAX_EVENTS_PAGE
     m = _one(r"`POST /history/search` takes a `limit` of 1–(\d+)\s+\(default (\d+)\) and a `query` of at most (\d+)"
-             r" bytes of UTF-8 and (\d+) distinct terms")
+             r" bytes of UTF-8 and (\d+) distinct terms", HTTP_API)
     assert [int(m.group(i)) for i in (1, 3, 4)] == [MAX_LIMIT, MAX_QUERY_BYTES, MAX_QUERY_TERMS]
     assert HistorySearchBody(project_id="p", query="q").limit == int(m.group(2))
-    m = _one(r"at most `limit` rows \((\d+)–(\d+)\)")
+    m = _one(r"at most `limit` rows \((\d+)–(\d+)\)", HTTP_API)
     assert int(m.group(2)) == LIST_LIMIT_MAX
-    assert _number(_one(r"the latest (\d+) unless asked otherwise, `itemsLimit` 1–(\d+)").group(1)) == VIEW_ITEMS_MAX
-    assert _number(_one(r"its `agents` are at most (\d+)").group(1)) == VIEW_AGENTS_MAX
-    assert _number(_one(r"`agentsLimit` \(1–(\d+)\)").group(1)) == VIEW_AGENTS_MAX
-    assert _number(_one(r"its `queued` inputs are at most (\d+)").group(1)) == VIEW_QUEUED_MAX
-    assert _number(_one(r"`queuedLimit` \(1–(\d+)\)").group(1)) == VIEW_QUEUED_MAX
+    assert _number(_one(r"the latest (\d+) unless asked otherwise, `itemsLimit` 1–(\d+)", HTTP_API).group(1)) == VIEW_ITEMS_MAX
+    assert _number(_one(r"its `agents` are at most (\d+)", HTTP_API).group(1)) == VIEW_AGENTS_MAX
+    assert _number(_one(r"`agentsLimit` \(1–(\d+)\)", HTTP_API).group(1)) == VIEW_AGENTS_MAX
+    assert _number(_one(r"its `queued` inputs are at most (\d+)", HTTP_API).group(1)) == VIEW_QUEUED_MAX
+    assert _number(_one(r"`queuedLimit` \(1–(\d+)\)", HTTP_API).group(1)) == VIEW_QUEUED_MAX
     assert float(_one(r"the stop waits at most (\d+) s for it").group(1)) == STOP_BUSY_WAIT_SECONDS
     assert re.search(r"\bhc\.graceful_timeout = " + _one(r"requests in progress get up to (\d+) s").group(1) + r"\.0\b",
                      (ROOT / "runtime" / "daemon.py").read_text())
 
 
 def test_the_dashboard_numbers_the_readme_gives_are_the_page_s():
+    """(Read from docs/dashboard.md, where the README sends a user for the dashboard's behaviour.)"""
     def said(pattern: str) -> str:
-        return _one(pattern).group(1)
+        return _one(pattern, DASHBOARD).group(1)
 
-    n = _one(r"The project list shows the newest (\d+) projects and a\s+project's session list its newest (\d+)")
+    n = _one(r"The project list shows the newest (\d+) projects and a\s+project's session list its newest (\d+)", DASHBOARD)
     assert f"PROJECTS_PAGE = {n.group(1)}" in PAGE and f"SESSIONS_PAGE = {n.group(2)}" in PAGE
     assert "WINDOW = " + said(r"the latest (\d+)\s+items;") in PAGE
     assert "ARTIFACT_TEXT_SHOWN = " + said(r"its first (\d+) KiB, read as a range") + " * 1024" in PAGE
@@ -217,7 +225,7 @@ def test_the_dashboard_numbers_the_readme_gives_are_the_page_s():
     one, two = said(r"Up to (\d+) px wide"), said(r"up to (\d+) px the side panel")
     assert f"@media (max-width: {one}px)" in PAGE and f"(width > {one}px) and (width <= {two}px)" in PAGE
     assert said(r"at least (\d+) % of the screen") + "vh" in PAGE
-    small, touch = _one(r"at\s+least (\d+)×\1 px, and (\d+)×\2 px").groups()
+    small, touch = _one(r"at\s+least (\d+)×\1 px, and (\d+)×\2 px", DASHBOARD).groups()
     assert f"min-width: {small}px" in PAGE and f"min-height: {touch}px" in PAGE
 
 
@@ -279,7 +287,7 @@ async def test_the_answer_shapes_the_readme_prints_are_the_daemon_s(daemon: Daem
     assert r.status_code == 200 and r.json()["events"], r.text
     assert all(list(e) == fields for e in r.json()["events"]), (fields, r.json()["events"][0])
 
-    m = _one(r"`PUT /config/files/\{name\}` answers `\{([^}]*)\}`")
+    m = _one(r"`PUT /config/files/\{name\}` answers `\{([^}]*)\}`", HTTP_API)
     r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{"nosuchkey": 1}'})
     assert r.status_code == 200, r.text
     _assert_shape(r.json(), {k.strip(): None for k in m.group(1).split(",")}, "PUT /config/files")
@@ -292,13 +300,13 @@ async def test_the_answer_shapes_the_readme_prints_are_the_daemon_s(daemon: Daem
 async def test_the_id_and_name_limits_the_readme_gives_hold_at_and_one_past_them(daemon: Daemon, strong: str):
     """Ids 1–N characters (400 ``INVALID_ARGUMENT``), a pairing ``clientId`` 1–N (400
     ``PAIRING_INVALID``), names 1–N (422 ``VALIDATION_FAILED``), a pairing name at most N (400
-    ``PAIRING_INVALID``, empty allowed), with the numbers and codes read from the README."""
+    ``PAIRING_INVALID``, empty allowed), with the numbers and codes read from the HTTP reference."""
     m = _one(r"Ids in paths, queries and bodies\s+\(`requestId` too\) are 1–(\d+) characters[^(]*\(a pairing\s+`clientId`"
              r" 1–(\d+) of them without `:`[^)]*\) \((\d{3}) `(" + _CODE + r")`\); project and\s+session names are 1–(\d+)"
-             r" characters")
+             r" characters", HTTP_API)
     ids, client_ids, id_status, id_code, names = m.groups()
     ids, client_ids, names = int(ids), int(client_ids), int(names)
-    m = _one(r"\((\d{3}) `(" + _CODE + r")`;\s+a pairing `name` ([^,]*), at most (\d+) characters, (\d{3}) `(" + _CODE + r")`\)")
+    m = _one(r"\((\d{3}) `(" + _CODE + r")`;\s+a pairing `name` ([^,]*), at most (\d+) characters, (\d{3}) `(" + _CODE + r")`\)", HTTP_API)
     name_status, name_code, pairing_note, pairing_names, pairing_status, pairing_code = m.groups()
     assert "may be empty or left out" in pairing_note, m.group(0)
 
@@ -327,7 +335,7 @@ async def test_the_id_and_name_limits_the_readme_gives_hold_at_and_one_past_them
 
 
 async def test_the_body_fields_the_readme_lists_are_taken_by_their_routes(daemon: Daemon, strong: str):
-    """Each field of ``PATCH /sessions/{id} {…}`` as the README spells it is taken (null: back to
+    """Each field of ``PATCH /sessions/{id} {…}`` as the HTTP reference spells it is taken (null: back to
     its default), and a field it does not list is 422 ``VALIDATION_FAILED`` naming it; likewise
     ``…/context/snip {…}`` and ``…/fork {…}``."""
     p = await daemon.project(strong)
@@ -336,7 +344,7 @@ async def test_the_body_fields_the_readme_lists_are_taken_by_their_routes(daemon
     item = (await daemon.wait_idle(strong, sid))["items"][0]["id"]
 
     def listed(route: str) -> list[str]:
-        found = re.search(re.escape(f"`{route} {{") + r"([^}]*)\}`", HTTP_SECTION)  # (the first: the route list's)
+        found = re.search(re.escape(f"`{route} {{") + r"([^}]*)\}`", HTTP_API)  # (the first: the route list's)
         assert found, route
         body = found.group(1)
         return [f.strip().rstrip("?") for f in body.split(",")]
@@ -362,7 +370,7 @@ async def test_the_body_fields_the_readme_lists_are_taken_by_their_routes(daemon
 
 
 def test_the_request_bodies_the_readme_shows_are_the_routes_own():
-    """Each ``ROUTE {field, optional?}`` the README's HTTP section shows is the route's body as
+    """Each ``ROUTE {field, optional?}`` the HTTP reference (docs/http-api.md) shows is the route's body as
     the daemon reads it: the same fields, by their JSON names, those that may be left out marked
     ``?``, in the order of the body's type. The inputs, a new session, a config write and a
     history search were shown without their bodies, which a new user had to find in the spec."""
@@ -370,10 +378,10 @@ def test_the_request_bodies_the_readme_shows_are_the_routes_own():
               "POST /history/search": HistorySearchBody, "PATCH /sessions/{id}": SessionPatchBody,
               "POST /sessions/{id}/fork": ForkBody}
     for route, kind in bodies.items():
-        shown = re.search(re.escape(f"`{route} {{") + r"([^}]*)\}`", HTTP_SECTION)
+        shown = re.search(re.escape(f"`{route} {{") + r"([^}]*)\}`", HTTP_API)
         assert shown, route
         fields = [f.encode_name if f.required else f"{f.encode_name}?" for f in msgspec.inspect.type_info(kind).fields]
         assert [f.strip() for f in shown.group(1).split(",")] == fields, (route, shown.group(1), fields)
-    shown = _one(r"\(`PUT` takes `\{([^}]*)\}`", HTTP_SECTION)
+    shown = _one(r"\(`PUT` takes `\{([^}]*)\}`", HTTP_API)
     fields = [f.encode_name if f.required else f"{f.encode_name}?" for f in msgspec.inspect.type_info(ConfigWriteBody).fields]
     assert [f.strip() for f in shown.group(1).split(",")] == fields

@@ -1,4 +1,4 @@
-"""The routes that take no body (README: abort, withdraw, steer, compact, a job's stop, a
+"""The routes that take no body (docs/http-api.md: abort, withdraw, steer, compact, a job's stop, a
 session's delete) take none alike: no body or ``{}`` is accepted, any field is 422
 ``VALIDATION_FAILED`` naming it, and nothing is recorded. Only compact refused a field; the
 others read ``{"requestId": …}`` or ``{"agentId": …}`` and did something the client did not mean.

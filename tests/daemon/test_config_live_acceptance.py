@@ -1,4 +1,4 @@
-"""Every config key changed while the daemon runs (F-API-4, README "HTTP API"): a main config written
+"""Every config key changed while the daemon runs (F-API-4, docs/http-api.md "Config files"): a main config written
 through ``PUT /config/files/{name}`` or edited on disk is read at the daemon's next start; the
 running daemon keeps the one it started with — for sessions created after the change too — and
 the next start takes the new one. (The pair file is the exception, honoured within a second:

@@ -161,7 +161,7 @@ async def test_older_images_counts_an_image_result_included_again_after_a_snip(d
 
 
 async def test_compact_while_the_session_awaits_an_answer_says_so(daemon_factory):
-    # `POST …/compact` of a session awaiting an answer is SESSION_BUSY, as README says; its message
+    # `POST …/compact` of a session awaiting an answer is SESSION_BUSY, as docs/http-api.md says; its message
     # said the session "is running" while its view said `awaiting_answer`.
     d = await daemon_factory(config=ASKING)
     token = await d.pair("c", strong=True)

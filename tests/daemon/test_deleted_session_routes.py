@@ -1,4 +1,4 @@
-"""One rule for a deleted session, route by route (README, docs/errors.md ``SESSION_DELETED``):
+"""One rule for a deleted session, route by route (docs/http-api.md, docs/errors.md ``SESSION_DELETED``):
 what it recorded is still read (view, events, context, jobs, changes, the tool inventory) and
 forked; every change is 409 ``SESSION_DELETED`` naming the session, also one that would write
 nothing (a withdraw of an input the deletion already withdrew, an abort with nothing running),
