@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections import Counter
 from typing import Collection, NamedTuple, Sequence
 
 from .body_hints import fields_at
@@ -91,13 +92,17 @@ def unknown_keys_listed(keys: Sequence[UnknownKey]) -> str:
 
 def unknown_keys_meant(keys: Sequence[UnknownKey], limit: int) -> dict[str, str]:
     """For an answer listing the first ``limit`` of ``keys`` (each cut to 80 characters): those
-    of them near a known key, to that key."""
-    return {shortened(k.path): k.meant for k in keys[:limit] if k.meant}
+    of them near a known key, to that key. Two keys shown alike (the same path written of
+    different objects, ``a.b`` + ``c`` and ``a`` + ``b.c``, or two paths cut to the same 80
+    characters) are left out: the answer could not say which one a hint is for."""
+    shown = [shortened(k.path) for k in keys[:limit]]
+    times = Counter(shown)
+    return {path: k.meant for path, k in zip(shown, keys) if k.meant and times[path] == 1}
 
 
 def refused_key_hint(kind: type, reason: str) -> str:
-    """`` (did you mean "params"?)`` for msgspec's ``reason`` refusing an unknown key of an object
-    that takes none (``Object contains unknown field `prams` - at `$.tools.policy['bash']```),
+    """`` (did you mean "approval"?)`` for msgspec's ``reason`` refusing an unknown key of an object
+    that takes none (``Object contains unknown field `aproval` - at `$.tools.policy['bash']```),
     when the key is near a field of that object; else ``""``."""
     m = _UNKNOWN_FIELD.match(reason)
     if m is None:

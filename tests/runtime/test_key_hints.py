@@ -88,3 +88,13 @@ def test_only_the_keys_a_list_can_show_are_compared() -> None:
     found = unknown_keys(text)
     assert len(found) == 300 and [k.meant for k in found].count("models") == MAX_HINTED == 200
     assert all(k.meant == "models" for k in found[:MAX_HINTED])
+
+
+def test_two_keys_shown_alike_are_given_no_hint_in_an_answer() -> None:
+    # (`mcpServers.a.b.prot` is `a.b` + `prot` or `a` + `b.prot`; two long paths cut to the same
+    # 80 characters: the answer, keyed by what it shows, could not say which a hint is for)
+    long = "server." + "x" * 100
+    keys = [UnknownKey("mcpServers.a.b.prot", "port"), UnknownKey("mcpServers.a.b.prot", None),
+            UnknownKey(long + "a", "port"), UnknownKey(long + "b", "port"), UnknownKey("server.prot", "port")]
+    assert unknown_keys_meant(keys, 100) == {"server.prot": "port"}
+    assert unknown_keys_meant(keys[:1] + keys[2:3], 100) == {"mcpServers.a.b.prot": "port", long[:80] + "…": "port"}
