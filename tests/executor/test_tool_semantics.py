@@ -115,7 +115,7 @@ CRLF, LF = "CRLF (\\r\\n)", "LF (\\n)"
 
 @pytest.mark.parametrize("original,old,hint", [
     # a CRLF file and an old_string written with bare newlines (what a model nearly always writes)
-    (b"one\r\ntwo\r\nthree\r\n", "two\nthree", dict(where="line 2", file=f"lines there end in {CRLF}", old=LF)),
+    (b"one\r\ntwo\r\nthree\r\n", "two\nthree", dict(where="line 2", file=f"line there ends in {CRLF}", old=LF)),
     # an LF file and an old_string written with CRLF
     (b"one\ntwo\nthree\n", "one\r\ntwo\r\n", dict(where="line 1", file=f"lines there end in {LF}", old=CRLF)),
     # mixed endings: the lines of each named
@@ -128,7 +128,7 @@ CRLF, LF = "CRLF (\\r\\n)", "LF (\\n)"
      dict(where="line 1", file=f"line 2 there ends in {CRLF} and line 1 in {LF}", old=f"a mix of {CRLF} and {LF}")),
     # more than one place
     (b"x\r\ny\r\nx\r\ny\r\n", "x\ny", dict(where="line 1 (the first of more than one place)",
-                                           file=f"lines there end in {CRLF}", old=LF)),
+                                           file=f"line there ends in {CRLF}", old=LF)),
     # genuine misses keep the plain message
     (b"one\r\ntwo\r\nthree\r\n", "one\nthree", None),
     (b"one\r\ntwo\r\nthree\r\n", "two", None),  # (found: not a miss; checked below)
@@ -161,7 +161,7 @@ async def test_the_line_endings_hint_counts_lines_of_the_text_the_edits_before_l
         {"old_string": "three", "new_string": "3"},
         {"old_string": "one\ntwo", "new_string": "1\n2"}]}))
     assert err.message == f"{sub}/win.txt: edit 2: old_string not found" + HINT.format(
-        where="line 2 of the text as edits 0-1 left it", file=f"lines there end in {CRLF}", old=LF)
+        where="line 2 of the text as edits 0-1 left it", file=f"line there ends in {CRLF}", old=LF)
     assert f.read_bytes() == b"one\r\ntwo\r\nthree\r\n"
     # written with the file's endings, as the message says, it is applied
     done = await client.call("edit_file", {"path": f"{sub}/win.txt", "mode": "edit", "edits": [

@@ -184,7 +184,8 @@ def _endings_hint(text: bytes, old: bytes, index: int) -> str:
     crlf_count = text.count(b"\r\n", start, end)
     lf_count = text.count(b"\n", start, end) - crlf_count
     if not lf_count or not crlf_count:
-        file_endings = f"lines there end in {LF if crlf_count == 0 else CRLF}"
+        one = crlf_count + lf_count == 1
+        file_endings = f"{'line there ends' if one else 'lines there end'} in {LF if crlf_count == 0 else CRLF}"
     else:  # (mixed: the lines of each named, the first few)
         crlf: list[int] = []
         lf: list[int] = []
