@@ -555,7 +555,7 @@ class LogReader:
 
     def _events(self, filters: dict[str, Any], sizes: list[int] | None) -> Iterator[StoredEvent]:
         """:meth:`events`; with ``sizes``, each page's declared decoded bytes are appended to it
-        (a sum a page, never a step a row: this is the replay path)."""
+        (one sum a page; the loop over rows, the replay path, gains no branch)."""
         codec = self.codec
         decode = codec.decode
         decode_raw = codec.raw_decoder.decode

@@ -37,7 +37,8 @@ module renders into its SDK's request shape. What happens here, once for all pro
   Each image is read as :func:`tools.files.image.measure` reads it (whole, at most 8000 pixels a
   side; sent under the type its bytes say) and the protocol's :class:`ImageLimits` are applied
   (bytes of one image, images and bytes of images in one request, the side when a request holds
-  many, an animated GIF where the service takes only still ones), the newest images kept first. An image not sent becomes a text naming it and why
+  many, an animated GIF where the service takes only still ones), the newest images kept first.
+  An image not sent becomes a text naming it and why
   (:data:`IMAGE_WITHHELD`); ``diagnostics["images_withheld"]`` lists them
   (``{"artifact_id", "why"}``, once per artifact: the images that are not whole in the order of
   the request, then those past the limits).

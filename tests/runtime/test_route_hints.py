@@ -34,7 +34,7 @@ def test_a_word_far_from_the_route_is_not_mended_even_beside_one_that_is() -> No
 
 
 def test_the_fewest_misspelt_words_win_and_a_tie_names_none() -> None:
-    # `items/i1/stpo` is one word from both `stop` and `step`: no hint; `itms/i1/stop` is
+    # `items/i1/stpp` is one word from both `stop` and `step`: no hint; `itms/i1/stop` is
     # one word from `stop` and two from `step`: the nearer
     assert near_route(ROUTES, "/api/v1/items/i1/stpp") is None
     assert near_route(ROUTES, "/api/v1/itms/i1/stop") == "/api/v1/items/i1/stop"
