@@ -1,7 +1,8 @@
 """Executors per project: a local child process spawned on first use, or a configured remote one.
 
-Local children run ``lens executor serve --workspace WS --listen 127.0.0.1:0`` with a fresh
-random token in their environment (never on the command line); the pool reads the bound port from
+Local children run ``lens executor serve --workspace WS --listen 127.0.0.1:0 --token-stdin`` with a
+fresh random token written to their standard input (never on the command line, nor in their
+environment: ``LENS_EXECUTOR_TOKEN`` is taken out of it); the pool reads the bound port from
 the child's first line, connects, and checks the protocol version. A child that dies is spawned
 again on the next call (reconnect after an executor restart). Each executor has an
 execution-domain lock: writes (edits, commands, reverts) run one at a time, reads concurrently.
