@@ -34,10 +34,6 @@ PIECES_FROM_CHARS = 4 * 1024 * 1024
 PIECE_CHARS = 64 * 1024  # a string longer than this is encoded a slice at a time
 CHUNK_BYTES = 256 * 1024  # the pieces are gathered into chunks of about this many bytes
 SPLIT_DEPTH = 16  # a value nested deeper than this is encoded in one call (what is so deep is small)
-# Characters of JSON a byte of stored text may become, as an estimate counts them: a quote, a
-# newline, a tab or a backslash (common in code and logs) is two. (A control character is six,
-# `\u0001`; text made of them is left to the estimate's error: see docs/decisions.md.)
-JSON_CHARS_PER_BYTE = 2
 
 _encode = msgspec.json.Encoder().encode
 

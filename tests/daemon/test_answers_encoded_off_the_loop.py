@@ -94,21 +94,3 @@ async def test_a_large_page_of_events_is_encoded_off_the_event_loop(daemon, stro
     _check_encoding(*pages)
     assert [e for page in pages for e in page.json()["events"]] == events
     assert whole.content == msgspec.json.encode({"events": events, "nextAfter": events[-1]["seq"]})
-
-
-async def test_a_page_of_escaped_text_is_counted_by_what_its_json_becomes(daemon, strong):
-    # Quotes and newlines are a byte each as stored and two characters each in JSON: a page whose
-    # rows declare less than PIECES_FROM_CHARS bytes of them encodes to more, off the loop.
-    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
-    texts = [f"{k}:" + '"\n' * 240_000 for k in range(5)]  # (each under the 1 MiB body as JSON)
-    for i, text in enumerate(texts):
-        await daemon.submit(strong, sid, f"r{i}", text)
-        await daemon.wait_idle(strong, sid)
-    with json_of_text_on_this_thread(texts[-1]) as on_loop:
-        whole = await daemon.get(f"/sessions/{sid}/events?limit=1000", strong)
-    events = whole.json()["events"]
-    declared = sum(len(msgspec.msgpack.encode(e["body"])) for e in events)
-    assert declared < PIECES_FROM_CHARS < len(whole.content)  # (the case the rows' bytes alone missed)
-    assert whole.status_code == 200 and on_loop == []
-    assert [e["body"]["content"][0]["text"] for e in events if e["kind"] == "input.submitted"] == texts
-    _check_encoding(whole)
