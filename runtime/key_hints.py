@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections import Counter
 from typing import Collection, NamedTuple, Sequence
 
 from .body_hints import fields_at
@@ -92,12 +91,13 @@ def unknown_keys_listed(keys: Sequence[UnknownKey]) -> str:
 
 def unknown_keys_meant(keys: Sequence[UnknownKey], limit: int) -> dict[str, str]:
     """For an answer listing the first ``limit`` of ``keys`` (each cut to 80 characters): those
-    of them near a known key, to that key. Two keys shown alike (the same path written of
-    different objects, ``a.b`` + ``c`` and ``a`` + ``b.c``, or two paths cut to the same 80
-    characters) are left out: the answer could not say which one a hint is for."""
-    shown = [shortened(k.path) for k in keys[:limit]]
-    times = Counter(shown)
-    return {path: k.meant for path, k in zip(shown, keys) if k.meant and times[path] == 1}
+    of them near a known key, to that key. Keys shown alike (the same path written of different
+    objects, ``a.b`` + ``c`` and ``a`` + ``b.c``, or paths cut to the same 80 characters) are left
+    out unless all have the same hint: the answer could not say which one a hint is for."""
+    hints: dict[str, set[str | None]] = {}
+    for k in keys[:limit]:
+        hints.setdefault(shortened(k.path), set()).add(k.meant)
+    return {path: meant for path, (meant, *others) in hints.items() if meant and not others}
 
 
 def refused_key_hint(kind: type, reason: str) -> str:

@@ -95,6 +95,9 @@ def test_two_keys_shown_alike_are_given_no_hint_in_an_answer() -> None:
     # 80 characters: the answer, keyed by what it shows, could not say which a hint is for)
     long = "server." + "x" * 100
     keys = [UnknownKey("mcpServers.a.b.prot", "port"), UnknownKey("mcpServers.a.b.prot", None),
-            UnknownKey(long + "a", "port"), UnknownKey(long + "b", "port"), UnknownKey("server.prot", "port")]
+            UnknownKey(long + "a", "port"), UnknownKey(long + "b", "host"), UnknownKey("server.prot", "port")]
     assert unknown_keys_meant(keys, 100) == {"server.prot": "port"}
     assert unknown_keys_meant(keys[:1] + keys[2:3], 100) == {"mcpServers.a.b.prot": "port", long[:80] + "…": "port"}
+    # (shown alike with the same hint: it is that key's whichever it is)
+    alike = [UnknownKey(long + "a", "port"), UnknownKey(long + "b", "port")]
+    assert unknown_keys_meant(alike, 100) == {long[:80] + "…": "port"}
