@@ -51,6 +51,7 @@ from tools.ptc.tool import ProgramCut
 from . import decide as d
 from . import jobs as j
 from . import working_context as wc
+from .agent_tools import agent_planes
 from .config import ContextConfig
 from .errors import (
     ActorUnavailable,
@@ -68,7 +69,6 @@ from .providers.catalog import ProviderCatalog
 from .providers.names import ids_for
 from .skill_loads import SkillLoads, load_failed
 from .stop_now import StopNow
-from .tool_inventory import agent_planes
 from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_view
 
 log = logging.getLogger("lens.actor")

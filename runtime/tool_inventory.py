@@ -2,8 +2,9 @@
 
 Everything is read from the daemon's registry, its :class:`~tools.catalog.ToolCatalog` and, with
 ``session``, that session's state (an agent's loaded capabilities and tool list, the saved tool
-policy): nothing here changes anything. :func:`agent_planes` is also what builds an agent's model
-requests' tool list (runtime/actor.py), so the inventory and the requests cannot disagree.
+policy): nothing here changes anything. An agent's lists come from
+:func:`runtime.agent_tools.agent_planes`, the call that builds its model requests' tool list, so the
+inventory and the requests cannot disagree.
 """
 
 from __future__ import annotations
@@ -14,29 +15,8 @@ from projections.session_state import MAIN_AGENT, SessionState
 from tools.base import ToolSpec
 from tools.catalog import NOT_FROM_PROGRAMS, ToolCatalog, allowed_callers, describe
 
+from .agent_tools import agent_planes, agent_scope, session_tool_policy
 from .providers.names import alias_for, is_native
-
-
-def session_tool_policy(state: SessionState | None) -> dict[str, Any] | None:
-    """The session's saved ``toolPolicy`` (runtime overrides), if any."""
-    if state is None:
-        return None
-    policy = state.settings.get("toolPolicy")
-    return policy if isinstance(policy, dict) and policy else None
-
-
-def agent_planes(catalog: ToolCatalog, state: SessionState | None, agent_id: str = MAIN_AGENT, *,
-                 loaded: Sequence[str] | None = None) -> tuple[list[ToolSpec], list[ToolSpec]]:
-    """(offered, searchable) for ``agent_id`` of the session ``state`` (``None``: a main agent that
-    loaded nothing): its tool list (a subagent's ``tools``), its loads (``loaded``: in their place)
-    and the session's saved ``toolPolicy``. The one call that builds the agent's model requests'
-    tool list (runtime/actor.py) and the inventory's ``offered`` and ``searchable``."""
-    agent = state.agents.get(agent_id) if state is not None else None
-    allowed = (agent.tools or None) if agent is not None else None
-    if loaded is None:
-        loaded = agent.capabilities if agent is not None else ()
-    return catalog.planes(is_main_agent=agent_id == MAIN_AGENT, allowed=allowed, loaded=loaded,
-                          session=session_tool_policy(state))
 
 
 def ptc_view(catalog: ToolCatalog, offered: list[ToolSpec], session_policy: dict[str, Any] | None, *,
@@ -68,9 +48,8 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
     sub_visible = {s.name for s in registry.visible(is_main_agent=False)}
     session_policy = session_tool_policy(state)
     who = agent_id or MAIN_AGENT
-    agent = state.agents.get(who) if state is not None else None
-    allowed = (agent.tools or None) if agent is not None else None
-    assigned = {s.name for s in catalog.assigned(is_main_agent=who == MAIN_AGENT, allowed=allowed)}
+    agent, allowed, is_main = agent_scope(state, who)
+    assigned = {s.name for s in catalog.assigned(is_main_agent=is_main, allowed=allowed)}
     loaded = [n for n in (agent.capabilities if agent is not None else ()) if n in assigned]
     offered, searchable = agent_planes(catalog, state, who)
     default_offered, _ = agent_planes(catalog, state, who, loaded=())
@@ -106,7 +85,7 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
         "mcpServers": mcp_servers,
         # Programmatic tool runs (localPtc): for the main agent (or ``agent``), the tools offered natively when
         # programmatic_tool_run is assigned and enabled (the rest are called from a program), else null.
-        "ptc": ptc_view(catalog, offered, session_policy, is_main_agent=who == MAIN_AGENT, allowed=allowed),
+        "ptc": ptc_view(catalog, offered, session_policy, is_main_agent=is_main, allowed=allowed),
         # Tools whose names providers cannot take as they are (F-MOD-3): sent under an alias.
         "mappingGaps": [{"name": s.name, "alias": alias_for(s.name)} for s in specs if not is_native(s.name)],
         "visibility": {"catalog": len(specs), "main": len(main_visible), "subagents": len(sub_visible),

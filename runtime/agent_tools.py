@@ -1,0 +1,43 @@
+"""An agent's tools: what its model requests offer and what it can still search for.
+
+One computation for both places that need it: the actor building an agent's request
+(:meth:`runtime.actor.SessionActor._tool_schemas`) and the tool inventory describing that agent
+(:mod:`runtime.tool_inventory`), so the two cannot disagree. Pure: reads the session's folded state
+and the catalog, changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from projections.session_state import MAIN_AGENT, AgentState, SessionState
+from tools.base import ToolSpec
+from tools.catalog import ToolCatalog
+
+
+def agent_scope(state: SessionState | None, agent_id: str) -> tuple[AgentState | None, list[str] | None, bool]:
+    """``agent_id``'s state in ``state`` (None: not there, or no session), its tool list (a
+    subagent's ``tools``; None: every tool its kind may have) and whether it is the main agent."""
+    agent = state.agents.get(agent_id) if state is not None else None
+    allowed = (agent.tools or None) if agent is not None else None
+    return agent, allowed, agent_id == MAIN_AGENT
+
+
+def session_tool_policy(state: SessionState | None) -> dict[str, Any] | None:
+    """The session's saved ``toolPolicy`` (runtime overrides), if any."""
+    if state is None:
+        return None
+    policy = state.settings.get("toolPolicy")
+    return policy if isinstance(policy, dict) and policy else None
+
+
+def agent_planes(catalog: ToolCatalog, state: SessionState | None, agent_id: str = MAIN_AGENT, *,
+                 loaded: Sequence[str] | None = None) -> tuple[list[ToolSpec], list[ToolSpec]]:
+    """(offered, searchable) for ``agent_id`` of the session ``state`` (``None``: a main agent that
+    loaded nothing): its tool list (a subagent's ``tools``), its loads (``loaded``: in their place)
+    and the session's saved ``toolPolicy``. The one call that builds the agent's model requests'
+    tool list (runtime/actor.py) and the inventory's ``offered`` and ``searchable``."""
+    agent, allowed, is_main = agent_scope(state, agent_id)
+    if loaded is None:
+        loaded = agent.capabilities if agent is not None else ()
+    return catalog.planes(is_main_agent=is_main, allowed=allowed, loaded=loaded, session=session_tool_policy(state))
