@@ -45,13 +45,19 @@ class ToolCall(msgspec.Struct, frozen=True, gc=False):
 
 
 class Usage(msgspec.Struct, frozen=True, gc=False):
-    """Provider-reported token counts; ``None`` means the provider did not report it."""
+    """Provider-reported token counts; ``None`` means the provider did not report it.
+
+    ``input_tokens`` keeps the protocol's own meaning (OpenAI's includes cached tokens,
+    Anthropic's excludes cache reads and writes); ``total_input_tokens`` is every input token of
+    the request, cached or not, in one meaning for every protocol (added later: a row written
+    before it decodes it as ``None``, unknown)."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    total_input_tokens: int | None = None
 
 
 class TodoItem(msgspec.Struct, frozen=True, gc=False):

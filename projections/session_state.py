@@ -97,7 +97,8 @@ class SkillDue(msgspec.Struct, array_like=True, gc=False):
     name: str
 
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+                "total_input_tokens")
 
 
 class UsageTotals(msgspec.Struct):
@@ -113,6 +114,7 @@ class UsageTotals(msgspec.Struct):
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    total_input_tokens: int | None = None  # every input token, cached or not (see t.Usage)
     unreported: dict[str, int] = {}
 
 
@@ -803,7 +805,10 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 21: an answer with neither text nor calls adds an assistant item of status ``empty``.
 # 22: ``CompactionFailure.answers`` (the model answers since it failed; a snapshot of 21 would
 #     decode it as 0).
-SNAPSHOT_VERSION = 23
+# 23: ``AgentState.images_not_sent`` (the images its last answered request did not send).
+# 24: ``UsageTotals.total_input_tokens`` (every input token, cached or not, in one meaning for
+#     every protocol; a snapshot of 23 would decode it as unknown with nothing in ``unreported``).
+SNAPSHOT_VERSION = 24
 
 
 def images_not_sent(diagnostics: dict[str, Any]) -> dict[str, str]:

@@ -57,7 +57,7 @@ from .base import (OUTPUT_LIMIT, Delta, ModelRequest, ModelResult, ProviderError
 from .compile import (ANTHROPIC_IMAGES, Compiled, Entry, Image, call_input, instruction_text, native_reasoning, prepare,
                       summary_text)
 from .names import describe
-from .sdk import (AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported,
+from .sdk import (MAX_COUNT, AnswerSize, LensClient, SdkProvider, add_piece, bom_skipped, connection_dropped, reported,
                   usage_dict)
 
 PROTOCOL = "anthropic"
@@ -245,13 +245,29 @@ class AnthropicProvider(SdkProvider):
 
 
 def _usage(u: dict[str, Any]) -> t.Usage:
+    input_tokens = reported(u, "input_tokens")
+    cache_read = reported(u, "cache_read_input_tokens")
+    cache_write = reported(u, "cache_creation_input_tokens")
     return t.Usage(
-        input_tokens=reported(u, "input_tokens"),
+        input_tokens=input_tokens,
         output_tokens=reported(u, "output_tokens"),
-        cache_read_tokens=reported(u, "cache_read_input_tokens"),
-        cache_write_tokens=reported(u, "cache_creation_input_tokens"),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
         reasoning_tokens=reported(u, "output_tokens_details", "thinking_tokens"),
+        total_input_tokens=_total_input(input_tokens, cache_read, cache_write),
     )
+
+
+def _total_input(input_tokens: int | None, cache_read: int | None, cache_write: int | None) -> int | None:
+    """Every input token of the request, cached or not (Anthropic's ``input_tokens`` excludes
+    cache reads and writes): unknown unless all three were reported. The SDK types both cache
+    counts as optional (``None`` when not sent) and nothing gives an absent or null one the
+    meaning 0, so a missing one leaves the total unknown, as any unreported count is; a sum past
+    what a count can be is no count either."""
+    if input_tokens is None or cache_read is None or cache_write is None:
+        return None
+    total = input_tokens + cache_read + cache_write
+    return total if total <= MAX_COUNT else None
 
 
 class _StreamReader:

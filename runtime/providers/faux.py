@@ -78,6 +78,10 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     cache_read_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     cache_write_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     reasoning_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    # Every input token, cached or not. Left out: the input count (the faux counts the words of
+    # the whole request, so its input count is already the total, as OpenAI's is; the scripted
+    # cache counts are a part of it, not added); null: it reports none.
+    total_input_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
         if self.stop_details is not None and self.stop_reason != "refusal":
@@ -156,8 +160,9 @@ class FauxProvider:
         # It has begun answering: the input counts are known from here on, the output's at the
         # end (as an Anthropic ``message_start`` reports them); an answer cut off between its
         # chunks, or failing after them, leaves these.
+        total_input = input_tokens if turn.total_input_tokens is msgspec.UNSET else turn.total_input_tokens
         begun = t.Usage(input_tokens=input_tokens, cache_read_tokens=turn.cache_read_tokens,
-                        cache_write_tokens=turn.cache_write_tokens)
+                        cache_write_tokens=turn.cache_write_tokens, total_input_tokens=total_input)
         if meter is not None:
             meter.usage = begun
         if turn.reasoning:
@@ -202,6 +207,7 @@ class FauxProvider:
                 cache_read_tokens=turn.cache_read_tokens,
                 cache_write_tokens=turn.cache_write_tokens,
                 reasoning_tokens=turn.reasoning_tokens,
+                total_input_tokens=total_input,
             ),
         )
 

@@ -248,6 +248,7 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
         cache_read_tokens=cache_read,
         cache_write_tokens=reported(usage_raw, "prompt_tokens_details", "cache_write_tokens"),
         reasoning_tokens=reported(usage_raw, "completion_tokens_details", "reasoning_tokens"),
+        total_input_tokens=reported(usage_raw, "prompt_tokens"),  # (includes the cached: the total as sent)
     )
 
 

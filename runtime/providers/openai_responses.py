@@ -374,6 +374,7 @@ def _usage(u: dict[str, Any] | None) -> t.Usage:
         cache_read_tokens=reported(u, "input_tokens_details", "cached_tokens"),
         cache_write_tokens=reported(u, "input_tokens_details", "cache_write_tokens"),
         reasoning_tokens=reported(u, "output_tokens_details", "reasoning_tokens"),
+        total_input_tokens=reported(u, "input_tokens"),  # (includes the cached: the total as sent)
     )
 
 

@@ -256,7 +256,7 @@ UNREPORTED = {"providers": [{"id": "faux", "protocol": "faux", "script": [
      "cacheWriteTokens": 0, "reasoningTokens": 0},
 ]}], "defaultModel": "faux/faux-1"}
 ALL_UNKNOWN = {"input_tokens": None, "output_tokens": None, "cache_read_tokens": None, "cache_write_tokens": None,
-               "reasoning_tokens": None}
+               "reasoning_tokens": None, "total_input_tokens": None}
 
 
 async def test_counts_a_faux_turn_scripts_as_null_stay_unknown_never_zero(daemon_factory):
@@ -270,8 +270,9 @@ async def test_counts_a_faux_turn_scripts_as_null_stay_unknown_never_zero(daemon
     assert usage == ALL_UNKNOWN
     assert (await d.view(token, sid))["usage"] == {
         "requests": 1, "inputTokens": None, "outputTokens": None, "cacheReadTokens": None, "cacheWriteTokens": None,
-        "reasoningTokens": None, "unreported": dict.fromkeys(
-            ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens"), 1)}
+        "reasoningTokens": None, "totalInputTokens": None, "unreported": dict.fromkeys(
+            ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens",
+             "totalInputTokens"), 1)}
     # A count of 0 that is reported is 0, and the totals say one request did not report.
     await d.submit(token, sid, "r2", "counted")
     await d.wait_idle(token, sid)

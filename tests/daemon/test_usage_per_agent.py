@@ -13,7 +13,7 @@ from ..providers.servers.anthropic import error, message_stream
 from ..providers.servers.base import ScriptedServer
 from .conftest import stop_daemon, wait_until
 
-COUNTS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
+COUNTS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens", "totalInputTokens")
 
 
 def _config(url: str) -> dict:
@@ -29,11 +29,15 @@ def _answer(input_tokens: int, output_tokens: int, cache_read: int, cache_write:
 
 
 def _total(*reported: tuple[int | None, int | None, int | None, int | None]) -> dict[str, Any]:
-    """What a view's usage says for these answered requests (reasoning never reported here)."""
+    """What a view's usage says for these answered requests (reasoning never reported here; the
+    total input is Anthropic's input, cache reads and cache writes, known when all three are)."""
     out: dict[str, Any] = {"requests": len(reported)}
     unreported = dict.fromkeys(COUNTS, 0)
     for i, name in enumerate(COUNTS):
-        values = [r[i] if i < 4 else None for r in reported]
+        if name == "totalInputTokens":
+            values = [None if None in (r[0], r[2], r[3]) else r[0] + r[2] + r[3] for r in reported]
+        else:
+            values = [r[i] if i < 4 else None for r in reported]
         known = [v for v in values if v is not None]
         out[name] = sum(known) if known else None
         unreported[name] = len(values) - len(known)

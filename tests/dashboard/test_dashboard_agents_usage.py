@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, console_errors, daemon, open_session, submit, texts, wait_for)
+    Daemon, attrs, body_data, browser, console_errors, daemon, open_session, submit, texts, wait_for)
 
 LABELS = [("requests", "requests"), ("inputTokens", "input"), ("outputTokens", "output"),
           ("cacheReadTokens", "cache read"), ("cacheWriteTokens", "cache write"), ("reasoningTokens", "reasoning")]
@@ -49,4 +49,11 @@ def test_the_agents_pane_shows_each_agents_usage(daemon: Daemon, browser: Any, t
     assert total["requests"] == 4
     assert total["inputTokens"] == sum(a["usage"]["inputTokens"] for a in view["agents"])
     assert texts(driver, "#usage dd")[:2] == ["4", str(total["inputTokens"])]
+    # Every input token, cached or not (the faux's is its input count): a line of the Usage pane,
+    # and each agent's in its usage line's title.
+    assert total["totalInputTokens"] == total["inputTokens"]
+    pane = [x for [x] in attrs(driver, "#usage dt, #usage dd", "textContent")]  # (dt, dd, dt, …: one read)
+    assert pane[4:6] == ["input, cached or not", str(total["totalInputTokens"])]
+    assert attrs(driver, "#agents .usage", "title") == [
+        [f"input, cached or not: {a['usage']['totalInputTokens']}"] for a in view["agents"]]
     assert not console_errors(driver)

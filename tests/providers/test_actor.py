@@ -147,7 +147,7 @@ async def test_a_stream_cut_part_way_records_the_usage_reported_by_then(protocol
     failed = [e.event for e in evs if e.kind == "model.failed"]
     assert [f.code for f in failed] == ["PROVIDER_ERROR", "BAD_REQUEST"]
     if protocol == "anthropic":  # message_start's counts; its output_tokens is a placeholder
-        expected = t.Usage(input_tokens=100, cache_read_tokens=40, cache_write_tokens=12)
+        expected = t.Usage(input_tokens=100, cache_read_tokens=40, cache_write_tokens=12, total_input_tokens=152)
     else:  # usage comes only with the end of the response: begun, nothing reported
         expected = t.Usage()
     assert failed[0].usage == expected and failed[1].usage is None

@@ -39,11 +39,11 @@ async def test_multi_turn_tool_calling(protocol, server, make):
     # Usage exactly as reported; fields the provider did not send stay unknown.
     assert first.usage.output_tokens == 20 and first.usage.cache_read_tokens == 40
     if protocol == "openai-responses":
-        assert first.usage == t.Usage(100, 20, 40, None, 5)
+        assert first.usage == t.Usage(100, 20, 40, None, 5, 100)  # (input_tokens includes the cached)
     elif protocol == "openai-chat":
-        assert first.usage == t.Usage(100, 20, 40, None, None)
-    else:
-        assert first.usage == t.Usage(100, 20, 40, 12, None)
+        assert first.usage == t.Usage(100, 20, 40, None, None, 100)
+    else:  # (input_tokens excludes cache reads and writes: the total adds them)
+        assert first.usage == t.Usage(100, 20, 40, 12, None, 152)
 
     # Turn two: the calls and their results go back, paired by id, in order.
     ctx.response(first.text, *[(c.call_id, c.name, c.arguments) for c in first.tool_calls])

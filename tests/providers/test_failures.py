@@ -195,7 +195,8 @@ async def test_responses_failed_event(server, make):
     server.push(Reply(events=events))
     with pytest.raises(ProviderError) as info:
         await provider.stream(Ctx().user("hi").request(), Deltas())
-    assert info.value.usage == t.Usage(input_tokens=30, output_tokens=4, cache_read_tokens=10, reasoning_tokens=0)
+    assert info.value.usage == t.Usage(input_tokens=30, output_tokens=4, cache_read_tokens=10, reasoning_tokens=0,
+                                       total_input_tokens=30)
 
 
 async def test_responses_error_event(server, make):

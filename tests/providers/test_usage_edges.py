@@ -28,7 +28,7 @@ async def test_anthropic_output_details_of_message_start_are_placeholders_as_its
     server.push(_delta_usage(an.message_stream(text="hi", usage=start), {"output_tokens": 42}))
     result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert result.usage == t.Usage(input_tokens=100, output_tokens=42, cache_read_tokens=60, cache_write_tokens=30,
-                                   reasoning_tokens=None)
+                                   reasoning_tokens=None, total_input_tokens=190)
 
     # Reported on the message_delta, they are the answer's.
     server.push(_delta_usage(an.message_stream(text="hi", usage=start),
@@ -42,4 +42,4 @@ async def test_anthropic_output_details_of_message_start_are_placeholders_as_its
                              {"output_tokens": 5, "input_tokens": 101, "cache_read_input_tokens": 61}))
     result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert result.usage == t.Usage(input_tokens=101, output_tokens=5, cache_read_tokens=61, cache_write_tokens=30,
-                                   reasoning_tokens=None)
+                                   reasoning_tokens=None, total_input_tokens=192)

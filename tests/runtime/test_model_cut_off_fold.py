@@ -26,7 +26,7 @@ def test_a_cut_off_counts_its_usage_and_leaves_the_request_open():
     assert a.open_request_seq == before.agents[MAIN_AGENT].open_request_seq
     assert (after.usage.requests, after.usage.input_tokens) == (1, 321)
     assert after.usage.unreported == {"output_tokens": 1, "cache_read_tokens": 1, "cache_write_tokens": 1,
-                                      "reasoning_tokens": 1}
+                                      "reasoning_tokens": 1, "total_input_tokens": 1}
     # The request asked again and answered: two requests paid for, one answer in the context.
     again = _fold(requested, t.ModelCutOff(usage=t.Usage(input_tokens=321)),
                   t.ModelRequested(provider="claude", model="claude-test", attempt=2),
