@@ -99,6 +99,10 @@ class SkillDue(msgspec.Struct, array_like=True, gc=False):
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
                 "total_input_tokens")
+# The largest total a count sums to (a reported count is at most this too): a sum past it is not
+# added (the request counts as not reporting it, so the total stays a lower bound) — the log and a
+# snapshot hold 64-bit integers, and a sum past 2**64 - 1 could not be written.
+MAX_USAGE_TOTAL = 2**63 - 1
 
 
 class UsageTotals(msgspec.Struct):
@@ -349,13 +353,15 @@ def _item_id(seq: int, n: int = 0) -> str:
 
 
 def _add_usage(state: SessionState, agent_id: str, u: t.Usage) -> None:
-    """Count one answered (or cut-off) request's usage in its agent's totals and the session's."""
+    """Count one answered (or cut-off) request's usage in its agent's totals and the session's;
+    a count that would take a total past :data:`MAX_USAGE_TOTAL` is counted as not reported."""
     for total in (state.usage, state.agent(agent_id).usage):
         total.requests += 1
         for name in USAGE_FIELDS:
             v = getattr(u, name)
-            if v is not None:
-                setattr(total, name, (getattr(total, name) or 0) + v)
+            summed = (getattr(total, name) or 0) + v if v is not None else None
+            if summed is not None and summed <= MAX_USAGE_TOTAL:
+                setattr(total, name, summed)
             else:
                 total.unreported[name] = total.unreported.get(name, 0) + 1
 
@@ -807,7 +813,8 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     decode it as 0).
 # 23: ``AgentState.images_not_sent`` (the images its last answered request did not send).
 # 24: ``UsageTotals.total_input_tokens`` (every input token, cached or not, in one meaning for
-#     every protocol; a snapshot of 23 would decode it as unknown with nothing in ``unreported``).
+#     every protocol; a snapshot of 23 would decode it as unknown with nothing in ``unreported``);
+#     a count that would take a total past ``MAX_USAGE_TOTAL`` counts as not reported.
 SNAPSHOT_VERSION = 24
 
 

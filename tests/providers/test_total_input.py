@@ -91,3 +91,16 @@ def test_a_faux_script_names_a_bad_total():
     assert turn.total_input_tokens == 790
     with pytest.raises(msgspec.ValidationError, match=r"totalInputTokens"):
         msgspec.json.decode(b'{"text": "ok", "totalInputTokens": -1}', type=FauxTurn)
+
+
+async def test_anthropic_total_is_a_count_up_to_the_largest_one_recorded(server, make):
+    # (a count is at most 2**63 - 1, the largest the log holds as one: a sum past it is none)
+    provider = make("anthropic")
+    top = 2**63 - 1
+    server.push(an.message_stream(text="ok", usage={"input_tokens": top, "output_tokens": 1,
+                                                    "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}))
+    assert (await _usage(provider)).total_input_tokens == top
+    server.push(an.message_stream(text="ok", usage={"input_tokens": top, "output_tokens": 1,
+                                                    "cache_read_input_tokens": 1, "cache_creation_input_tokens": 0}))
+    usage = await _usage(provider)
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.total_input_tokens) == (top, 1, None)

@@ -8,7 +8,7 @@ import zstandard
 
 from events import types as t
 from events.reader import StoredEvent
-from projections.session_state import MAIN_AGENT, SNAPSHOT_VERSION, SessionState, apply
+from projections.session_state import MAIN_AGENT, MAX_USAGE_TOTAL, SNAPSHOT_VERSION, SessionState, apply
 from projections.snapshots import SnapshotStore, encode_snapshot
 
 SID = "ses_total"
@@ -59,5 +59,27 @@ def test_the_total_survives_a_snapshot_and_an_older_version_is_not_used(tmp_path
         store.conn.execute("UPDATE snapshots SET version = ?, state = ? WHERE session_id = ?",
                            (SNAPSHOT_VERSION - 1, encode_snapshot(state, zstandard.ZstdCompressor()), SID))
         assert store.load(SID) is None
+    finally:
+        store.close()
+
+
+def test_a_total_stops_at_the_largest_count_and_the_snapshot_still_saves(tmp_path):
+    # (each count a provider reports is at most 2**63 - 1; their sum is held to it too: a sum past
+    # 2**64 - 1 could not be written to a snapshot, and the session's actor failed on it)
+    top = MAX_USAGE_TOTAL
+    requested = t.ModelRequested(provider="faux", model="faux-1")
+    at_the_limit = _fold(requested, t.ModelResponded(text="a", usage=t.Usage(input_tokens=top - 1)),
+                         requested, t.ModelResponded(text="b", usage=t.Usage(input_tokens=1)))
+    assert at_the_limit.usage.input_tokens == top and "input_tokens" not in at_the_limit.usage.unreported
+    events = [e for _ in range(3) for e in (requested, t.ModelResponded(text="c", usage=t.Usage(input_tokens=top,
+                                                                                            output_tokens=1)))]
+    past = _fold(*events)
+    for usage in (past.usage, past.agents[MAIN_AGENT].usage):
+        assert (usage.requests, usage.input_tokens, usage.output_tokens) == (3, top, 3)
+        assert usage.unreported["input_tokens"] == 2  # (the total stays a lower bound, said so)
+    store = SnapshotStore.open(tmp_path)
+    try:
+        store.save(past)
+        assert store.load(SID) == past
     finally:
         store.close()
