@@ -59,7 +59,10 @@ CONFIG = {
                    {"when": "fail now", "error": {"code": "PROVIDER_ERROR", "message": "scripted failure"}},
                    {"when": "fail midway", "chunks": ["(faux) Half an answer… "],
                     "error": {"code": "OVERLOADED", "message": "scripted overload", "retryable": True}},
-                   {"when": "ask two questions", "toolCalls": [{"name": "ask_user", "arguments": QUESTIONS}]}],
+                   {"when": "ask two questions", "toolCalls": [{"name": "ask_user", "arguments": QUESTIONS}]},
+                   # (input counted apart from its cached part, as Anthropic reports it)
+                   {"when": "count a cached input", "text": "(faux) Counted.", "inputTokens": 7,
+                    "cacheReadTokens": 900, "totalInputTokens": 907}],
     }],
     "defaultModel": "faux/faux-1",
 }
