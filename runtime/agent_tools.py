@@ -2,7 +2,7 @@
 
 One computation for both places that need it: the actor building an agent's request
 (:meth:`runtime.actor.SessionActor._tool_schemas`) and the tool inventory describing that agent
-(:mod:`runtime.tool_inventory`), so the two cannot disagree. Pure: reads the session's folded state
+(:mod:`runtime.tool_inventory`), so under the same policy and config the two cannot disagree. Pure: reads the session's folded state
 and the catalog, changes nothing.
 """
 

@@ -1,6 +1,6 @@
 """Executors per project: a local child process spawned on first use, or a configured remote one.
 
-Local children run ``lens executor serve --workspace WS --listen 127.0.0.1:0 --token-stdin`` with a
+Local children run ``lens executor serve --workspace WS --listen 127.0.0.1:0 --token-stdin …`` with a
 fresh random token written to their standard input (never on the command line, nor in their
 environment: ``LENS_EXECUTOR_TOKEN`` is taken out of it); the pool reads the bound port from
 the child's first line, connects, and checks the protocol version. A child that dies is spawned

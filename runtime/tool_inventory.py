@@ -3,8 +3,9 @@
 Everything is read from the daemon's registry, its :class:`~tools.catalog.ToolCatalog` and, with
 ``session``, that session's state (an agent's loaded capabilities and tool list, the saved tool
 policy): nothing here changes anything. An agent's lists come from
-:func:`runtime.agent_tools.agent_planes`, the call that builds its model requests' tool list, so the
-inventory and the requests cannot disagree.
+:func:`runtime.agent_tools.agent_planes`, the call that builds its model requests' tool list, so
+under the same policy and config the inventory and the requests cannot disagree (an agent's past
+requests were offered what the policy and config of their time gave).
 """
 
 from __future__ import annotations

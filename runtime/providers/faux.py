@@ -79,8 +79,9 @@ class FauxTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     cache_write_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     reasoning_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     # Every input token, cached or not. Left out: the input count (the faux counts the words of
-    # the whole request, so its input count is already the total, as OpenAI's is; the scripted
-    # cache counts are a part of it, not added); null: it reports none.
+    # the whole request, so its input count is already the total, as OpenAI's is; scripted cache
+    # counts are free numbers, not a part it measured, and are not added); null: it reports none.
+    # Not checked against the other counts (a script may give any, as a test needs).
     total_input_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
