@@ -19,7 +19,7 @@ leaves a body made of pieces to its route): what it would make of the same answe
 from __future__ import annotations
 
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import msgspec
 import trio
@@ -85,25 +85,27 @@ def _string(text: str, out: _Chunks) -> None:
     out.add(b'"')
 
 
-def _value(value: Any, out: _Chunks, depth: int) -> None:
+def _value(value: Any, out: _Chunks, depth: int, scrub: Callable[[Any], Any] | None) -> None:
+    # (``scrub``: the daemon's secrets taken out of each string, key and binary as the walk meets
+    # it, so the worker gives way while it scrubs too; a value encoded in one call, scrubbed whole)
     if isinstance(value, str):
-        _string(value, out)
+        _string(scrub(value) if scrub else value, out)
     elif depth >= SPLIT_DEPTH or not isinstance(value, (dict, list)) or not value:
-        out.add(_encode(value))
+        out.add(_encode(scrub(value) if scrub else value))
     elif isinstance(value, dict):
         sep = b"{"
         for key, item in value.items():
             out.add(sep)
-            _string(key, out)
+            _string(scrub(key) if scrub else key, out)
             out.add(b":")
-            _value(item, out, depth + 1)
+            _value(item, out, depth + 1, scrub)
             sep = b","
         out.add(b"}")
     else:
         sep = b"["
         for item in value:
             out.add(sep)
-            _value(item, out, depth + 1)
+            _value(item, out, depth + 1, scrub)
             sep = b","
         out.add(b"]")
 
@@ -112,10 +114,8 @@ def encode_in_pieces(data: Any, secrets: Secrets | None = None) -> tuple[list[by
     """``msgspec.json.encode(data)`` (scrubbed of ``secrets``) as chunks, and their length.
     Meant for a worker thread: no single call in it holds the interpreter's lock long."""
     tree = msgspec.to_builtins(data, str_keys=True)  # (a copy of the containers: the strings are shared)
-    if secrets:
-        tree = secrets.scrub(tree)
     out = _Chunks()
-    _value(tree, out, 0)
+    _value(tree, out, 0, secrets.scrub if secrets else None)
     out.flush()
     return out.chunks, out.length
 
