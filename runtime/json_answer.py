@@ -32,8 +32,9 @@ from .http_parts import json_response
 # An answer whose strings hold more characters than this is encoded in pieces (below it, in one
 # call: msgspec encodes about 2 MB a millisecond, where the walk of a view of a thousand small
 # items in pieces took 15 ms of CPU, and its worker thread, holding the interpreter's lock up to
-# 5 ms at a time, held the loop back longer than the one call did; since it gives way after each
-# chunk, about as long as a call of 3 MB of ASCII, for five times its CPU: the threshold stays).
+# 5 ms at a time, held the loop back longer than the one call did; now that it gives way after
+# each chunk, the pieces of 3 MB of ASCII hold the loop about as long as the one call, for five
+# times its CPU: the threshold stays).
 PIECES_FROM_CHARS = 4 * 1024 * 1024
 PIECE_CHARS = 64 * 1024  # a string longer than this is encoded a slice at a time
 CHUNK_BYTES = 256 * 1024  # the pieces are gathered into chunks of about this many bytes
