@@ -307,9 +307,10 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
             # the log, so an unknown id wakes no actor).
             raise SessionNotFound(f"no session {sid!r}")
         # (built here: ``to_json`` shares the bodies' strings, a millisecond or two for a page of
-        # 1,000 events of any size; the bytes the rows declare say whether its encoding is long)
+        # 1,000 events of any size; the bytes the rows declare say whether its encoding is long,
+        # each counted as two characters: an escaped byte, a quote or a newline, is two of JSON)
         body = {"events": [e.to_json() for e in events], "nextAfter": events[-1].seq if events else after}
-        return await json_answer(body, svc.store.secrets, chars=page.raw_bytes)
+        return await json_answer(body, svc.store.secrets, chars=2 * page.raw_bytes)
 
     @app.post("/api/v1/sessions/<sid>/questions/<qid>/answer")
     async def answer(sid: str, qid: str) -> Response:

@@ -73,6 +73,23 @@ async def _pages_of_events(daemon, strong, sid: str, limit: int) -> list:
     return pages
 
 
+async def test_a_page_declaring_less_than_the_threshold_of_escaped_text_is_encoded_off_the_event_loop(daemon, strong):
+    # Each declared byte counts as two characters (an escaped one is two of JSON): a page whose
+    # rows declare between half the threshold and the threshold is encoded in pieces.
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    texts = _texts(4, 600_000)
+    assert PIECES_FROM_CHARS // 2 < sum(len(t.encode()) for t in texts) < PIECES_FROM_CHARS
+    for i, text in enumerate(texts):
+        await daemon.submit(strong, sid, f"r{i}", text)
+        await daemon.wait_idle(strong, sid)
+    with json_of_text_on_this_thread(texts[-1]) as on_loop:
+        whole = await daemon.get(f"/sessions/{sid}/events?limit=1000", strong)
+    assert whole.status_code == 200 and on_loop == []
+    events = whole.json()["events"]
+    assert [e["body"]["content"][0]["text"] for e in events if e["kind"] == "input.submitted"] == texts
+    _check_encoding(whole)
+
+
 async def test_a_large_page_of_events_is_encoded_off_the_event_loop(daemon, strong):
     sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
     texts = _texts(8, 600_000)  # (their events declare more bytes than PIECES_FROM_CHARS)

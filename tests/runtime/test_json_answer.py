@@ -43,3 +43,24 @@ def test_secrets_are_scrubbed_from_strings_and_keys_as_the_app_scrubs_an_answer(
     assert b"".join(chunks) == secrets.scrub_json(msgspec.json.encode(value))
     assert KEY.encode() not in b"".join(chunks)
     assert b"".join(encode_in_pieces({"text": "none here"}, secrets)[0]) == b'{"text":"none here"}'
+
+
+SECRET_TEXT = st.one_of(TEXT, st.builds(lambda a, b: a + KEY + b, TEXT, TEXT))
+SECRET_JSON = st.recursive(st.none() | st.integers() | SECRET_TEXT | st.builds(str.encode, SECRET_TEXT),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(SECRET_TEXT, inner, max_size=4),
+                           max_leaves=30)
+
+
+@given(SECRET_JSON)
+def test_scrubbed_as_the_walk_meets_each_string_key_and_binary_as_a_scrub_of_the_whole_copy(value) -> None:
+    # (each string, key and binary scrubbed where the walk meets it, deep values whole: the bytes
+    # of the whole copy scrubbed first, then encoded)
+    secrets = Secrets({KEY: "OPENAI_API_KEY"})
+    deep = value
+    for _ in range(20):
+        deep = {KEY: [deep]}
+    for v in (value, deep):
+        chunks, length = encode_in_pieces(v, secrets)
+        whole = msgspec.json.encode(secrets.scrub(msgspec.to_builtins(v, str_keys=True)))
+        assert b"".join(chunks) == whole and length == len(whole)
+        assert KEY.encode() not in whole

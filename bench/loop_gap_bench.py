@@ -1,0 +1,166 @@
+"""How long a large JSON answer holds trio's event loop: ``json_answer``'s one call against its pieces.
+
+Usage::
+
+    python bench/loop_gap_bench.py [--runs N] [--quick] [--secret] [--variant V] [--json]
+
+For each answer below (the table's first column), ``json_answer`` runs under ``trio.run`` beside
+a ticker task that sleeps 1 ms at a time and records when it runs; the figure is the largest interval between two of its
+turns (and the 99th percentile), the time the loop was held plus the ticker's own 1 ms. Two
+paths: the **one call** (``json_response``, ``msgspec.json.encode`` on the loop: ``chars=0``)
+and the **pieces** (``encode_in_pieces`` in a worker thread: ``chars`` past every threshold).
+Each run also gives the answer's wall time and the process's CPU time (``time.process_time``:
+both threads). The median of ``--runs`` runs (default 5) is reported, with the range.
+
+The answers (``--quick``: a tenth of each):
+
+* ``view``: a view-like dict of 1,000 items of 3,000 ASCII characters;
+* ``view_escaped``: the same, each text of quotes and newlines (twice its length as JSON);
+* ``events``: a page of 1,000 events of 15,000 characters;
+* ``string``: one string of 20 MB.
+
+Also timed once per answer, alone on this thread: the two calls at the start of
+``encode_in_pieces`` that walk the whole value (``msgspec.to_builtins``, ``Secrets.scrub`` with
+one key set). ``--variant`` replaces what the pieces' worker does after each chunk (``code``:
+what ``runtime/json_answer.py`` does; ``none``: nothing, the code before it gave way), to compare
+them in one checkout. It prints a Markdown table and, as its last stdout line, one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import msgspec  # noqa: E402
+import trio  # noqa: E402
+
+from events.secrets import Secrets  # noqa: E402
+from runtime import json_answer as ja  # noqa: E402
+
+TICK_S = 0.001
+VARIANTS = {  # what the worker does after each chunk of pieces; "code": what runtime/json_answer.py does
+    "code": None,
+    "none": lambda: None,
+    "sleep0": lambda: time.sleep(0),
+    "sleep1us": lambda: time.sleep(1e-6),
+    "sleep50us": lambda: time.sleep(5e-5),
+    "sched_yield": lambda: os.sched_yield(),
+}
+HUGE = 1 << 62
+
+
+def answers(scale: float) -> dict[str, Any]:
+    n = max(1, int(1000 * scale))
+    ascii_text = ("abcdefghij" * 300)[:3000]
+    escaped = ('"\n' * 1500)[:3000]
+    body = ("lorem ipsum " * 1300)[:15000]
+    return {
+        "view": {"sessionId": "s1", "items": [{"id": f"i{i}", "kind": "tool", "text": ascii_text + str(i)} for i in range(n)]},
+        "view_escaped": {"sessionId": "s1", "items": [{"id": f"i{i}", "kind": "tool", "text": escaped + str(i)} for i in range(n)]},
+        "events": {"events": [{"id": i, "type": "tool.finished", "ts": 1_700_000_000_000 + i,
+                               "body": {"callId": f"c{i}", "output": body}} for i in range(n)], "next": None},
+        "string": {"text": "x" * int(20_000_000 * scale)},
+    }
+
+
+def one_run(data: Any, pieces: bool, secrets: Secrets | None) -> dict[str, float]:
+    gaps: list[float] = []
+    out: dict[str, float] = {}
+
+    async def ticker(done: trio.Event) -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await trio.sleep(TICK_S)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async def main() -> None:
+        done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker, done)
+            await trio.sleep(0.02)  # (the ticker is running)
+            gaps.clear()
+            cpu, wall = time.process_time(), time.perf_counter()
+            answer = await ja.json_answer(data, secrets, chars=HUGE if pieces else 0)
+            out["wall_ms"] = (time.perf_counter() - wall) * 1000
+            out["cpu_ms"] = (time.process_time() - cpu) * 1000
+            await trio.sleep(0.01)  # (the ticker's turn after the answer counts)
+            done.set()
+        out["bytes"] = float(answer.content_length or 0)
+
+    trio.run(main)
+    ordered = sorted(gaps)
+    out["max_gap_ms"] = ordered[-1] * 1000
+    out["p99_gap_ms"] = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+    return out
+
+
+def whole_tree_steps(data: Any) -> dict[str, float]:
+    secrets = Secrets({"sk-bench-0123456789abcdefSECRET": "OPENAI_API_KEY"})
+    t = time.perf_counter()
+    tree = msgspec.to_builtins(data, str_keys=True)
+    built = time.perf_counter()
+    secrets.scrub(tree)
+    scrubbed = time.perf_counter()
+    return {"to_builtins_ms": (built - t) * 1000, "scrub_ms": (scrubbed - built) * 1000}
+
+
+def median_range(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="a tenth of each answer, 3 runs")
+    ap.add_argument("--secret", action="store_true", help="one secret set (the pieces scrub the copy)")
+    ap.add_argument("--variant", default="code", choices=sorted(VARIANTS), help="how the worker gives way after a chunk")
+    ap.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
+    args = ap.parse_args()
+    runs = 3 if args.quick else args.runs
+    scale = 0.1 if args.quick else 1.0
+    secrets = Secrets({"sk-bench-0123456789abcdefSECRET": "OPENAI_API_KEY"}) if args.secret else None
+    if VARIANTS[args.variant] is not None:
+        ja._give_way = VARIANTS[args.variant]  # (a measurement of one process: the module's own hook)
+
+    figures: dict[str, Any] = {"variant": args.variant, "runs": runs, "quick": args.quick, "python": platform.python_version(),
+                               "msgspec": msgspec.__version__, "trio": trio.__version__, "cases": {}}
+    print("| figure | JSON MB | path | largest gap ms (median, range) | p99 gap ms | wall ms | CPU ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, data in answers(scale).items():
+        case: dict[str, Any] = whole_tree_steps(data)
+        size = len(msgspec.json.encode(data))
+        case["json_bytes"] = size
+        for path in ("one_call", "pieces"):
+            results = []
+            for i in range(runs):  # (alternated with the other path would be fairer; kept simple)
+                results.append(one_run(data, path == "pieces", secrets))
+            row = {}
+            for key in ("max_gap_ms", "p99_gap_ms", "wall_ms", "cpu_ms"):
+                med, lo, hi = median_range([r[key] for r in results])
+                row[key] = round(med, 2)
+                row[key + "_range"] = [round(lo, 2), round(hi, 2)]
+            assert all(int(r["bytes"]) == size for r in results), "the answer's length is not msgspec's"
+            case[path] = row
+            print(f"| {name} | {size / 1e6:.2f} | {path} | {row['max_gap_ms']:.1f} "
+                  f"({row['max_gap_ms_range'][0]:.1f}–{row['max_gap_ms_range'][1]:.1f}) | {row['p99_gap_ms']:.1f} "
+                  f"| {row['wall_ms']:.1f} | {row['cpu_ms']:.1f} |")
+        print(f"| {name} | | whole-tree steps alone | to_builtins {case['to_builtins_ms']:.1f} ms, "
+              f"scrub (one key) {case['scrub_ms']:.1f} ms | | | |")
+        figures["cases"][name] = case
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
