@@ -109,9 +109,8 @@ VIEW_COUNTS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteToke
 
 def assert_usage_summed(state: SessionState, events: list[StoredEvent]) -> None:
     """``state``'s usage (the session's and each agent's, as folded and as the view shows it) is
-    what ``events`` sum to (:func:`summed_usage`), and the session's is the sum of its agents':
-    a count an agent could not add the session could not add either, so where the session left
-    out no more than its agents did, its total is theirs."""
+    what ``events`` sum to (:func:`summed_usage`), and the session's is the sum of its agents'
+    wherever no total (the session's, an agent's) left a count out for the bound."""
     summed = summed_usage(events)
     assert state.usage == summed.get(None, UsageTotals())
     for agent_id, agent in state.agents.items():
@@ -119,10 +118,10 @@ def assert_usage_summed(state: SessionState, events: list[StoredEvent]) -> None:
     assert set(summed) - {None} <= set(state.agents)
     agents = [a.usage for a in state.agents.values()]
     assert state.usage.requests == sum(u.requests for u in agents)
+    usages = [e.event.usage for e in events if isinstance(e.event, USAGE_EVENTS) and e.event.usage is not None]
     for name in USAGE_FIELDS:
-        left_out = sum(u.unreported.get(name, 0) for u in agents)
-        assert state.usage.unreported.get(name, 0) >= left_out, name
-        if state.usage.unreported.get(name, 0) == left_out:
+        unknown = sum(getattr(u, name) is None for u in usages)
+        if state.usage.unreported.get(name, 0) == unknown == sum(u.unreported.get(name, 0) for u in agents):
             known = [getattr(u, name) for u in agents if getattr(u, name) is not None]
             assert getattr(state.usage, name) == (sum(known) if known else None), name
     view = session_view(state)
