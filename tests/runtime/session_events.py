@@ -2,13 +2,17 @@
 
 :func:`session_events` draws (through Hypothesis' ``data``) a run of a session's life — inputs
 queued, placed, withdrawn and steered; model requests answered, failed (aborted ones keeping
-the text they had streamed) and cut off, with tool calls, usage with counts reported or not, and
-reasoning blocks; tool calls started and finished (skill loads among them); subagents started
+the text they had streamed) and cut off, with tool calls, usage with counts reported or not (the total input near the
+largest total a sum holds, too), and reasoning blocks; tool calls started and finished (skill loads among them); subagents started
 and finished; aborts; context edits of every op on items that exist (and on ids that do not),
 compactions and failed ones; todos, questions, jobs, file edits and reverts, skills and
 capabilities, configuration and names — one event at a time, each chosen from what the state
 folded so far allows, so the sequence is one a session could have recorded. The events carry the
 envelope the log would give them (``seq``, ``session_seq``, agent, task, request id).
+
+:func:`summed_usage` is what those events' usage sums to, per agent and for the session, read
+from the events alone (not from the fold), by the rule of ``UsageTotals``: an unreported count,
+or one that would take a total past ``MAX_USAGE_TOTAL``, is counted in ``unreported``.
 """
 
 from __future__ import annotations
@@ -19,11 +23,16 @@ from hypothesis import strategies as st
 
 from events import types as t
 from events.reader import StoredEvent
-from projections.session_state import MAIN_AGENT, SessionState, apply
+from projections.session_state import MAIN_AGENT, MAX_USAGE_TOTAL, USAGE_FIELDS, SessionState, UsageTotals, apply
+from runtime.views import session_view
 
 TEXTS = st.sampled_from(["", "hello", "ünïcode ✓", "line one\nline two", "x" * 300])
 EDIT_OPS = ("snip", "unsnip", "include_result", "prune", "hide", "unhide")
 COUNTS = st.one_of(st.none(), st.integers(0, 5000))
+# The total input: unknown, a count, or one near the largest total (two of which overflow a sum:
+# counted as not reported).
+TOTAL_COUNTS = st.one_of(st.none(), st.integers(0, 5000), st.integers(MAX_USAGE_TOTAL - 5000, MAX_USAGE_TOTAL))
+USAGE_EVENTS = (t.ModelResponded, t.ModelFailed, t.ModelCutOff, t.ContextCompacted, t.ContextCompactionFailed)
 JSONISH = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.text(max_size=8)),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
@@ -71,7 +80,57 @@ class Recorder:
 
 
 def _usage(data: st.DataObject) -> t.Usage:
-    return t.Usage(*(data.draw(COUNTS) for _ in range(5)))
+    return t.Usage(*(data.draw(COUNTS) for _ in range(5)), total_input_tokens=data.draw(TOTAL_COUNTS))
+
+
+def summed_usage(events: list[StoredEvent]) -> dict[str | None, UsageTotals]:
+    """Per agent, and under ``None`` the session's: the totals the events' usage sums to (see the
+    module docstring); an agent or session without usage is absent (its totals: ``UsageTotals()``)."""
+    out: dict[str | None, UsageTotals] = {}
+    for e in events:
+        usage = getattr(e.event, "usage", None) if isinstance(e.event, USAGE_EVENTS) else None
+        if usage is None:
+            continue
+        for key in (e.agent_id, None):
+            total = out.setdefault(key, UsageTotals())
+            total.requests += 1
+            for name in USAGE_FIELDS:
+                v, known = getattr(usage, name), getattr(total, name)
+                if v is None or (known or 0) + v > MAX_USAGE_TOTAL:
+                    total.unreported[name] = total.unreported.get(name, 0) + 1
+                else:
+                    setattr(total, name, (known or 0) + v)
+    return out
+
+
+VIEW_COUNTS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens",
+               "totalInputTokens")  # (USAGE_FIELDS as the view names them)
+
+
+def assert_usage_summed(state: SessionState, events: list[StoredEvent]) -> None:
+    """``state``'s usage (the session's and each agent's, as folded and as the view shows it) is
+    what ``events`` sum to (:func:`summed_usage`), and the session's is the sum of its agents'
+    wherever no total (the session's, an agent's) left a count out for the bound."""
+    summed = summed_usage(events)
+    assert state.usage == summed.get(None, UsageTotals())
+    for agent_id, agent in state.agents.items():
+        assert agent.usage == summed.get(agent_id, UsageTotals()), agent_id
+    assert set(summed) - {None} <= set(state.agents)
+    agents = [a.usage for a in state.agents.values()]
+    assert state.usage.requests == sum(u.requests for u in agents)
+    usages = [e.event.usage for e in events if isinstance(e.event, USAGE_EVENTS) and e.event.usage is not None]
+    for name in USAGE_FIELDS:
+        unknown = sum(getattr(u, name) is None for u in usages)
+        if state.usage.unreported.get(name, 0) == unknown == sum(u.unreported.get(name, 0) for u in agents):
+            known = [getattr(u, name) for u in agents if getattr(u, name) is not None]
+            assert getattr(state.usage, name) == (sum(known) if known else None), name
+    view = session_view(state)
+    shown = {a["agentId"]: a["usage"] for a in view["agents"]}
+    for key, usage in [(None, view["usage"]), *shown.items()]:
+        want = summed.get(key, UsageTotals())
+        assert usage["requests"] == want.requests, key
+        assert usage["unreported"] == {v: want.unreported.get(f, 0) for f, v in zip(USAGE_FIELDS, VIEW_COUNTS)}, key
+        assert [usage[v] for v in VIEW_COUNTS] == [getattr(want, f) for f in USAGE_FIELDS], key
 
 
 def _content(data: st.DataObject) -> list[t.ContentPart]:

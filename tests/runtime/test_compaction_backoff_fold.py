@@ -12,7 +12,7 @@ from events import types as t
 from projections.session_state import AgentState, SessionState, fold, snapshot_bytes, state_from_snapshot
 from runtime.working_context import AUTO_COMPACTION_RETRY_AFTER, backing_off
 
-from session_events import Recorder, session_events
+from session_events import Recorder, assert_usage_summed, session_events
 
 
 def _answers_shown(agent: AgentState) -> int | None:
@@ -37,6 +37,7 @@ def test_the_answers_since_a_failed_compaction_are_counted_as_the_state_folds(da
             failed = agent.compaction_failure
             assert (None if failed is None else failed.answers) == _answers_shown(agent)
     assert resumed == rec.state == stepwise
+    assert_usage_summed(resumed, rec.events)
 
 
 def test_a_task_backs_off_for_as_many_answers_across_a_snapshot():

@@ -5,7 +5,8 @@ tool or fail, and are compacted, with usage counts the provider reports or leave
 For every run:
 
 * each agent's usage is the sum of what its events recorded from the provider (answers, failures
-  and summaries), and the session's is the sum over its agents — also after a restart that wakes
+  and summaries; a count that would take a total past ``MAX_USAGE_TOTAL`` counted as not
+  reported), and the session's is the sum over its agents — also after a restart that wakes
   the session from its snapshot and log;
 * a fork at *every* event of the session holds, for each agent, the Full and Working Context
   the source had as of that event, counts none of its usage, shows a subagent under way there as
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import text
-from projections.session_state import USAGE_FIELDS, SessionState, UsageTotals, apply, working_context
+from projections.session_state import MAX_USAGE_TOTAL, USAGE_FIELDS, SessionState, UsageTotals, apply, working_context
 from runtime.actor import Submit
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.working_context import Compact
@@ -33,8 +34,11 @@ def _counts(rng: random.Random) -> dict[str, int | None]:
     def one(top: int) -> int | None:
         return None if rng.random() < 0.25 else rng.randrange(top)
 
+    # (the total input near the largest total at times: two such counts overflow a sum, and the
+    # second counts as not reported)
+    total = one(5000) if rng.random() < 0.7 else MAX_USAGE_TOTAL - rng.randrange(5000)
     return {"input_tokens": one(5000), "output_tokens": one(800), "cache_read_tokens": one(4000),
-            "cache_write_tokens": one(300), "reasoning_tokens": one(200)}
+            "cache_write_tokens": one(300), "reasoning_tokens": one(200), "total_input_tokens": total}
 
 
 def _script(rng: random.Random, steps: int) -> tuple[FauxTurn, list[tuple[str, bool]]]:
@@ -77,11 +81,11 @@ def _summed(events: list[Any]) -> dict[str, UsageTotals]:
             total = out.setdefault(key, UsageTotals())
             total.requests += 1
             for name in USAGE_FIELDS:
-                v = getattr(e.event.usage, name)
-                if v is None:
+                v, known = getattr(e.event.usage, name), getattr(total, name)
+                if v is None or (known or 0) + v > MAX_USAGE_TOTAL:  # (past the bound: not reported)
                     total.unreported[name] = total.unreported.get(name, 0) + 1
                 else:
-                    setattr(total, name, (getattr(total, name) or 0) + v)
+                    setattr(total, name, (known or 0) + v)
     return out
 
 

@@ -25,7 +25,7 @@ from events.store import Draft
 from projections.session_state import SNAPSHOT_VERSION, SessionState, fold, snapshot_bytes, working_context
 from projections.snapshots import decode_snapshot, encode_snapshot
 from runtime.actor import SessionActor, _reset_for_fork
-from session_events import Recorder, session_events
+from session_events import Recorder, assert_usage_summed, session_events
 
 from conftest import open_runtime
 
@@ -56,6 +56,7 @@ def test_a_snapshot_at_every_point_plus_its_tail_equals_the_full_replay(data):
     events = rec.events
     want = rec.state
     assert_same_state(fold(SessionState("s1"), events), want)  # (the recorder folded as it drew)
+    assert_usage_summed(want, events)
     for cut in range(len(events) + 1):
         woken = stored_copy(fold(SessionState("s1"), events[:cut]))
         assert_same_state(fold(woken, events[cut:]), want)
@@ -69,6 +70,7 @@ def test_snapshots_taken_after_every_event_in_a_row_equal_the_full_replay(data):
     for se in rec.events:  # (a session passivated and woken after each of its events)
         state = stored_copy(fold(state, [se]))
     assert_same_state(state, rec.state)
+    assert_usage_summed(state, rec.events)
 
 
 def _appended(rec: Recorder) -> list[Draft]:
@@ -136,6 +138,9 @@ def test_a_session_and_its_fork_woken_through_the_store_equal_their_full_replays
                                clock=trio.testing.MockClock(autojump_threshold=0))
     for sid in ("s1", "s2"):
         assert_same_state(woken[sid], replayed[sid])
+    # (the fork counts only its own requests: none of the source's before the fork point)
+    assert_usage_summed(woken["s1"], source.events)
+    assert_usage_summed(woken["s2"], fork.events)
     # (the same states as the recorder's, but for the ts the store gave the events)
     assert msgspec.structs.replace(replayed["s1"], last_ts=0) == msgspec.structs.replace(source.state, last_ts=0)
     assert msgspec.structs.replace(replayed["s2"], last_ts=0) == msgspec.structs.replace(fork.state, last_ts=0)
