@@ -6,8 +6,9 @@ For every run:
 
 * each agent's usage is the sum of what its events recorded from the provider (answers, failures
   and summaries; a count that would take a total past ``MAX_USAGE_TOTAL`` counted as not
-  reported), and the session's is the sum over its agents — also after a restart that wakes
-  the session from its snapshot and log;
+  reported), and the session's the same sum over all its events (the sum over its agents while
+  no total reached the bound) — also after a restart that wakes the session from its snapshot and
+  log;
 * a fork at *every* event of the session holds, for each agent, the Full and Working Context
   the source had as of that event, counts none of its usage, shows a subagent under way there as
   interrupted, and its next input is answered without changing the source.
