@@ -19,9 +19,9 @@ The answers (``--quick``: a tenth of each):
 * ``events``: a page of 1,000 events of 15,000 characters;
 * ``string``: one string of 20 MB.
 
-Also timed once per answer, alone on this thread: the two calls at the start of
-``encode_in_pieces`` that walk the whole value (``msgspec.to_builtins``, ``Secrets.scrub`` with
-one key set). ``--variant`` replaces what the pieces' worker does after each chunk (``code``:
+Also timed once per answer, alone on this thread: the two whole-value steps the pieces once
+began with (``msgspec.to_builtins``, still the first call of ``encode_in_pieces``, and
+``Secrets.scrub`` with one key set, now done a string at a time in the walk). ``--variant`` replaces what the pieces' worker does after each chunk (``code``:
 what ``runtime/json_answer.py`` does; ``none``: nothing, the code before it gave way), to compare
 them in one checkout. It prints a Markdown table and, as its last stdout line, one JSON object.
 """
@@ -124,7 +124,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="a tenth of each answer, 3 runs")
-    ap.add_argument("--secret", action="store_true", help="one secret set (the pieces scrub the copy)")
+    ap.add_argument("--secret", action="store_true", help="one secret set (the pieces scrub each string as they meet it)")
     ap.add_argument("--variant", default="code", choices=sorted(VARIANTS), help="how the worker gives way after a chunk")
     ap.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
     args = ap.parse_args()

@@ -23,4 +23,3 @@ def test_quick_run_prints_json_figures_last() -> None:
             row = case[path]
             for key in ("max_gap_ms", "p99_gap_ms", "wall_ms", "cpu_ms"):
                 assert row[key] > 0, (name, path, key)
-            assert row["max_gap_ms"] >= row["p99_gap_ms"]

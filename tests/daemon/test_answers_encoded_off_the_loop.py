@@ -5,8 +5,8 @@ A session's view (``GET /sessions/{id}``, and the views ``PATCH /sessions/{id}``
 ``POST /sessions/{id}/fork`` answer) holds its texts whole: a session of many large tool outputs
 has a view of tens of megabytes, whose encoding in one call held the event loop (every session
 and stream of the daemon) 90 to 130 ms. Encoding in pieces costs more in all (a walk of the
-view in Python) and its worker thread holds the interpreter's lock up to 5 ms at a time, so a
-view of ordinary size stays one call (about 2 MB a millisecond). A page of events
+view in Python) and its worker thread, though it gives the lock up after each chunk, holds it
+for a few milliseconds at a time, so a view of ordinary size stays one call (about 2 MB a millisecond). A page of events
 (``GET /sessions/{id}/events``) likewise, by the bytes its rows declare. Through a real daemon
 (loopback port 0, in this thread), a profiler on this thread only (:mod:`tests.loop_json`)."""
 

@@ -7,7 +7,7 @@ For every run:
 * each agent's usage is the sum of what its events recorded from the provider (answers, failures
   and summaries; a count that would take a total past ``MAX_USAGE_TOTAL`` counted as not
   reported), and the session's the same sum over all its events (the sum over its agents while
-  no total reached the bound) — also after a restart that wakes the session from its snapshot and
+  no count was left out for the bound), as folded and as the view shows them — also after a restart that wakes the session from its snapshot and
   log;
 * a fork at *every* event of the session holds, for each agent, the Full and Working Context
   the source had as of that event, counts none of its usage, shows a subagent under way there as
@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from conftest import text
-from projections.session_state import MAX_USAGE_TOTAL, USAGE_FIELDS, SessionState, UsageTotals, apply, working_context
+from projections.session_state import MAX_USAGE_TOTAL, SessionState, UsageTotals, apply, working_context
 from runtime.actor import Submit
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.working_context import Compact
+from session_events import assert_usage_summed
 
 SUMMARY_WHEN = "Summarize the conversation so far"
-USAGE_KINDS = ("model.responded", "model.failed", "model.cut_off", "context.compacted", "context.compaction_failed")
 
 
 def _counts(rng: random.Random) -> dict[str, int | None]:
@@ -72,32 +72,6 @@ def _script(rng: random.Random, steps: int) -> tuple[FauxTurn, list[tuple[str, b
     return turns, inputs
 
 
-def _summed(events: list[Any]) -> dict[str, UsageTotals]:
-    """Per agent, and under ``None`` the session's: the sums of the usage the events recorded."""
-    out: dict[Any, UsageTotals] = {}
-    for e in events:
-        if e.kind not in USAGE_KINDS or e.event.usage is None:
-            continue
-        for key in (e.agent_id, None):
-            total = out.setdefault(key, UsageTotals())
-            total.requests += 1
-            for name in USAGE_FIELDS:
-                v, known = getattr(e.event.usage, name), getattr(total, name)
-                if v is None or (known or 0) + v > MAX_USAGE_TOTAL:  # (past the bound: not reported)
-                    total.unreported[name] = total.unreported.get(name, 0) + 1
-                else:
-                    setattr(total, name, (known or 0) + v)
-    return out
-
-
-def _check_usage(state: SessionState, events: list[Any]) -> None:
-    summed = _summed(events)
-    assert state.usage == summed.get(None, UsageTotals())
-    for agent_id, agent in state.agents.items():
-        assert agent.usage == summed.get(agent_id, UsageTotals()), agent_id
-    assert set(summed) - {None} <= set(state.agents)
-
-
 @pytest.mark.parametrize("seed", range(6))
 async def test_usage_sums_and_forks_at_every_event_over_scripted_runs(runtime_factory, autojump_clock, seed):
     rng = random.Random(seed)
@@ -111,7 +85,7 @@ async def test_usage_sums_and_forks_at_every_event_over_scripted_runs(runtime_fa
         source = await rt.state(src)
         events = await rt.events(src)
         assert len(events) > 10
-        _check_usage(source, events)
+        assert_usage_summed(source, events)
         ids = rt.ids
     async with runtime_factory(script=turns, snapshot_every=5, ids=ids) as rt:
         assert await rt.state(src) == source  # woken from its snapshot and the tail
@@ -136,4 +110,4 @@ async def test_usage_sums_and_forks_at_every_event_over_scripted_runs(runtime_fa
         await rt.call(fork, Submit("f1", text("step0plain and more"), "followUp"))
         await rt.idle(fork)
         assert await rt.state(src) == source
-        _check_usage(await rt.state(fork), await rt.events(fork))
+        assert_usage_summed(await rt.state(fork), await rt.events(fork))
