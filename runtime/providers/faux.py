@@ -156,8 +156,7 @@ class FauxProvider:
             raise ProviderError(turn.error.code, turn.error.message, retryable=turn.error.retryable)
         input_tokens = turn.input_tokens
         if input_tokens is msgspec.UNSET:
-            small = sum(len(it.text) for it in request.items) <= WORDS_ON_LOOP_CHARS
-            input_tokens = request_words(request) if small else await trio.to_thread.run_sync(request_words, request)
+            input_tokens = await counted_words([it.text for it in request.items])
         # It has begun answering: the input counts are known from here on, the output's at the
         # end (as an Anthropic ``message_start`` reports them); an answer cut off between its
         # chunks, or failing after them, leaves these.
@@ -191,11 +190,7 @@ class FauxProvider:
         text = "".join(chunks)
         output_tokens = turn.output_tokens
         if output_tokens is msgspec.UNSET:
-            if len(text) <= WORDS_ON_LOOP_CHARS:
-                output_tokens = len(text.split())
-            else:  # (as a large request's words; shielded: the answer has streamed whole, no cut here)
-                with trio.CancelScope(shield=True):
-                    output_tokens = await trio.to_thread.run_sync(words, text)
+            output_tokens = await counted_words([text])
         return ModelResult(
             text=text,
             reasoning=turn.reasoning,
@@ -225,13 +220,17 @@ def words(text: str, slice_chars: int = WORD_SLICE) -> int:
     return n
 
 
-def request_words(request: ModelRequest) -> int:
-    """The faux usage's input tokens: the words of the request's items. For a large request
-    (:data:`WORDS_ON_LOOP_CHARS`) run in a worker thread, a slice at a time: one ``split`` holds
-    the interpreter's lock for the whole of its string (the words of an 8 MB input took 0.7 s,
-    and each later request of the session counts them again), so the event loop runs between
-    two slices."""
-    return sum(words(it.text) for it in request.items)
+async def counted_words(texts: list[str]) -> int:
+    """The words of ``texts`` (a request's items: the faux usage's input tokens; an answer: its
+    output tokens). Up to :data:`WORDS_ON_LOOP_CHARS` characters on the loop; more in a worker
+    thread, a slice at a time: one ``split`` holds the interpreter's lock for the whole of its
+    string (the words of an 8 MB input took 0.7 s, and each later request of the session counts
+    them again), so the event loop runs between two slices. Shielded: an answer that streamed
+    whole is not cut here."""
+    if sum(map(len, texts)) <= WORDS_ON_LOOP_CHARS:
+        return sum(words(text) for text in texts)
+    with trio.CancelScope(shield=True):
+        return await trio.to_thread.run_sync(lambda: sum(words(text) for text in texts))
 
 
 def _responses_so_far(request: ModelRequest) -> int:
