@@ -43,6 +43,13 @@ SPLIT_DEPTH = 16  # a value nested deeper than this is encoded in one call (what
 _encode = msgspec.json.Encoder().encode
 
 
+def page_chars(raw_bytes: int) -> int:
+    """The ``chars`` of a page of events whose rows declare ``raw_bytes`` (their MessagePack
+    before compression): each declared byte counted as two characters, an escaped byte, a quote or
+    a newline, being two of JSON."""
+    return 2 * raw_bytes
+
+
 class _Chunks:
     """Pieces of JSON text gathered into chunks of about :data:`CHUNK_BYTES`."""
 

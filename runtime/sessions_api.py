@@ -42,7 +42,7 @@ from .errors import SessionNotFound
 from .http_parts import (ApiError, Body, EmptyBody, bool_arg, check_id, check_name, check_not_past_end, check_session_settings,
                          id_arg, id_filter, int_arg, json_response, list_page_args, next_after, one_arg, optional_int,
                          parse_int, read_body, read_list, require_strong)
-from .json_answer import json_answer
+from .json_answer import json_answer, page_chars
 from .list_pages import SESSIONS
 from .projects_api import project_exists
 from .services import Services, before_stop
@@ -307,10 +307,9 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
             # the log, so an unknown id wakes no actor).
             raise SessionNotFound(f"no session {sid!r}")
         # (built here: ``to_json`` shares the bodies' strings, a millisecond or two for a page of
-        # 1,000 events of any size; the bytes the rows declare say whether its encoding is long,
-        # each counted as two characters: an escaped byte, a quote or a newline, is two of JSON)
+        # 1,000 events of any size; the bytes the rows declare say whether its encoding is long)
         body = {"events": [e.to_json() for e in events], "nextAfter": events[-1].seq if events else after}
-        return await json_answer(body, svc.store.secrets, chars=2 * page.raw_bytes)
+        return await json_answer(body, svc.store.secrets, chars=page_chars(page.raw_bytes))
 
     @app.post("/api/v1/sessions/<sid>/questions/<qid>/answer")
     async def answer(sid: str, qid: str) -> Response:
