@@ -6,18 +6,24 @@ Usage::
 
 For each answer below (the table's first column), ``json_answer`` runs under ``trio.run`` beside
 a ticker task that sleeps 1 ms at a time and records when it runs; the figure is the largest interval between two of its
-turns (and the 99th percentile), the time the loop was held plus the ticker's own 1 ms. Two
-paths: the **one call** (``json_response``, ``msgspec.json.encode`` on the loop: ``chars=0``)
-and the **pieces** (``encode_in_pieces`` in a worker thread: ``chars`` past every threshold).
-Each run also gives the answer's wall time and the process's CPU time (``time.process_time``:
-both threads). The median of ``--runs`` runs (default 5) is reported, with the range.
+turns (and the 99th percentile), the time the loop was held plus the ticker's own 1 ms. Three
+paths: the **one call** (``json_response``, ``msgspec.json.encode`` on the loop: ``chars=0``),
+the **pieces** (``encode_in_pieces`` in a worker thread: ``chars`` past every threshold) and the
+**estimate** (what the daemon does: ``chars`` from the code's own estimate, ``strings_chars`` of
+a view's texts or ``page_chars`` of the MessagePack bytes a page's events declare, computed on
+the loop inside the timed span; the row says which way it went). Each run also gives the answer's wall
+time and the process's CPU time (``time.process_time``: both threads). The median of ``--runs``
+runs (default 5) is reported, with the range; the estimate's own cost, timed alone, likewise.
 
 The answers (``--quick``: a tenth of each):
 
 * ``view``: a view-like dict of 1,000 items of 3,000 ASCII characters;
 * ``view_escaped``: the same, each text of quotes and newlines (twice its length as JSON);
+* ``view_controls``: the same, each text of control characters (six times its length as JSON);
 * ``events``: a page of 1,000 events of 15,000 characters;
-* ``string``: one string of 20 MB.
+* ``events_small``: a page of 1,000 events of 1,500 ASCII characters (about 1.6 MB declared);
+* ``events_controls``: the same of control characters (about 1.6 MB declared, 9 MB of JSON);
+* ``string``: one string of 20 MB (no estimate: not a view nor a page).
 
 Also timed once per answer, alone on this thread: the two whole-value steps the pieces once
 began with (``msgspec.to_builtins``, still the first call of ``encode_in_pieces``, and
@@ -36,7 +42,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,6 +52,8 @@ import trio  # noqa: E402
 
 from events.secrets import Secrets  # noqa: E402
 from runtime import json_answer as ja  # noqa: E402
+from runtime.json_chars import PIECES_FROM_CHARS, page_chars, strings_chars  # noqa: E402
+from runtime.views import view_texts  # noqa: E402
 
 TICK_S = 0.001
 VARIANTS = {  # what the worker does after each chunk of pieces; "code": what runtime/json_answer.py does
@@ -63,17 +71,43 @@ def answers(scale: float) -> dict[str, Any]:
     n = max(1, int(1000 * scale))
     ascii_text = ("abcdefghij" * 300)[:3000]
     escaped = ('"\n' * 1500)[:3000]
+    controls = "\x01" * 3000
     body = ("lorem ipsum " * 1300)[:15000]
+
+    def view(text: str) -> dict[str, Any]:
+        return {"sessionId": "s1", "items": [{"id": f"i{i}", "kind": "tool", "text": text + str(i)} for i in range(n)]}
+
+    def page(text: str) -> dict[str, Any]:
+        return {"events": [{"id": i, "type": "tool.finished", "ts": 1_700_000_000_000 + i,
+                            "body": {"callId": f"c{i}", "output": text}} for i in range(n)], "next": None}
+
     return {
-        "view": {"sessionId": "s1", "items": [{"id": f"i{i}", "kind": "tool", "text": ascii_text + str(i)} for i in range(n)]},
-        "view_escaped": {"sessionId": "s1", "items": [{"id": f"i{i}", "kind": "tool", "text": escaped + str(i)} for i in range(n)]},
-        "events": {"events": [{"id": i, "type": "tool.finished", "ts": 1_700_000_000_000 + i,
-                               "body": {"callId": f"c{i}", "output": body}} for i in range(n)], "next": None},
+        "view": view(ascii_text),
+        "view_escaped": view(escaped),
+        "view_controls": view(controls),
+        "events": page(body),
+        "events_small": page(body[:1500]),
+        "events_controls": page(controls[:1500]),
         "string": {"text": "x" * int(20_000_000 * scale)},
     }
 
 
-def one_run(data: Any, pieces: bool, secrets: Secrets | None) -> dict[str, float]:
+def estimator(name: str, data: Any) -> Callable[[], Awaitable[int]] | None:
+    """The code's own estimate of an answer's ``chars``, as the routes make it (``None``: the
+    answer is neither a view nor a page). A page's declared bytes are its events' MessagePack,
+    as its rows declare them."""
+    if name.startswith("view"):
+        return lambda: strings_chars(view_texts(data))
+    if name.startswith("events"):
+        declared = sum(len(msgspec.msgpack.encode(e)) for e in data["events"])
+
+        async def page() -> int:
+            return page_chars(declared)
+        return page
+    return None
+
+
+def one_run(data: Any, path: str, secrets: Secrets | None, estimate: Callable[[], Awaitable[int]] | None) -> dict[str, float]:
     gaps: list[float] = []
     out: dict[str, float] = {}
 
@@ -92,7 +126,13 @@ def one_run(data: Any, pieces: bool, secrets: Secrets | None) -> dict[str, float
             await trio.sleep(0.02)  # (the ticker is running)
             gaps.clear()
             cpu, wall = time.process_time(), time.perf_counter()
-            answer = await ja.json_answer(data, secrets, chars=HUGE if pieces else 0)
+            if path == "estimate":
+                assert estimate is not None
+                chars = await estimate()
+                out["went_pieces"] = float(chars > PIECES_FROM_CHARS)
+            else:
+                chars = HUGE if path == "pieces" else 0
+            answer = await ja.json_answer(data, secrets, chars=chars)
             out["wall_ms"] = (time.perf_counter() - wall) * 1000
             out["cpu_ms"] = (time.process_time() - cpu) * 1000
             await trio.sleep(0.01)  # (the ticker's turn after the answer counts)
@@ -114,6 +154,23 @@ def whole_tree_steps(data: Any) -> dict[str, float]:
     secrets.scrub(tree)
     scrubbed = time.perf_counter()
     return {"to_builtins_ms": (built - t) * 1000, "scrub_ms": (scrubbed - built) * 1000}
+
+
+def estimate_alone(estimate: Callable[[], Awaitable[int]], runs: int) -> tuple[int, list[float]]:
+    """The estimate, and how long it took each of ``runs`` times under ``trio.run`` (the loop's
+    turns between its slices included)."""
+    times: list[float] = []
+    chars = 0
+
+    async def main() -> None:
+        nonlocal chars
+        for _ in range(runs):
+            t = time.perf_counter()
+            chars = await estimate()
+            times.append((time.perf_counter() - t) * 1000)
+
+    trio.run(main)
+    return chars, times
 
 
 def median_range(values: list[float]) -> tuple[float, float, float]:
@@ -142,18 +199,30 @@ def main() -> None:
         case: dict[str, Any] = whole_tree_steps(data)
         size = len(msgspec.json.encode(data))
         case["json_bytes"] = size
-        for path in ("one_call", "pieces"):
+        estimate = estimator(name, data)
+        for path in ("one_call", "pieces", "estimate"):
+            if path == "estimate" and estimate is None:
+                continue
             results = []
             for i in range(runs):  # (alternated with the other path would be fairer; kept simple)
-                results.append(one_run(data, path == "pieces", secrets))
+                results.append(one_run(data, path, secrets, estimate))
             row = {}
             for key in ("max_gap_ms", "p99_gap_ms", "wall_ms", "cpu_ms"):
                 med, lo, hi = median_range([r[key] for r in results])
                 row[key] = round(med, 2)
                 row[key + "_range"] = [round(lo, 2), round(hi, 2)]
             assert all(int(r["bytes"]) == size for r in results), "the answer's length is not msgspec's"
+            label = path
+            if path == "estimate":
+                assert estimate is not None
+                row["went"] = "pieces" if results[0]["went_pieces"] else "one_call"
+                chars, times = estimate_alone(estimate, runs)
+                med, lo, hi = median_range(times)
+                row["estimate_ms"], row["estimate_ms_range"] = round(med, 3), [round(lo, 3), round(hi, 3)]
+                row["chars"] = chars
+                label = f"estimate ({row['chars']:,} chars: {row['went']}; estimate alone {row['estimate_ms']:.2f} ms)"
             case[path] = row
-            print(f"| {name} | {size / 1e6:.2f} | {path} | {row['max_gap_ms']:.1f} "
+            print(f"| {name} | {size / 1e6:.2f} | {label} | {row['max_gap_ms']:.1f} "
                   f"({row['max_gap_ms_range'][0]:.1f}–{row['max_gap_ms_range'][1]:.1f}) | {row['p99_gap_ms']:.1f} "
                   f"| {row['wall_ms']:.1f} | {row['cpu_ms']:.1f} |")
         print(f"| {name} | | whole-tree steps alone | to_builtins {case['to_builtins_ms']:.1f} ms, "

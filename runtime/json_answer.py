@@ -28,14 +28,8 @@ from quart import Response
 from events.secrets import Secrets
 
 from .http_parts import json_response
+from .json_chars import PIECES_FROM_CHARS
 
-# An answer whose strings hold more characters than this is encoded in pieces (below it, in one
-# call: msgspec encodes about 2 MB a millisecond, where the walk of a view of a thousand small
-# items in pieces took 15 ms of CPU, and its worker thread, holding the interpreter's lock up to
-# 5 ms at a time, held the loop back longer than the one call did; now that it gives way after
-# each chunk, the pieces of 3 MB of ASCII hold the loop about as long as the one call, for five
-# times its CPU: the threshold stays).
-PIECES_FROM_CHARS = 4 * 1024 * 1024
 PIECE_CHARS = 64 * 1024  # a string longer than this is encoded a slice at a time
 CHUNK_BYTES = 256 * 1024  # the pieces are gathered into chunks of about this many bytes
 SPLIT_DEPTH = 16  # a value nested deeper than this is encoded in one call (what is so deep is small)
@@ -127,9 +121,10 @@ def encode_in_pieces(data: Any, secrets: Secrets | None = None) -> tuple[list[by
 
 
 async def json_answer(data: Any, secrets: Secrets | None = None, status: int = 200, *, chars: int) -> Response:
-    """``data`` as a JSON answer. ``chars``: about how many characters its strings hold (the
-    caller's cheap estimate: a view's texts, or the decoded bytes a page of events declares). Up
-    to :data:`PIECES_FROM_CHARS` it is encoded on the loop in one call, as any answer (a few
+    """``data`` as a JSON answer. ``chars``: about how many characters of JSON its strings make
+    (the caller's cheap estimate, :mod:`runtime.json_chars`: a view's texts, their escapes counted
+    near the threshold, or the bytes a page of events declares, each counted as the most it can
+    become). Up to :data:`PIECES_FROM_CHARS` it is encoded on the loop in one call, as any answer (a few
     milliseconds at most; the app's ``after_request`` scrubs it); past that by
     :func:`encode_in_pieces` in a worker thread, whose walk costs more in all but gives the loop
     the lock back between pieces. ``data`` must not change meanwhile: a view or a page built for

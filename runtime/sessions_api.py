@@ -43,10 +43,11 @@ from .http_parts import (ApiError, Body, EmptyBody, bool_arg, check_id, check_na
                          id_arg, id_filter, int_arg, json_response, list_page_args, next_after, one_arg, optional_int,
                          parse_int, read_body, read_list, require_strong)
 from .json_answer import json_answer
+from .json_chars import page_chars, strings_chars
 from .list_pages import SESSIONS
 from .projects_api import project_exists
 from .services import Services, before_stop
-from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_row_view, session_view, view_chars
+from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_row_view, session_view, view_texts
 
 MAX_INPUT_IMAGES = 20  # image parts in one input (each up to MAX_IMAGE_BYTES; every request resends them)
 MAX_EVENTS_PAGE = 1000
@@ -183,7 +184,7 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
     async def get_session(sid: str) -> Response:
         check_id(sid, "session id")
         view = await svc.call(sid, _view_window())
-        return await json_answer(view, svc.store.secrets, chars=view_chars(view))
+        return await json_answer(view, svc.store.secrets, chars=await strings_chars(view_texts(view)))
 
     @app.post("/api/v1/sessions/<sid>/fork")
     async def fork_session(sid: str) -> Response:
@@ -197,7 +198,7 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
             check_name(body.name, "name")
         new = await before_stop(svc.shutting_down, lambda: svc.supervisor.fork_session(sid, body.seq, name=body.name))
         view = session_view(await svc.call(new, a.GetState()), secrets=svc.store.secrets)
-        return await json_answer(view, svc.store.secrets, 201, chars=view_chars(view))
+        return await json_answer(view, svc.store.secrets, 201, chars=await strings_chars(view_texts(view)))
 
     @app.patch("/api/v1/sessions/<sid>")
     async def configure_session(sid: str) -> Response:
@@ -238,7 +239,7 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         if name is not None:
             await svc.call(sid, a.Rename(name))
         view = await svc.call(sid, a.GetView())
-        return await json_answer(view, svc.store.secrets, chars=view_chars(view))
+        return await json_answer(view, svc.store.secrets, chars=await strings_chars(view_texts(view)))
 
     @app.delete("/api/v1/sessions/<sid>")
     async def delete_session(sid: str) -> Response:
@@ -307,10 +308,9 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
             # the log, so an unknown id wakes no actor).
             raise SessionNotFound(f"no session {sid!r}")
         # (built here: ``to_json`` shares the bodies' strings, a millisecond or two for a page of
-        # 1,000 events of any size; the bytes the rows declare say whether its encoding is long,
-        # each counted as two characters: an escaped byte, a quote or a newline, is two of JSON)
+        # 1,000 events of any size; the bytes the rows declare say whether its encoding is long)
         body = {"events": [e.to_json() for e in events], "nextAfter": events[-1].seq if events else after}
-        return await json_answer(body, svc.store.secrets, chars=2 * page.raw_bytes)
+        return await json_answer(body, svc.store.secrets, chars=page_chars(page.raw_bytes))
 
     @app.post("/api/v1/sessions/<sid>/questions/<qid>/answer")
     async def answer(sid: str, qid: str) -> Response:

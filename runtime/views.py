@@ -110,20 +110,22 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
     return v
 
 
-def view_chars(view: dict[str, Any]) -> int:
-    """About how many characters the strings of a :func:`session_view` hold: its items' texts,
-    calls' arguments and results' texts, where a large view's size is (a few dictionary reads an
-    item; see :func:`runtime.json_answer.json_answer`)."""
-    n = 0
+def view_texts(view: dict[str, Any]) -> list[str]:
+    """The strings of a :func:`session_view` where a large view's size is: its items' texts,
+    calls' arguments and results' texts (a few dictionary reads an item), for
+    :func:`runtime.json_chars.strings_chars` (see :func:`runtime.json_answer.json_answer`)."""
+    texts: list[str] = []
     for v in view["items"]:
-        n += len(v.get("text") or "")
+        if text := v.get("text"):
+            texts.append(text)
         call = v.get("call")
         if call is not None:
-            n += len(call["arguments"] or "")
+            if arguments := call["arguments"]:
+                texts.append(arguments)
             result = v.get("result")
-            if result is not None:
-                n += len(result["text"] or "")
-    return n
+            if result is not None and (result_text := result["text"]):
+                texts.append(result_text)
+    return texts
 
 
 def _refused(v: dict[str, Any], it: Item) -> None:

@@ -6,7 +6,8 @@ A session's view (``GET /sessions/{id}``, and the views ``PATCH /sessions/{id}``
 has a view of tens of megabytes, whose encoding in one call held the event loop (every session
 and stream of the daemon) 90 to 130 ms. Encoding in pieces costs more in all (a walk of the
 view in Python) and its worker thread, though it gives the lock up after each chunk, holds it
-for a few milliseconds at a time, so a view of ordinary size stays one call (about 2 MB a millisecond). A page of events
+for a few milliseconds at a time, so a view of ordinary size stays one call (about 2 MB a millisecond); its
+size is its texts' JSON, escapes counted near the threshold. A page of events
 (``GET /sessions/{id}/events``) likewise, by the bytes its rows declare. Through a real daemon
 (loopback port 0, in this thread), a profiler on this thread only (:mod:`tests.loop_json`)."""
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import msgspec
 
-from runtime.json_answer import PIECE_CHARS, PIECES_FROM_CHARS
+from runtime.json_answer import PIECE_CHARS
+from runtime.json_chars import ESCAPE_MAX, PIECES_FROM_CHARS, page_chars
+from runtime.views import view_texts
 
 from ..loop_json import json_of_text_on_this_thread
 
@@ -64,6 +67,39 @@ async def test_a_view_of_ordinary_size_is_encoded_in_one_call(daemon, strong):
     _check_encoding(view)
 
 
+async def test_a_view_of_escaped_text_past_the_threshold_as_json_is_encoded_off_the_event_loop(daemon, strong):
+    # Five inputs of quotes and newlines: 2.25 Mi characters, twice that of JSON. Counted by
+    # their characters (the code before) the view was under the threshold and one call on the loop.
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    texts = [f"{k}:" + '"\n' * 225_000 for k in range(5)]
+    for i, text in enumerate(texts):
+        await daemon.submit(strong, sid, f"r{i}", text)
+        await daemon.wait_idle(strong, sid)
+    with json_of_text_on_this_thread(texts[-1]) as on_loop:
+        view = await daemon.get(f"/sessions/{sid}", strong)
+    strings = view_texts(view.json())
+    assert sum(map(len, strings)) <= PIECES_FROM_CHARS < sum(len(msgspec.json.encode(t)) - 2 for t in strings)
+    assert on_loop == []
+    assert [it["text"] for it in view.json()["items"] if it["role"] == "user"] == texts
+    _check_encoding(view)
+
+
+async def test_a_view_whose_escapes_are_counted_under_the_threshold_is_still_one_call(daemon, strong):
+    # 1.2 Mi characters with quotes, a backslash and a newline a line: past a sixth of the
+    # threshold, so its escapes are counted (each as six), and under it all the same.
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    texts = _texts(2, 600_000)
+    for i, text in enumerate(texts):
+        await daemon.submit(strong, sid, f"r{i}", text)
+        await daemon.wait_idle(strong, sid)
+    with json_of_text_on_this_thread(texts[-1]) as on_loop:
+        view = await daemon.get(f"/sessions/{sid}", strong)
+    assert PIECES_FROM_CHARS // ESCAPE_MAX < sum(map(len, view_texts(view.json())))
+    assert on_loop != []
+    assert [it["text"] for it in view.json()["items"] if it["role"] == "user"] == texts
+    _check_encoding(view)
+
+
 async def _pages_of_events(daemon, strong, sid: str, limit: int) -> list:
     """The session's events read ``limit`` at a time: each page's answer, in order."""
     pages, after = [], 0
@@ -74,8 +110,9 @@ async def _pages_of_events(daemon, strong, sid: str, limit: int) -> list:
 
 
 async def test_a_page_declaring_less_than_the_threshold_of_escaped_text_is_encoded_off_the_event_loop(daemon, strong):
-    # Each declared byte counts as two characters (an escaped one is two of JSON): a page whose
-    # rows declare between half the threshold and the threshold is encoded in pieces.
+    # Each declared byte counts as six characters (a control character is six of JSON; a quote or
+    # a newline two): a page whose rows declare between half the threshold and the threshold is
+    # encoded in pieces.
     sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
     texts = _texts(4, 600_000)
     assert PIECES_FROM_CHARS // 2 < sum(len(t.encode()) for t in texts) < PIECES_FROM_CHARS
@@ -103,11 +140,13 @@ async def test_a_large_page_of_events_is_encoded_off_the_event_loop(daemon, stro
     assert [e["body"]["content"][0]["text"] for e in events if e["kind"] == "input.submitted"] == texts
     assert whole.json()["nextAfter"] == events[-1]["seq"]
     _check_encoding(whole)
-    # The same events in pages of ordinary size, each encoded in one call on the loop: the large
-    # page's bytes are what that one call makes of the same page.
+    # The same events a page each: a page of one of these inputs declares about 733,000 bytes,
+    # each counted as the six characters of JSON a control character would be, so it is past the
+    # threshold too (at two a byte it was one call on the loop); its bytes are still msgspec's.
+    assert page_chars(len(texts[-1].encode())) > PIECES_FROM_CHARS >= 2 * len(texts[-1].encode())
     with json_of_text_on_this_thread(texts[-1]) as on_loop:
-        pages = await _pages_of_events(daemon, strong, sid, 3)
-    assert len(on_loop) == 1
+        pages = await _pages_of_events(daemon, strong, sid, 1)
+    assert on_loop == []
     _check_encoding(*pages)
     assert [e for page in pages for e in page.json()["events"]] == events
     assert whole.content == msgspec.json.encode({"events": events, "nextAfter": events[-1]["seq"]})
