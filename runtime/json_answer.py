@@ -27,8 +27,6 @@ from quart import Response
 
 from events.secrets import Secrets
 
-from .http_parts import json_response
-
 # An answer whose strings hold more characters than this is encoded in pieces (below it, in one
 # call: msgspec encodes about 2 MB a millisecond, where the walk of a view of a thousand small
 # items in pieces took 15 ms of CPU, and its worker thread, holding the interpreter's lock up to
@@ -74,6 +72,12 @@ def _give_way() -> None:
     # between a 1 ms ticker's turns, for 6 MB of escaped JSON, 10.0–12.0 ms without, 4.9–5.1 ms
     # with (medians of 7 runs on a busy machine).
     time.sleep(0)
+
+
+def give_way() -> None:
+    """What the pieces' worker does after each chunk, for other workers that make large bytes a
+    chunk at a time (the SSE frame of a large event, a large request body's checks)."""
+    _give_way()
 
 
 def _string(text: str, out: _Chunks) -> None:
@@ -135,6 +139,8 @@ async def json_answer(data: Any, secrets: Secrets | None = None, status: int = 2
     the lock back between pieces. ``data`` must not change meanwhile: a view or a page built for
     this answer alone."""
     if chars <= PIECES_FROM_CHARS:
+        from .http_parts import json_response  # (http_parts -> services -> bus imports this module)
+
         return json_response(data, status)
     chunks, length = await trio.to_thread.run_sync(encode_in_pieces, data, secrets)
     return Response(_body(chunks), status, {"Content-Type": "application/json", "Content-Length": str(length)})
