@@ -18,12 +18,17 @@ The bus never waits on a subscriber: a subscriber that has still not taken more 
 frames flushed in earlier ticks (one tick's burst does not count against it) is cut off (it gets a final ``stream.dropped`` event naming the last ``seq`` it was sent, and can
 resume from there). So a slow client never slows the writer or other clients. Ephemeral frames
 (streaming deltas) carry no ``id`` and are not in the log.
+
+The frame of a large event (past :data:`FRAME_OFF_LOOP_CHARS`, by :func:`event_chars`) is made in a
+worker thread a piece at a time (``json_answer.encode_in_pieces``); the frames offered after it
+wait in the bus's queue until it is made, so every stream gets its frames in the order offered.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -35,6 +40,8 @@ from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.store import EventStore, TailReader
 
+from .json_answer import encode_in_pieces, give_way
+from .json_chars import ESCAPE_MAX, PIECES_FROM_CHARS
 from .json_lines import json_line
 from .streamed import StreamedSoFar
 
@@ -51,6 +58,17 @@ WRITE_SLICE_SECONDS = 0.01  # direct writes for this long at most between two ch
 FANOUT_SHARE = 0.25  # the fan-out's bound on the event loop's time: stretches the tick if needed
 MAX_TICK_SECONDS = 0.08  # ... but never beyond this
 TRIM_CHUNKS = 32  # a group forgets chunks every subscriber has taken once it holds more than this
+# An event whose body's strings hold more characters than this has its frame made in a worker
+# thread, a piece at a time (below it, on the loop in one call: a frame of 4 Mi characters of
+# ASCII takes a few milliseconds, where the thread's hop and the pieces' walk cost more than they
+# free). The threshold of a JSON answer's pieces, for the same trade, over the most characters of
+# JSON one character can become (json_chars.ESCAPE_MAX, a control character): the strings are not
+# read for their escapes on this path, so a frame made on the loop is never past the threshold.
+FRAME_OFF_LOOP_CHARS = PIECES_FROM_CHARS // ESCAPE_MAX
+COUNT_NODES = 1000  # event_chars walks at most this many values; an event of more counts as large
+# A frame of at least this many bytes is never joined with others into one bytes object on the
+# loop (a chunk of its own, taken alone): copying 32 MB there took 20-28 ms (a fresh allocation).
+ALONE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +84,63 @@ def event_frame(se: StoredEvent, secrets: Secrets) -> Frame:
     return Frame(se.seq, se.project_id, se.session_id, sse_message(se.kind, secrets.encode(se.to_json(), _json.encode), se.seq))
 
 
+def event_chars(se: StoredEvent) -> int:
+    """About how many characters the strings of ``se``'s body hold (a bytes value counts its
+    length): a walk of at most :data:`COUNT_NODES` values, past which the event counts as large
+    (``FRAME_OFF_LOOP_CHARS + 1``). Its cost is the number of values, never their size."""
+    todo: list[object] = [se.event]
+    chars = nodes = 0
+    while todo:
+        value = todo.pop()
+        nodes += 1
+        if nodes > COUNT_NODES:
+            return FRAME_OFF_LOOP_CHARS + 1
+        if isinstance(value, (str, bytes)):
+            chars += len(value)
+        elif isinstance(value, msgspec.Struct):
+            todo.extend([getattr(value, name) for name in value.__struct_fields__])
+        elif isinstance(value, dict):
+            todo.extend(value.keys())
+            todo.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            todo.extend(value)
+    return chars
+
+
+def event_frame_in_pieces(se: StoredEvent, secrets: Secrets) -> Frame:
+    """:func:`event_frame`'s frame, byte for byte, made a piece at a time: for a worker thread
+    (no single call in it holds the interpreter's lock long, and it lets go of it after each
+    chunk). The chunks of ``encode_in_pieces`` end between two characters, so the line breaks
+    :func:`json_line` escapes are whole in one chunk."""
+    chunks, _ = encode_in_pieces(se.to_json(), secrets)
+    parts = [f"id: {se.seq}\nevent: {se.kind}\n".encode(), b"data: "]
+    for chunk in chunks:
+        parts.append(json_line(chunk))
+        give_way()
+    parts.append(b"\n\n")
+    return Frame(se.seq, se.project_id, se.session_id, b"".join(parts))
+
+
+async def made_frame(se: StoredEvent, secrets: Secrets, *, off_loop_chars: int = FRAME_OFF_LOOP_CHARS) -> Frame:
+    """``se``'s frame: on the loop up to ``off_loop_chars`` (:func:`event_chars`), in a worker
+    thread past it. An error making it is raised here as :func:`event_frame` raises it."""
+    if event_chars(se) <= off_loop_chars:
+        return event_frame(se, secrets)
+    return await trio.to_thread.run_sync(event_frame_in_pieces, se, secrets)
+
+
 def sse_message(event: str, data: bytes, id: int | None = None) -> bytes:
     """One SSE message; ``data`` is JSON, written as one line for any reader of lines (its
     U+0085, U+2028 and U+2029 escaped, as ``lens log decode`` prints them: see json_lines)."""
     head = f"id: {id}\n" if id is not None else ""
     return f"{head}event: {event}\n".encode() + b"data: " + json_line(data) + b"\n\n"
+
+
+@dataclass(eq=False, slots=True)
+class _Unmade:
+    """A large event whose frame a worker thread is to make; the frames after it wait for it."""
+
+    se: StoredEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +150,8 @@ class Chunk:
     data: bytes
     frames: tuple[Frame, ...]
     last_seq: int | None  # the last logged seq among the frames (None: only ephemeral frames)
+    frames_end: int = 0  # the group's frames_total once this chunk was flushed
+    bytes_end: int = 0  # ... and its bytes_total
 
 
 @dataclass(eq=False)
@@ -102,18 +174,32 @@ class Group:
     def flush(self) -> bool:
         if not self.pending:
             return False
-        frames = tuple(self.pending)
+        pending = self.pending
         self.pending = []
+        run: list[Frame] = []
+        for f in pending:  # (a large frame is a chunk of its own: see ALONE_BYTES)
+            if len(f.data) >= ALONE_BYTES:
+                if run:
+                    self._add_chunk(run)
+                    run = []
+                self._add_chunk([f])
+            else:
+                run.append(f)
+        if run:
+            self._add_chunk(run)
+        return True
+
+    def _add_chunk(self, run: list[Frame]) -> None:
+        frames = tuple(run)
         last = None
         for f in reversed(frames):
             if f.seq is not None:
                 last = f.seq
                 break
         data = frames[0].data if len(frames) == 1 else b"".join([f.data for f in frames])
-        self.chunks.append(Chunk(data, frames, last))
         self.frames_total += len(frames)
         self.bytes_total += len(data)
-        return True
+        self.chunks.append(Chunk(data, frames, last, self.frames_total, self.bytes_total))
 
     def trim(self) -> None:
         low = min((s.cursor for s in self.subs), default=self.base + len(self.chunks))
@@ -172,15 +258,22 @@ class Subscription:
         return self.group.project_id
 
     def take(self) -> bytes | None:
-        """The bytes of every frame flushed since the last take, in order (``None``: nothing new)."""
+        """The bytes of the frames flushed since the last take, in order (``None``: nothing new):
+        all of them, but for a chunk of :data:`ALONE_BYTES` or more, which is taken alone (never
+        copied into one bytes object with others): the next take has what follows it."""
         g = self.group
         end = g.base + len(g.chunks)
         if self.cursor >= end:
             return None
         chunks = g.chunks[self.cursor - g.base:]
-        self.cursor = end
-        self.taken = g.frames_total
-        self.taken_bytes = g.bytes_total
+        if len(chunks) > 1:
+            for i, c in enumerate(chunks):
+                if len(c.data) >= ALONE_BYTES:
+                    chunks = chunks[:max(i, 1)]
+                    break
+        self.cursor += len(chunks)
+        self.taken = chunks[-1].frames_end
+        self.taken_bytes = chunks[-1].bytes_end
         if self.skip_through:
             skip = self.skip_through
             data = b"".join([f.data for c in chunks for f in c.frames if f.seq is None or f.seq > skip])
@@ -218,6 +311,15 @@ class Bus:
     _project_of: dict[str, str] = field(default_factory=dict)
     # What each agent's open model request has streamed so far, for streams joining mid-answer.
     streamed: StreamedSoFar = field(default_factory=StreamedSoFar)
+    # Frames offered after a large event whose frame is not made yet (always the first here), in
+    # the order offered; the maker task makes it in a worker thread, then hands the made ones on.
+    _queue: deque[Frame | _Unmade] = field(default_factory=deque)
+    _unmade: trio.Event = field(default_factory=trio.Event)
+
+    @property
+    def sent(self) -> int:
+        """The last seq whose frame went to the groups (the events before a frame still being made)."""
+        return self._queue[0].se.seq - 1 if self._queue else self.position  # type: ignore[union-attr]
 
     @property
     def subscribers(self) -> set[Subscription]:
@@ -237,6 +339,7 @@ class Bus:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._ticker)
+                nursery.start_soon(self._maker)
                 task_status.started()
                 while True:
                     await self._arrived.wait()
@@ -289,8 +392,10 @@ class Bus:
     def _offer_events(self, events: list[StoredEvent]) -> None:
         """Offer committed events (in order, past :attr:`position`) and move past them."""
         self.streamed.note_events(events)
-        secrets = self.store.secrets
-        self._offer_all([event_frame(se, secrets) for se in events])
+        if self.groups or self._queue:  # (no stream to send them to: no frames to make)
+            secrets = self.store.secrets
+            self._offer_all([event_frame(se, secrets) if event_chars(se) <= FRAME_OFF_LOOP_CHARS else _Unmade(se)
+                             for se in events])
         self.position = events[-1].seq
 
     def _offer_inbox_now(self) -> bool:
@@ -417,22 +522,23 @@ class Bus:
 
     @staticmethod
     def _write(sub: Subscription, now: float) -> None:
-        data = sub.take()
-        if not data:
-            return
-        sub.writes += 1
-        sub.written_at = now
-        try:
-            rest = sub.writer.write_nowait(data)  # type: ignore[union-attr]
-        except OSError:
-            sub.gone = True
-            sub.parked = False
-            sub.wake.set()
-            return
-        if rest is not None:  # the socket is full: the task waits for it and finishes the write
-            sub.rest = rest
-            sub.parked = False
-            sub.wake.set()
+        while (data := sub.take()) is not None:  # (more than one take past a large chunk)
+            if not data:
+                continue
+            sub.writes += 1
+            sub.written_at = now
+            try:
+                rest = sub.writer.write_nowait(data)  # type: ignore[union-attr]
+            except OSError:
+                sub.gone = True
+                sub.parked = False
+                sub.wake.set()
+                return
+            if rest is not None:  # the socket is full: the task waits for it and finishes the write
+                sub.rest = rest
+                sub.parked = False
+                sub.wake.set()
+                return
 
     def subscribe(self, session_id: str | None = None, project_id: str | None = None) -> Subscription:
         # What is acknowledged goes to the groups first (before this stream's group is made or
@@ -450,9 +556,11 @@ class Bus:
         # Live from what is committed now, even if the bus has not read all of it yet: the stream
         # reads up to `start` from the log and skips those frames when they come through the bus.
         start = max(self.position, self.store.last_seq)
+        sent = self.sent  # (behind `position` while a large event's frame is being made)
         sub = Subscription(g, start, end, g.frames_total, g.bytes_total, last=start,
-                           skip_through=start if start > self.position else 0)
-        if in_order and start == self.position:  # (else the partials could be of closed requests)
+                           skip_through=start if start > sent else 0)
+        # (else the partials could be of closed requests, or of deltas still queued behind a frame)
+        if in_order and start == sent:
             sub.partial = b"".join(sse_message("model.partial", data)
                                    for data in self.streamed.frames_for(session_id, project_id))
         g.subs.add(sub)
@@ -488,8 +596,47 @@ class Bus:
         self._offer_all([Frame(None, self._project_of.get(session_id), session_id,
                                sse_message("model.delta", _json.encode(data)))])
 
-    def _offer_all(self, frames: list[Frame]) -> None:
-        """Queue ``frames`` (in order) for every group they match; the ticker flushes them."""
+    def _offer_all(self, frames: list[Frame | _Unmade]) -> None:
+        """Queue ``frames`` (in order) for every group they match; the ticker flushes them. From
+        a frame still to be made on, they wait in :attr:`_queue` (the maker hands them on)."""
+        ready = frames
+        if self._queue or any(isinstance(f, _Unmade) for f in frames):
+            cut = 0
+            if not self._queue:
+                while isinstance(frames[cut], Frame):
+                    cut += 1
+            ready = frames[:cut]
+            self._queue.extend(frames[cut:])
+            self._unmade.set()
+        if ready:
+            self._distribute(ready)  # type: ignore[arg-type]
+
+    async def _maker(self) -> None:
+        """Make the frame at the head of :attr:`_queue` in a worker thread, then hand on every
+        frame before the next one to make; again, until the queue is empty. An error making a
+        frame ends the bus, as one on the loop did."""
+        queue = self._queue
+        while True:
+            await self._unmade.wait()
+            self._unmade = trio.Event()
+            while queue:
+                head = queue[0]
+                if not self.groups:  # nobody to send them to (a stream joining now reads the log)
+                    queue.clear()
+                    break
+                if isinstance(head, _Unmade):
+                    frame = await trio.to_thread.run_sync(event_frame_in_pieces, head.se, self.store.secrets)
+                    if not queue or queue[0] is not head:
+                        continue  # (cleared meanwhile)
+                    queue[0] = frame
+                ready: list[Frame] = []
+                while queue and isinstance(queue[0], Frame):
+                    ready.append(queue.popleft())  # type: ignore[arg-type]
+                if ready:
+                    self._distribute(ready)
+
+    def _distribute(self, frames: list[Frame]) -> None:
+        """Append ``frames`` (made, in order) to the pending list of every group they match."""
         if not self.groups:
             return
         offered = False

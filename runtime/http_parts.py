@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import msgspec
 import trio
@@ -161,12 +161,22 @@ async def receive_body() -> bytes:
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
+# A body of more bytes than this is decoded in a worker thread, a step at a time (below it, on the
+# loop: about a millisecond of ASCII, where the thread's hop costs more than it frees).
+BODY_ON_LOOP_BYTES = 256 * 1024
+SCAN_SLICE_BYTES = 1024 * 1024  # the worker's scans of the raw body (colons, escapes) go this far a call
+
+
 async def read_body(kind: type[B]) -> B:
     """The request's JSON body as ``kind``: 400 ``INVALID_JSON`` when it is no JSON (an empty
     body is named as such), 422 ``VALIDATION_FAILED`` when its shape does not match. A body of a
     route that takes none (:class:`EmptyBody`, or another :class:`Body` without fields: any field
     given is refused) may be empty. A leading UTF-8 byte order mark is
-    skipped (RFC 8259 8.1 lets a parser ignore it; editors and some runtimes write one)."""
+    skipped (RFC 8259 8.1 lets a parser ignore it; editors and some runtimes write one).
+
+    A body of more than :data:`BODY_ON_LOOP_BYTES` is decoded in a worker thread, each step (the
+    decode, the repeated-key check, the typed decode) one call apart from the next, the worker
+    letting go of the interpreter's lock in between: the same answer, and the same errors."""
     raw = await receive_body()
     if raw.startswith(UTF8_BOM):
         raw = raw[len(UTF8_BOM):]
@@ -174,28 +184,86 @@ async def read_body(kind: type[B]) -> B:
         if issubclass(kind, Body) and not kind.__struct_fields__:
             return kind()
         raise ApiError("INVALID_JSON", "the request body is empty; this route takes a JSON object")
-    try:
-        decoded = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        reason = str(exc)
+    outcome = await decoded_body(raw, kind)
+    if not isinstance(outcome, _Refused):
+        return outcome
+    if outcome.what == "decode":
+        reason = outcome.detail
         if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
             reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
         reason = _not_utf8(raw) or reason
-        raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason}){_sent_as_form()}") from None
-    except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
-        raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
-    repeated = _repeated_key(raw, decoded)
-    if repeated is not None:
+        raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason}){_sent_as_form()}")
+    if outcome.what == "deep":
+        raise ApiError("INVALID_JSON", "the request body is nested too deeply")
+    if outcome.what == "repeated":
+        repeated = outcome.detail
         shown = repeated if len(repeated) <= 80 else repeated[:80] + "…"
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON (an object holds the key {shown!r} "
                                        f"twice; send each key once)")
+    raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(outcome.error)}"
+                                        f"{body_hint(kind, outcome.detail)}")
+
+
+async def decoded_body(raw: bytes, kind: type[B], *, on_loop_bytes: int = BODY_ON_LOOP_BYTES) -> B | _Refused:
+    """``raw`` (a body, not blank) decoded as ``kind``, or why not: on the loop up to
+    ``on_loop_bytes``, in a worker thread past it (a step at a time, giving way in between)."""
+    if len(raw) <= on_loop_bytes:
+        return _decode_body(raw, kind, _stay)
+    from .json_answer import give_way  # (json_answer answers through this module)
+
+    return await trio.to_thread.run_sync(_decode_body, raw, kind, give_way)
+
+
+class _Refused(msgspec.Struct, frozen=True):
+    """Why :func:`_decode_body` refused a body: ``what`` is ``decode`` (msgspec's reason in
+    ``detail``), ``deep``, ``repeated`` (the key) or ``shape`` (the validation error)."""
+
+    what: str
+    detail: str = ""
+    error: Exception | None = None
+
+
+def _stay() -> None:
+    return None
+
+
+def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | _Refused:
+    """``raw`` decoded as ``kind``, or why not; ``between`` runs between two steps (in a worker
+    thread, :func:`give_way`). Touches nothing of the request: the caller words the refusal."""
+    try:
+        decoded = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        return _Refused("decode", str(exc))
+    except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
+        return _Refused("deep")
+    between()
+    try:
+        repeated = _repeated_key(raw, decoded, between)
+    except RecursionError:
+        return _Refused("deep")
+    if repeated is not None:
+        return _Refused("repeated", repeated)
+    between()
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}"
-                                            f"{body_hint(kind, str(exc))}") from None
+        return _Refused("shape", str(exc), exc)
     except RecursionError:
-        raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
+        return _Refused("deep")
+
+
+def _scan(raw: bytes, needle: bytes, between: Callable[[], None]) -> tuple[int, bool]:
+    """How many ``:`` ``raw`` holds, and whether it holds ``needle``: a call per
+    :data:`SCAN_SLICE_BYTES` when ``between`` is a worker's give-way, one call each otherwise."""
+    if between is _stay or len(raw) <= SCAN_SLICE_BYTES:
+        return raw.count(b":"), needle in raw
+    colons, found = 0, False
+    for at in range(0, len(raw), SCAN_SLICE_BYTES):
+        colons += raw.count(b":", at, at + SCAN_SLICE_BYTES)
+        # (a needle across the slice's end is found from this slice's start)
+        found = found or raw.find(needle, at, at + SCAN_SLICE_BYTES + len(needle) - 1) >= 0
+        between()
+    return colons, found
 
 
 class _RepeatedKey(Exception):
@@ -212,7 +280,7 @@ def _each_key_once(pairs: list[tuple[str, Any]]) -> None:
         seen.add(key)
 
 
-def _repeated_key(raw: bytes, decoded: Any) -> str | None:
+def _repeated_key(raw: bytes, decoded: Any, between: Callable[[], None] = _stay) -> str | None:
     """The first key an object of ``raw`` (JSON msgspec has read as ``decoded``) holds twice,
     compared as decoded (``"a"`` and ``"\\u0061"`` are one key); None when each object's keys
     are distinct. msgspec keeps the last value of a repeated key without a word; RFC 8259 leaves
@@ -225,14 +293,16 @@ def _repeated_key(raw: bytes, decoded: Any) -> str | None:
     without such an escape with as many ``:`` as ``decoded`` encoded again repeats no key (a
     repetition drops a key and its value, ``:`` and all): only another body (one that repeats a
     key, or escapes a ``:``) is read again, pair by pair, to name the first repeated key."""
-    if b"\\u003" not in raw and raw.count(b":") == msgspec.json.encode(decoded).count(b":"):
-        return None
+    colons, escaped = _scan(raw, b"\\u003", between)
+    if not escaped:
+        again = msgspec.json.encode(decoded)
+        between()
+        if colons == _scan(again, b":", between)[0]:
+            return None
     try:
         json.loads(raw, object_pairs_hook=_each_key_once, parse_int=_nothing, parse_float=_nothing)
     except _RepeatedKey as exc:
         return exc.key
-    except RecursionError:
-        raise ApiError("INVALID_JSON", "the request body is nested too deeply") from None
     return None
 
 

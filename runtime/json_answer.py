@@ -27,7 +27,6 @@ from quart import Response
 
 from events.secrets import Secrets
 
-from .http_parts import json_response
 from .json_chars import PIECES_FROM_CHARS
 
 PIECE_CHARS = 64 * 1024  # a string longer than this is encoded a slice at a time
@@ -68,6 +67,12 @@ def _give_way() -> None:
     # between a 1 ms ticker's turns, for 6 MB of escaped JSON, 10.0–12.0 ms without, 4.9–5.1 ms
     # with (medians of 7 runs on a busy machine).
     time.sleep(0)
+
+
+def give_way() -> None:
+    """What the pieces' worker does after each chunk, for other workers that make large bytes a
+    chunk at a time (the SSE frame of a large event, a large request body's checks)."""
+    _give_way()
 
 
 def _string(text: str, out: _Chunks) -> None:
@@ -130,6 +135,8 @@ async def json_answer(data: Any, secrets: Secrets | None = None, status: int = 2
     the lock back between pieces. ``data`` must not change meanwhile: a view or a page built for
     this answer alone."""
     if chars <= PIECES_FROM_CHARS:
+        from .http_parts import json_response  # (http_parts -> services -> bus imports this module)
+
         return json_response(data, status)
     chunks, length = await trio.to_thread.run_sync(encode_in_pieces, data, secrets)
     return Response(_body(chunks), status, {"Content-Type": "application/json", "Content-Length": str(length)})

@@ -23,7 +23,7 @@ from events.errors import CorruptEvent, LogError
 from events.reader import SEQ_MAX, StoredEvent
 from events.store import EventStore
 
-from .bus import event_frame, sse_message
+from .bus import made_frame, sse_message
 from .errors import LensError
 from .http_parts import ApiError, check_not_past_end, id_filter, one_arg, parse_int
 from .pairing import PairFileInvalid
@@ -214,7 +214,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
             size = 0
             for se in page:
                 last = se.seq
-                frame = event_frame(se, svc.store.secrets).data
+                frame = (await made_frame(se, svc.store.secrets)).data  # (a large one in a worker thread)
                 if parts and size + len(frame) > REPLAY_WRITE_BYTES:
                     yield b"".join(parts)
                     wrote_at = trio.current_time()
