@@ -21,7 +21,7 @@ from quart import Response, current_app, g, request
 from events.ids import id_rule, is_id
 from events.reader import SEQ_MAX
 
-from .body_hints import body_hint
+from .body_hints import body_hint, first_refused
 from .errors import LensError, short_reason
 from .guard import Guard
 from .list_pages import LIST_LIMIT_MAX, ListOrder, split_page
@@ -192,6 +192,8 @@ async def read_body(kind: type[B]) -> B:
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
+        if "[...]" in str(exc):  # (msgspec names no key of a map: which tool's entry of toolPolicy?)
+            exc = msgspec.ValidationError(first_refused(decoded, kind, "$") or str(exc))
         raise ApiError("VALIDATION_FAILED", f"the request body does not match: {short_reason(exc)}"
                                             f"{body_hint(kind, str(exc))}") from None
     except RecursionError:
