@@ -18,4 +18,4 @@ def is_id(value: object) -> bool:
 
 def id_rule(what: str) -> str:
     """The message for a malformed id, naming the field as the caller wrote it."""
-    return f"{what} must be 1 to 200 characters of letters, digits, '.', '_', ':' or '-'"
+    return f"{what} must be 1 to 200 characters of ASCII letters, digits, '.', '_', ':' or '-'"

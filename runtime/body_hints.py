@@ -7,13 +7,19 @@ that sent ``whenBusy: "queue"`` had to find the two values elsewhere. The hint i
 body's type at the error's path: the fields of an object (``{text, expectDigest?}``, ``?`` for
 one that may be left out; a tagged part as ``{type: "image", artifactId, mime}``, the shapes of a
 union joined by ``or``) or the values of an enum. A place whose type says nothing more (a string,
-a number, a free mapping) gets no hint.
+a number, a free mapping) gets no hint. msgspec names no key of a map (``at `$[...]```):
+:func:`first_refused` finds the value refused and names its place with the keys
+(``$.toolPolicy['run_command'].enabled``), for a request body and a config file alike.
 """
 
 from __future__ import annotations
 
 import re
+import types
+import typing
+from typing import Any
 
+import msgspec
 import msgspec.inspect as mi
 
 _AT = re.compile(r" - at `(\$[^`]*)`$")
@@ -48,6 +54,39 @@ def fields_at(kind: type, path: str) -> list[str]:
         node = node.type
     members = node.types if isinstance(node, mi.UnionType) else (node,)
     return [f.encode_name for m in members if isinstance(m, mi.StructType) for f in m.fields]
+
+
+def first_refused(data: Any, kind: Any, path: str) -> str | None:
+    """msgspec's reason for the first value in ``data`` (decoded JSON) that ``kind`` refuses,
+    placed at its path with the keys of maps named (``$.mcpServers['docs'].command``,
+    ``$.toolPolicy['run_command']``), where msgspec's own reason says ``$[...]``; None if none is
+    refused."""
+    try:
+        msgspec.convert(data, kind)
+        return None
+    except msgspec.ValidationError as exc:
+        reason = str(exc)
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType) and data is not None:
+        # (`X | None`, a body's `X | None | UNSET`: what is in X; the reason stays the union's)
+        rest = [a for a in args if a is not type(None) and a is not msgspec.UnsetType]
+        if len(rest) == 1:
+            kind = rest[0]
+            origin, args = typing.get_origin(kind), typing.get_args(kind)
+    children: list[tuple[Any, Any, str]] = []
+    if isinstance(kind, type) and issubclass(kind, msgspec.Struct) and isinstance(data, dict):
+        children = [(data[f.encode_name], f.type, f"{path}.{f.encode_name}")
+                    for f in msgspec.structs.fields(kind) if f.encode_name in data]
+    elif origin is dict and isinstance(data, dict):
+        children = [(value, args[1], f"{path}[{str(key)[:40]!r}]") for key, value in data.items()]
+    elif origin is list and isinstance(data, list):
+        children = [(value, args[0], f"{path}[{i}]") for i, value in enumerate(data)]
+    for value, sub, sub_path in children:
+        found = first_refused(value, sub, sub_path)
+        if found is not None:
+            return found
+    # refused here, not below: msgspec's reason, its path (`$` for this value) made whole
+    return reason.replace(" - at `$", f" - at `{path}", 1) if " - at `$" in reason else f"{reason} - at `{path}`"
 
 
 def _named(path: str) -> str:

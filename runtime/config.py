@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import types
 import typing
 from pathlib import Path
 from typing import Any, Collection, Literal, Mapping
@@ -26,6 +25,7 @@ from tools.web.address import shown_url
 
 from . import jsonc
 from .atomicfile import FileTooLarge, others_can_change, read_regular_file
+from .body_hints import first_refused
 from .errors import LensError, short_reason, shortened
 from .credentials import WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
 from .key_hints import UnknownKey, hinted, refused_key_hint, unknown_keys_listed
@@ -193,7 +193,7 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
         if "[...]" in str(exc):  # (msgspec does not name a map's keys: which MCP server's `command`?)
-            exc = msgspec.ValidationError(_first_refused(data, Config, "$") or str(exc))
+            exc = msgspec.ValidationError(first_refused(data, Config, "$") or str(exc))
         reason = short_reason(exc)
         raise ConfigError(f"{where}: {reason}{refused_key_hint(Config, reason)}") from None
     check_config(cfg, where)
@@ -227,34 +227,6 @@ def _literal_key(data: dict[str, Any]) -> str | None:
                             f"variables: put it in one and name that variable with {env_key.rpartition('.')[2]!r} "
                             f"(remove {shortened(name)!r} from the file)")
     return None
-
-
-def _first_refused(data: Any, kind: Any, path: str) -> str | None:
-    """msgspec's reason for the first value in ``data`` that ``kind`` refuses, placed at its
-    path with the keys of maps named (``$.mcpServers['docs'].command``); None if none is refused."""
-    try:
-        msgspec.convert(data, kind)
-        return None
-    except msgspec.ValidationError as exc:
-        reason = str(exc)
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args and data is not None:
-        kind = next(a for a in args if a is not type(None))  # (`X | None`: what is in X; the reason stays the union's)
-        origin, args = typing.get_origin(kind), typing.get_args(kind)
-    children: list[tuple[Any, Any, str]] = []
-    if isinstance(kind, type) and issubclass(kind, msgspec.Struct) and isinstance(data, dict):
-        children = [(data[f.encode_name], f.type, f"{path}.{f.encode_name}")
-                    for f in msgspec.structs.fields(kind) if f.encode_name in data]
-    elif origin is dict and isinstance(data, dict):
-        children = [(value, args[1], f"{path}[{key[:40]!r}]") for key, value in data.items()]
-    elif origin is list and isinstance(data, list):
-        children = [(value, args[0], f"{path}[{i}]") for i, value in enumerate(data)]
-    for value, sub, sub_path in children:
-        found = _first_refused(value, sub, sub_path)
-        if found is not None:
-            return found
-    # refused here, not below: msgspec's reason, its path (`$` for this value) made whole
-    return reason.replace(" - at `$", f" - at `{path}", 1) if " - at `$" in reason else f"{reason} - at `{path}`"
 
 
 def check_size(text: str | bytes, where: str) -> None:

@@ -21,7 +21,7 @@ from quart import Response, current_app, g, request
 from events.ids import id_rule, is_id
 from events.reader import SEQ_MAX
 
-from .body_hints import body_hint
+from .body_hints import body_hint, first_refused
 from .errors import LensError, short_reason
 from .guard import Guard
 from .list_pages import LIST_LIMIT_MAX, ListOrder, split_page
@@ -247,6 +247,8 @@ def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | 
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
+        if "[...]" in str(exc):  # (msgspec names no key of a map: which tool's entry of toolPolicy?)
+            exc = msgspec.ValidationError(first_refused(decoded, kind, "$") or str(exc))
         return _Refused("shape", str(exc), exc)
     except RecursionError:
         return _Refused("deep")

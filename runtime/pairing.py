@@ -131,7 +131,7 @@ def credential_hash(client_id: str, trust: str, token: str) -> str:
 
 def validate_client_id(client_id: Any) -> str:
     if not isinstance(client_id, str) or not CLIENT_ID_RE.fullmatch(client_id):
-        raise PairingError("clientId must be 1 to 64 characters of letters, digits, '.', '_' or '-'")
+        raise PairingError("clientId must be 1 to 64 characters of ASCII letters, digits, '.', '_' or '-'")
     return client_id
 
 

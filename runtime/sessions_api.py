@@ -34,6 +34,7 @@ from quart_trio import QuartTrio
 
 from events import types as t
 from events.reader import SEQ_MAX
+from tools.catalog import PolicyError, ToolPolicy, check_policy_map, policy_json
 
 from . import actor as a
 from .artifacts_api import check_image
@@ -81,8 +82,9 @@ class SessionPatchBody(Body):
     compaction_trigger_percent: int | None | msgspec.UnsetType = msgspec.UNSET
     prune_tool_results: bool | None | msgspec.UnsetType = msgspec.UNSET
     # Runtime overrides of the tool execution policy (tools/catalog.py), by tool name or pattern:
-    # an entry replaces that tool's override, null removes it.
-    tool_policy: dict[str, Any] | None | msgspec.UnsetType = msgspec.UNSET
+    # an entry replaces that tool's override, null removes it. (Typed, so that a refused entry is
+    # named by its tool and told what an entry takes, as any other place of a body is.)
+    tool_policy: dict[str, ToolPolicy | None] | None | msgspec.UnsetType = msgspec.UNSET
 
 
 # ``session.configured`` ``reset`` key of each ``PATCH /sessions/{id}`` field null sets back to
@@ -211,10 +213,9 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         body = await read_body(SessionPatchBody)
         settings = context_settings(body)
         if isinstance(body.tool_policy, dict):
-            from tools.catalog import PolicyError, parse_policy_map, policy_json
-
+            kept = {k: v for k, v in body.tool_policy.items() if v is not None}
             try:
-                kept = parse_policy_map({k: v for k, v in body.tool_policy.items() if v is not None}, "toolPolicy")
+                check_policy_map(kept, "toolPolicy")
             except PolicyError as exc:
                 raise ApiError("VALIDATION_FAILED", str(exc)) from None
             if len(body.tool_policy) > 1000:

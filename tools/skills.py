@@ -237,7 +237,7 @@ def _skill_of(base_dir: str, dir_name: str, text: str) -> Skill:
         description = description[:MAX_DESCRIPTION_CHARS - 1] + "…"
     problem = None
     if len(name) > MAX_NAME_CHARS or not NAME_RE.fullmatch(name):
-        problem = (f"the skill name {name[:80]!r} is not valid: 1 to {MAX_NAME_CHARS} characters of letters, "
+        problem = (f"the skill name {name[:80]!r} is not valid: 1 to {MAX_NAME_CHARS} characters of ASCII letters, "
                    "digits, '.', '_' and '-', starting with a letter or digit")
         name = name[:MAX_NAME_CHARS]
     elif not body.strip():

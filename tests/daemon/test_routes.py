@@ -446,6 +446,19 @@ async def test_a_malformed_project_id_in_a_body_is_400_as_in_a_path(daemon: Daem
     assert r.status_code == 422 and error_of(r) == "VALIDATION_FAILED"
 
 
+async def test_an_id_with_a_letter_outside_ascii_is_told_the_letters_are_ascii(daemon: Daemon, strong: str):
+    # Ids are 1-200 of A-Z a-z 0-9 . _ : - ; the message said "letters, digits", and a client
+    # whose requestId "é1" (a letter) was refused could not tell why. The pairing clientId too.
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    for request_id in ("é1", "r\u0661"):  # (a Latin letter, an Arabic-Indic digit)
+        r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": request_id, "content": "x"})
+        assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT"), r.text
+        assert "requestId must be 1 to 200 characters of ASCII letters, digits" in r.json()["error"]["message"], r.text
+    r = await daemon.post("/pair/requests", None, {"clientId": "é1"})
+    assert (r.status_code, error_of(r)) == (400, "PAIRING_INVALID"), r.text
+    assert "clientId must be 1 to 64 characters of ASCII letters, digits" in r.json()["error"]["message"], r.text
+
+
 async def test_session_with_unknown_model_is_422(daemon: Daemon, strong: str):
     p = await daemon.project(strong)
     r = await daemon.post("/sessions", strong, {"projectId": p["id"], "model": "nobody/nothing"})

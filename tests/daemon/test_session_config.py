@@ -391,3 +391,28 @@ async def test_a_retried_input_is_answered_as_its_first_try_after_the_session_wa
     assert r.json() == {"requestId": "r1", "seq": submitted["seq"], "duplicate": True}
     r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "more"})
     assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED")
+
+
+async def test_a_bad_tool_policy_entry_is_named_by_its_tool_and_says_what_an_entry_takes(daemon, strong):
+    """``toolPolicy`` is a map of tool names: msgspec names no key of a map (``at `$[...]```), so a
+    refused entry read ``toolPolicy: Expected `object`, got `str` - at `$[...]``` without saying
+    which tool's entry it was or what an entry takes. It is named as a config file's
+    ``tools.policy`` is (``$.toolPolicy['run_command'].enabled``), with the entry's fields, and
+    nothing is recorded."""
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    before = await daemon.events(strong, sid)
+    fields = "toolPolicy['run_command'] takes {enabled?, approval?, workspaceAllowlist?, paramRestrictions?}"
+    for entry, said in [
+        ("deny", "Expected `object | null`, got `str` - at `$.toolPolicy['run_command']`; " + fields),
+        ({"enabled": "no"}, "Expected `bool | null`, got `str` - at `$.toolPolicy['run_command'].enabled`"),
+        ({"enabld": False}, "Object contains unknown field `enabld` - at `$.toolPolicy['run_command']`; " + fields),
+        ({"approval": "ask"}, "- at `$.toolPolicy['run_command'].approval`; "
+                              "toolPolicy['run_command'].approval takes 'none' or 'warn'"),
+    ]:
+        r = await daemon.request("PATCH", f"/sessions/{sid}", strong,
+                                 json_body={"toolPolicy": {"get_system_time": {"enabled": False}, "run_command": entry}})
+        assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), r.text
+        message = r.json()["error"]["message"]
+        assert message.startswith("the request body does not match: ") and said in message, (entry, message)
+        assert "[...]" not in message, message
+    assert await daemon.events(strong, sid) == before
