@@ -428,6 +428,10 @@ CORRUPTIONS = {
     "second frame": (lambda b: b + b, "trailing bytes"),
     "checksum": (_flip_checksum, "does not decompress"),
     "empty": (lambda b: b"", "not a zstd frame"),
+    # A skippable frame (magic 0x184D2A50..5F, four bytes of length, its bytes) before the data
+    # frame was reported as "zstd frame carries no content checksum", of a frame that has one.
+    "skippable frame first": (lambda b: b"\x50\x2a\x4d\x18\x04\x00\x00\x00abcd" + b,
+                              "starts with a zstd skippable frame (magic 0x184D2A50), not a data frame"),
 }
 
 
