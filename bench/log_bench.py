@@ -871,6 +871,24 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     total = time.perf_counter() - t_start
 
+    try:
+        report(n, args, plain, with_dict, total)
+        sys.stdout.flush()  # (a pipe's buffer: its failure is met here, not at exit)
+    except BrokenPipeError:
+        # The reader went away (`log_bench.py … | head`): not an error of ours, as for `lens log`.
+        _silence_stdout()
+        return 0
+    except OSError as exc:  # e.g. a full disk under stdout
+        _silence_stdout()
+        print(f"log_bench: IO_ERROR: cannot write the report to standard output: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def report(n: int, args: argparse.Namespace, plain: dict[str, Any], with_dict: dict[str, Any] | None,
+           total: float) -> None:
+    """The Markdown table of both phases' figures, then the JSON line, on stdout."""
     print(f"## Lens event log — {n:,} events per phase, {sessions_for(n)} sessions, synchronous=FULL\n")
     print(
         f"{os.cpu_count()} cores, Python {platform.python_version()}, "
@@ -907,7 +925,16 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}))
-    return 0
+
+
+def _silence_stdout() -> None:
+    """Send what is still to be written to stdout nowhere (its reader is gone or it cannot be
+    written), so that flushing it again at exit fails no more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def measure(data: Path, n: int, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any] | None]:

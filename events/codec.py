@@ -30,6 +30,7 @@ DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 _frame_parameters = zstandard.get_frame_parameters
 TAG_OF = {cls: tag for tag, cls in KIND_TO_TYPE.items()}  # event type -> its kind
 DEFAULT_LEVEL = 3
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # the first four bytes of every zstd data frame (0xFD2FB528)
 NO_DICTIONARY = 0
 # At most this many bytes (or one maximum-size event) are decompressed for one page of a read:
 # the rows' raw_size columns size the buffers, so forged sizes cannot make a read allocate more.
@@ -222,6 +223,9 @@ class Codec:
             params = zstandard.get_frame_parameters(body)
         except zstandard.ZstdError as exc:
             raise CorruptEvent(f"body is not a zstd frame ({exc})") from None
+        if body[:4] != ZSTD_MAGIC:  # (what else the call above takes: a skippable frame)
+            magic = int.from_bytes(body[:4], "little")
+            raise CorruptEvent(f"body starts with a zstd skippable frame (magic 0x{magic:08X}), not a data frame")
         if params.dict_id != dict_id:
             if params.dict_id and params.dict_id not in self._dicts:
                 raise self._missing(params.dict_id)

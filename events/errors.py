@@ -56,6 +56,13 @@ class DataDirNotReadable(StoreOpenError):
     code = "DATA_DIR_NOT_READABLE"
 
 
+class StoreBusy(StoreOpenError):
+    """Another process holds the database locked past the busy timeout (an exclusive lock that
+    keeps every other connection out); nothing is wrong with the file: try again later."""
+
+    code = "STORE_BUSY"
+
+
 class StoreCorrupt(StoreOpenError):
     """``events.db`` carries the Lens format marker but SQLite cannot read it as one: damaged
     pages, a missing or reshaped table. Raised at open, or by a read that reaches the damage."""

@@ -22,6 +22,7 @@ from .errors import (
     DataDirNotReadable,
     DataDirNotWritable,
     ForeignStore,
+    StoreBusy,
     StoreCorrupt,
     StoreOpenError,
     UnsupportedFormat,
@@ -365,12 +366,20 @@ def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> S
             f"the disk may be full or failing. Free some space (or fix the disk) and try again; this "
             f"is not a sign that the log is damaged"
         )
+    if isinstance(exc, apsw.BusyError):
+        return busy(path, exc)
     if isinstance(exc, apsw.CorruptError):
         return StoreCorrupt(
             f"{path} is damaged: SQLite cannot read it ({exc}). Restore it from a backup, or start "
             f"a new data directory with --data NEW_DIR (`lens log verify` reports what it finds)."
         )
     return StoreOpenError(f"cannot open {path}: {exc}")
+
+
+def busy(path: Path | str, exc: Exception) -> StoreBusy:
+    """The refusal of a database another process holds locked past the busy timeout."""
+    return StoreBusy(f"cannot open {path}: another process holds it locked (SQLite: {exc}); try again "
+                     f"when it is done")
 
 
 # SQLite opens no path longer than this (SQLITE_MAX_PATHNAME, in bytes, with its terminator)...

@@ -273,3 +273,31 @@ def test_the_event_limit_is_exactly_what_memory_holds() -> None:
     bench._refuse_too_many(limit)  # at the limit: taken
     with pytest.raises(SystemExit, match=f"EVENTS_TOO_MANY: --events {limit + 1:,} "):
         bench._refuse_too_many(limit + 1)  # one past: refused
+
+
+def test_a_reader_that_goes_away_ends_the_run_quietly(tmp_path: Path) -> None:
+    """`log_bench.py … | head -1`: the report's first `print` into the closed pipe ended the run
+    with a `BrokenPipeError` traceback and exit 1. Now, as `lens log decode | head`, it ends
+    quietly with 0; the measurements are done and the log in DIR is whole."""
+    data = tmp_path / "log"
+    proc = subprocess.Popen([sys.executable, str(BENCH), "--events", "64", "--no-dictionary", "--data", str(data)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (0, "")
+    verify = subprocess.run([sys.executable, "-m", "runtime.cli", "log", "verify", "--data", str(data)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert verify.stdout == "ok: 64 event(s) verified\n"
+
+
+def test_a_report_that_cannot_be_written_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """A full disk under stdout (`> /dev/full`): a `No space left on device` traceback, exit 1.
+    Now one line, `log_bench: IO_ERROR: …`, exit 1 like the benchmark's other refusals."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, str(BENCH), "--events", "64", "--no-dictionary",
+                               "--data", str(tmp_path / "log")],
+                              cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "log_bench: IO_ERROR: cannot write the report to standard output: No space left on device"]

@@ -428,6 +428,10 @@ CORRUPTIONS = {
     "second frame": (lambda b: b + b, "trailing bytes"),
     "checksum": (_flip_checksum, "does not decompress"),
     "empty": (lambda b: b"", "not a zstd frame"),
+    # A skippable frame (magic 0x184D2A50..5F, four bytes of length, its bytes) before the data
+    # frame was reported as "zstd frame carries no content checksum", of a frame that has one.
+    "skippable frame first": (lambda b: b"\x50\x2a\x4d\x18\x04\x00\x00\x00abcd" + b,
+                              "starts with a zstd skippable frame (magic 0x184D2A50), not a data frame"),
 }
 
 
@@ -2081,3 +2085,43 @@ def test_a_damaged_format_version_is_damage_not_another_release(log_dir: Path, v
         EventStore.open(log_dir)
     assert info.value.code == "STORE_CORRUPT"
     assert sha256(log_dir / "events.db") == before
+
+
+def test_a_database_another_process_holds_locked_is_store_busy(pristine: Path, tmp_path: Path) -> None:
+    """A database held in an exclusive lock by another process (SQLite's `locking_mode=EXCLUSIVE`,
+    as another tool may leave it) cannot be opened at all. After the busy timeout every command said
+    `STORE_OPEN_FAILED: cannot open …: database is locked`, where docs/errors.md and
+    storage-format.md promise `STORE_BUSY` (try again when it is done), as for a lock met mid-read.
+    The commands run at once, so the test waits out the busy timeout once."""
+    copies = {name: tmp_path / name for name in ("events", "projections")}
+    for data in copies.values():
+        shutil.copytree(pristine, data)
+        assert lens("log", "stats", "--data", str(data)).returncode == 0  # projections.db made
+    # (hashed first: closing any descriptor of a file drops the POSIX locks this process holds on it)
+    before = {name: sha256(data / "events.db") for name, data in copies.items()}
+    holders = []
+    for name, data in copies.items():
+        conn = apsw.Connection(str(data / f"{name}.db"))
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        conn.execute("BEGIN EXCLUSIVE")
+        conn.execute("CREATE TABLE held(x)")  # a write: the lock is taken now, not at commit
+        holders.append(conn)
+    runs = [("events", command) for command in ("decode", "verify", "stats", "rebuild")]
+    runs += [("projections", command) for command in ("stats", "rebuild")]
+    try:
+        procs = [(name, command, subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", "log", command, "--data", str(copies[name])],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for name, command in runs]
+        results = [(name, command, proc.communicate(timeout=60), proc.returncode)
+                   for name, command, proc in procs]
+    finally:
+        for conn in holders:
+            conn.execute("ROLLBACK")
+            conn.close()
+    for name, command, (out, err), rc in results:
+        assert (rc, out) == (2, ""), (name, command, rc, out, err)
+        path = copies[name] / f"{name}.db"
+        assert err.splitlines() == [
+            f"lens: STORE_BUSY: cannot open {path}: another process holds it locked (SQLite: database is "
+            f"locked); try again when it is done"], (name, command)
+    assert {name: sha256(data / "events.db") for name, data in copies.items()} == before
