@@ -15,14 +15,15 @@ the loop inside the timed span; the row says which way it went). Each run also g
 time and the process's CPU time (``time.process_time``: both threads). The median of ``--runs``
 runs (default 5) is reported, with the range; the estimate's own cost, timed alone, likewise.
 
-The answers (``--quick``: a tenth of each):
+The answers (``--quick``: a tenth of each, but 240 items a view: 720,000 characters, past an
+``ESCAPE_MAX``-th of the threshold, so a view's escapes are counted at that size too):
 
 * ``view``: a view-like dict of 1,000 items of 3,000 ASCII characters;
 * ``view_escaped``: the same, each text of quotes and newlines (twice its length as JSON);
 * ``view_controls``: the same, each text of control characters (six times its length as JSON);
 * ``events``: a page of 1,000 events of 15,000 characters;
-* ``events_small``: a page of 1,000 events of 1,500 ASCII characters (about 1.6 MB declared);
-* ``events_controls``: the same of control characters (about 1.6 MB declared, 9 MB of JSON);
+* ``events_small``: a page of 1,000 events of 1,500 ASCII characters (about 1.5 MB declared);
+* ``events_controls``: the same of control characters (about 1.5 MB declared, 9 MB of JSON);
 * ``string``: one string of 20 MB (no estimate: not a view nor a page).
 
 Also timed once per answer, alone on this thread: the two whole-value steps the pieces once
@@ -65,17 +66,21 @@ VARIANTS = {  # what the worker does after each chunk of pieces; "code": what ru
     "sched_yield": lambda: os.sched_yield(),
 }
 HUGE = 1 << 62
+# Items of a view at ``--quick``: 720,000 characters, past PIECES_FROM_CHARS // ESCAPE_MAX (699,050),
+# where strings_chars counts escapes (a tenth of 1,000 items would never reach the count).
+QUICK_VIEW_ITEMS = 240
 
 
 def answers(scale: float) -> dict[str, Any]:
     n = max(1, int(1000 * scale))
+    view_items = max(n, QUICK_VIEW_ITEMS)
     ascii_text = ("abcdefghij" * 300)[:3000]
     escaped = ('"\n' * 1500)[:3000]
     controls = "\x01" * 3000
     body = ("lorem ipsum " * 1300)[:15000]
 
     def view(text: str) -> dict[str, Any]:
-        return {"sessionId": "s1", "items": [{"id": f"i{i}", "kind": "tool", "text": text + str(i)} for i in range(n)]}
+        return {"sessionId": "s1", "items": [{"id": f"i{i}", "kind": "tool", "text": text + str(i)} for i in range(view_items)]}
 
     def page(text: str) -> dict[str, Any]:
         return {"events": [{"id": i, "type": "tool.finished", "ts": 1_700_000_000_000 + i,
@@ -94,12 +99,12 @@ def answers(scale: float) -> dict[str, Any]:
 
 def estimator(name: str, data: Any) -> Callable[[], Awaitable[int]] | None:
     """The code's own estimate of an answer's ``chars``, as the routes make it (``None``: the
-    answer is neither a view nor a page). A page's declared bytes are its events' MessagePack,
-    as its rows declare them."""
+    answer is neither a view nor a page). A page's declared bytes are its events' bodies'
+    MessagePack, as its rows declare them (``raw_size``)."""
     if name.startswith("view"):
         return lambda: strings_chars(view_texts(data))
     if name.startswith("events"):
-        declared = sum(len(msgspec.msgpack.encode(e)) for e in data["events"])
+        declared = sum(len(msgspec.msgpack.encode(e["body"])) for e in data["events"])
 
         async def page() -> int:
             return page_chars(declared)
@@ -198,7 +203,7 @@ def median_range(values: list[float]) -> tuple[float, float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="a tenth of each answer, 3 runs")
+    ap.add_argument("--quick", action="store_true", help="a tenth of each answer (views of 240 items), 3 runs")
     ap.add_argument("--secret", action="store_true", help="one secret set (the pieces scrub each string as they meet it)")
     ap.add_argument("--variant", default="code", choices=sorted(VARIANTS), help="how the worker gives way after a chunk")
     ap.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")

@@ -111,13 +111,18 @@ def item_view(it: Item, results: dict[str, Item], running: str | None, pending: 
 
 
 def view_texts(view: dict[str, Any]) -> list[str]:
-    """The strings of a :func:`session_view` where a large view's size is: its items' texts,
-    calls' arguments and results' texts (a few dictionary reads an item), for
-    :func:`runtime.json_chars.strings_chars` (see :func:`runtime.json_answer.json_answer`)."""
+    """The strings of a :func:`session_view` where a large view's size is: its items' texts and
+    text parts (an item of several parts carries its text twice: joined in ``text``, apart in
+    ``parts``), calls' arguments and results' texts (a few dictionary reads an item), for
+    :func:`runtime.json_chars.strings_chars` (see :func:`runtime.json_answer.json_answer`).
+    Left out: a result's ``structuredContent`` (any JSON), names, ids and the short fields."""
     texts: list[str] = []
     for v in view["items"]:
         if text := v.get("text"):
             texts.append(text)
+        parts = v.get("parts")
+        if parts is not None:
+            texts.extend(p["text"] for p in parts if p["type"] == "text" and p["text"])
         call = v.get("call")
         if call is not None:
             if arguments := call["arguments"]:

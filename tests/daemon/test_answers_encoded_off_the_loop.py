@@ -110,12 +110,12 @@ async def _pages_of_events(daemon, strong, sid: str, limit: int) -> list:
 
 
 async def test_a_page_declaring_less_than_the_threshold_of_escaped_text_is_encoded_off_the_event_loop(daemon, strong):
-    # Each declared byte counts as six characters (a control character is six of JSON; a quote or
-    # a newline two): a page whose rows declare between half the threshold and the threshold is
-    # encoded in pieces.
+    # Each declared byte counts as six characters (ESCAPE_MAX: a control character is six of JSON;
+    # a quote or a newline two): a page whose rows declare more than a sixth of the threshold, and
+    # less than the threshold, is encoded in pieces.
     sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
     texts = _texts(4, 600_000)
-    assert PIECES_FROM_CHARS // 2 < sum(len(t.encode()) for t in texts) < PIECES_FROM_CHARS
+    assert PIECES_FROM_CHARS // ESCAPE_MAX < sum(len(t.encode()) for t in texts) < PIECES_FROM_CHARS
     for i, text in enumerate(texts):
         await daemon.submit(strong, sid, f"r{i}", text)
         await daemon.wait_idle(strong, sid)
@@ -125,6 +125,24 @@ async def test_a_page_declaring_less_than_the_threshold_of_escaped_text_is_encod
     events = whole.json()["events"]
     assert [e["body"]["content"][0]["text"] for e in events if e["kind"] == "input.submitted"] == texts
     _check_encoding(whole)
+
+
+async def test_a_page_of_ordinary_size_is_encoded_in_one_call(daemon, strong):
+    # (the pieces cost more than the one call they replace) An input's event read as a page of its
+    # own, declaring fewer bytes than a sixth of the threshold: six characters a byte keep it
+    # under, so it is one call on the loop.
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    (text,) = _texts(1, 400_000)
+    assert page_chars(len(text.encode()) + 10_000) <= PIECES_FROM_CHARS  # (the body's other fields: far less)
+    await daemon.submit(strong, sid, "r1", text)
+    await daemon.wait_idle(strong, sid)
+    (seq,) = [e["seq"] for e in (await daemon.get(f"/sessions/{sid}/events?limit=1000", strong)).json()["events"]
+              if e["kind"] == "input.submitted"]
+    with json_of_text_on_this_thread(text) as on_loop:
+        page = await daemon.get(f"/sessions/{sid}/events?after={seq - 1}&limit=1", strong)
+    assert page.status_code == 200 and len(on_loop) == 1
+    assert [e["body"]["content"][0]["text"] for e in page.json()["events"]] == [text]
+    _check_encoding(page)
 
 
 async def test_a_large_page_of_events_is_encoded_off_the_event_loop(daemon, strong):

@@ -50,6 +50,21 @@ async def test_quotes_and_newlines_whose_json_is_past_the_threshold_count_past_i
     assert await strings_chars(texts) > T
 
 
+async def test_escapes_among_other_characters_are_counted_as_in_ascii() -> None:
+    # Text holding characters past ASCII is counted in its ASCII alone: each escape still counts,
+    # whatever stands around it (CJK, an emoji, a lone surrogate), and the side is JSON's own.
+    cjk = "中文" * 500_000
+    under = [cjk, "\x01中" * ((T - 1_000_000) // (ESCAPE_MAX + 1))]
+    over = [cjk, "\x01中" * ((T - 1_000_000) // (ESCAPE_MAX + 1) + 1)]
+    assert _json_chars(under) <= T < _json_chars(over)
+    assert await strings_chars(under) == _json_chars(under)
+    assert await strings_chars(over) > T
+    texts = ['😀"\ud800\n' * 200_000]  # (four characters, a quote and a newline of them escaped)
+    assert await strings_chars(texts) == 200_000 * (2 + 2 * ESCAPE_MAX)
+    # (no escapes: its characters, once each)
+    assert await strings_chars(["中" * 1_000_000]) == 1_000_000
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20), st.integers(0, 6))
 def test_the_estimate_is_never_under_json_on_the_near_side_of_the_threshold(sample: str, filler_sixths: int) -> None:
