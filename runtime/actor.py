@@ -81,6 +81,12 @@ INTERRUPTED_TEXT = (
     "This tool call was interrupted: Lens stopped before it finished, so it may have partly "
     "taken effect. Check the current state before retrying."
 )
+# What an ``ask_user`` call cut off by a restart tells the model: its question was cancelled (a
+# question has no effect to check, and no answer will come to it any more).
+QUESTION_INTERRUPTED_TEXT = (
+    "This tool call was interrupted: Lens stopped before the user answered, so the question was "
+    "cancelled and takes no answer any more. Ask again if you still need the answer."
+)
 READ_PAGE = 5000
 # Room left in an event for what an aborted request's ``model.failed`` holds besides its
 # ``partial_text`` (code, message, usage): the text kept is cut to the log's event limit less this.
@@ -913,9 +919,10 @@ class SessionActor:
         elif isinstance(step, d.RunCall):
             await self._run_call(agent_id, task_id, step)
         elif isinstance(step, d.InterruptCall):
+            said = (QUESTION_INTERRUPTED_TEXT if d.question_cancelled(self.state, step.call) else INTERRUPTED_TEXT)
             await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ToolFinished(
                 call_id=step.call.call_id, name=step.call.name, status="interrupted", is_error=True,
-                content=[t.TextPart(INTERRUPTED_TEXT)], error_code="INTERRUPTED"), agent_id, task_id)]))
+                content=[t.TextPart(said)], error_code="INTERRUPTED"), agent_id, task_id)]))
         elif isinstance(step, d.SkipCalls):
             await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ToolFinished(
                 call_id=c.call_id, name=c.name, status="skipped", is_error=True,

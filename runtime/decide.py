@@ -202,6 +202,12 @@ def _answered(state: SessionState, call: t.ToolCall) -> bool:
     return state.settled_questions.get(f"q_{call.call_id}", {}).get("status") == "answered"
 
 
+def question_cancelled(state: SessionState, call: t.ToolCall) -> bool:
+    """Whether ``call`` asked a question (``q_<call id>``) that was cancelled (a restart cancels the
+    questions open at it): an interrupted call then tells the model so."""
+    return state.settled_questions.get(f"q_{call.call_id}", {}).get("status") == "cancelled"
+
+
 def _last_text(agent: AgentState) -> str:
     for it in reversed(agent.items):
         if it.role == "assistant" and it.status != EMPTY_ANSWER:  # (an empty answer says nothing)

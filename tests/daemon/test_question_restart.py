@@ -62,6 +62,25 @@ async def test_a_question_open_at_a_restart_is_cancelled_and_its_call_interrupte
     assert (finished["body"]["status"], finished["body"]["error_code"]) == ("interrupted", "INTERRUPTED")
 
 
+async def test_the_model_is_told_its_question_was_cancelled_not_that_it_may_have_taken_effect(daemon_factory):
+    # A question open at a restart: the call's result says the question was cancelled unanswered
+    # and may be asked again (a question has no effect to check; the text for other calls told
+    # the model it "may have partly taken effect" and to "check the current state").
+    d = await daemon_factory(config=CONFIG)
+    token, sid, view = await _asking(d)
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    view = await d2.wait_idle(token, sid)
+    events = await d2.events(token, sid)
+    [finished] = [e for e in events if e["kind"] == "tool.finished"]
+    [text] = [part["text"] for part in finished["body"]["content"]]
+    assert text.startswith("This tool call was interrupted: Lens stopped before the user answered"), text
+    assert "the question was cancelled" in text and "ask again" in text.lower(), text
+    assert "partly taken effect" not in text, text
+    # What the model read next is that result (the faux answers with the tool's text).
+    assert view["items"][-1]["text"] == f"The tool answered: {text}"
+
+
 async def test_the_events_settling_a_question_belong_to_its_task(daemon_factory):
     # Answered, aborted, restarted: question.answered / question.cancelled carry the task (and
     # agent) of the question.asked they settle (they carried no task: a task's events lacked them).
