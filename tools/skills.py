@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable
 
 from events import types as t
 from events.errors import AppendRejected
+from runtime.errors import shortened  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .rerun import Respawning, executor_failures, once_more_if_died
@@ -517,10 +518,18 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
     async def skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         extra = set(args) - {"name", "unload"}
         name, unload = args.get("name"), args.get("unload", False)
-        if extra or (name is not None and not isinstance(name, str)) or not isinstance(unload, bool) or (
-                unload and name is None):
-            raise ToolError("INVALID_ARGUMENT",
-                            'skill takes {} (list), {"name": "..."} (load) or {"name": "...", "unload": true}')
+        problem = None
+        if extra:
+            problem = f"skill does not take {shortened(', '.join(map(repr, sorted(extra))))}"
+        elif name is not None and not isinstance(name, str):
+            problem = f"name must be a string, got {shortened(json.dumps(name, ensure_ascii=False))}"
+        elif not isinstance(unload, bool):
+            problem = f"unload must be true or false, got {shortened(json.dumps(unload, ensure_ascii=False))}"
+        elif unload and name is None:
+            problem = "unload needs a name"
+        if problem is not None:
+            raise ToolError("INVALID_ARGUMENT", f'{problem}; skill takes {{}} (list), {{"name": "..."}} (load) '
+                                                f'or {{"name": "...", "unload": true}}')
         if name is not None and len(name) > MAX_NAME_CHARS:
             raise ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "
                             f"{MAX_NAME_CHARS} characters")

@@ -9,6 +9,7 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import signal
 from collections.abc import AsyncIterator, Sequence
@@ -372,10 +373,19 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                                events=[t.FileReverted(call_id=ctx.call_id, reverted_call_id=target, paths=restored)])
 
     async def run_command(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        usage = "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}"
         extra = set(args) - {"command", "timeout_ms", "max_output_bytes", "cwd"}
         command = args.get("command")
-        if extra or not isinstance(command, str) or not command.strip():
-            raise ToolError("INVALID_ARGUMENT", "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}")
+        if extra:
+            raise ToolError("INVALID_ARGUMENT", f"run_command does not take "
+                                                f"{shortened(', '.join(map(repr, sorted(extra))))}; {usage}")
+        if "command" not in args:
+            raise ToolError("INVALID_ARGUMENT", f"run_command needs 'command'; {usage}")
+        if not isinstance(command, str):
+            raise ToolError("INVALID_ARGUMENT", f"command must be a string, got "
+                                                f"{shortened(json.dumps(command, ensure_ascii=False))}; {usage}")
+        if not command.strip():
+            raise ToolError("INVALID_ARGUMENT", f"command is empty (or only white space); {usage}")
         if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
             raise ToolError("COMMAND_TOO_LONG", f"command is longer than {MAX_COMMAND_BYTES} bytes")
         timeout = int_arg(args, "timeout_ms", 0, 0, MAX_COMMAND_TIMEOUT_MS)

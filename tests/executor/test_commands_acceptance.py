@@ -139,3 +139,18 @@ async def test_a_read_goes_in_beside_a_read_and_a_command_waits_for_both(executo
                     assert not marker.exists() and not done.is_set()
                 await done.wait()
         assert marker.exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"command": "echo hi", "bogus": 1}, "run_command does not take 'bogus'"),
+    ({}, "run_command needs 'command'"),
+    ({"command": 5}, "command must be a string, got 5"),
+    ({"command": ""}, "command is empty"),
+    ({"command": "  \n"}, "command is empty"),
+])
+async def test_bad_arguments_of_a_command_are_named_in_the_refusal(core: CoreTools, args: dict, says: str) -> None:
+    _, res = await core.run("run_command", args)
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT"
+    text = res.content[0].text
+    assert says in text, text
+    assert "{command, timeout_ms?, max_output_bytes?, cwd?}" in text, text  # (what it takes, still said)

@@ -350,3 +350,20 @@ async def test_a_skill_directory_whose_name_cannot_be_shown_is_listed_with_its_p
             ("ok", None), ("ok", None), ("error", "SKILL_INVALID"), ("error", "SKILL_NOT_FOUND"),
             ("error", "SKILL_NOT_FOUND")]
         assert sorted(e.event.name for e in events if e.kind == "skill.loaded") == ["literal", "review"]
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"name": 5}, "name must be a string, got 5"),
+    ({"name": "beta", "x": 1}, "skill does not take 'x'"),
+    ({"name": "beta", "unload": "yes"}, "unload must be true or false, got \"yes\""),
+    ({"unload": True}, "unload needs a name"),
+])
+async def test_bad_arguments_of_the_skill_tool_are_named_in_the_refusal(args: dict, says: str) -> None:
+    from tools.base import ToolContext, ToolError
+
+    # (refused before anything is looked up: no executor is reached)
+    with pytest.raises(ToolError) as info:
+        await skill_tool(None).run(args, ToolContext("p1", "ses_1", "main", None, "call_1", True))
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert says in info.value.message, info.value.message
+    assert '{"name": "..."} (load)' in info.value.message  # (what it takes, still said)
