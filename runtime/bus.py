@@ -239,6 +239,10 @@ class Subscription:
     # ``model.partial`` frames to write between the log replay and the first live chunk: what the
     # open model requests of this stream's sessions had streamed when it joined (see streamed.py).
     partial: bytes = b""
+    # Deltas that waited in the bus's queue when this stream joined (by id, the frame kept): what
+    # they carry is in ``partial`` or belongs to a request the replay shows over, so they are not
+    # written live. Each is forgotten as it is taken.
+    stale: dict[int, Frame] = field(default_factory=dict)
     writer: DirectWriter | None = None
     parked: bool = False
     rest: memoryview | None = None  # the tail of a write the bus started: the task finishes it
@@ -274,10 +278,11 @@ class Subscription:
         self.cursor += len(chunks)
         self.taken = chunks[-1].frames_end
         self.taken_bytes = chunks[-1].bytes_end
-        if self.skip_through:
-            skip = self.skip_through
-            data = b"".join([f.data for c in chunks for f in c.frames if f.seq is None or f.seq > skip])
-            if chunks[-1].last_seq is not None and chunks[-1].last_seq >= skip:
+        if self.skip_through or self.stale:
+            skip, stale = self.skip_through, self.stale
+            data = b"".join([f.data for c in chunks for f in c.frames
+                             if (f.seq > skip if f.seq is not None else stale.pop(id(f), None) is not f)])
+            if skip and chunks[-1].last_seq is not None and chunks[-1].last_seq >= skip:
                 self.skip_through = 0
         else:
             data = chunks[0].data if len(chunks) == 1 else b"".join([c.data for c in chunks])
@@ -559,8 +564,16 @@ class Bus:
         sent = self.sent  # (behind `position` while a large event's frame is being made)
         sub = Subscription(g, start, end, g.frames_total, g.bytes_total, last=start,
                            skip_through=start if start > sent else 0)
-        # (else the partials could be of closed requests, or of deltas still queued behind a frame)
-        if in_order and start == sent:
+        # The deltas queued behind a frame still being made were offered before this stream
+        # joined: what they carry is in the partial below (their request is open as of `position`)
+        # or their request is over in the replay. They are never written to it live.
+        for f in self._queue:
+            if isinstance(f, Frame) and f.seq is None and (session_id is None or f.session_id == session_id) and (
+                    project_id is None or f.project_id == project_id):
+                sub.stale[id(f)] = f
+        # (`streamed` is noted up to `position`, deltas included as they are offered: with every
+        # acknowledged event offered, the partials are exactly what the stream will not get live)
+        if in_order and start == self.position:
             sub.partial = b"".join(sse_message("model.partial", data)
                                    for data in self.streamed.frames_for(session_id, project_id))
         g.subs.add(sub)
