@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
+import pytest
 import trio
 
 from events.store import Draft, EventStore, open_store
@@ -97,3 +98,89 @@ async def test_a_stream_joining_while_frames_queue_gets_no_delta_queued_before_i
                             ("model.responded", 3, "hello world")]
         assert taken(b) == [("model.delta", None, " world"), ("model.responded", 3, "hello world")]
         assert taken(c) == []
+
+
+async def test_frames_behind_large_ones_reach_a_stream_in_the_order_offered(tmp_path: Path) -> None:
+    # Two large events with small events and deltas between and after them: the stream gets every
+    # frame in the order offered, each once, whatever waits in the queue.
+    async with driven_bus(tmp_path) as (store, bus):
+        one_session = bus.subscribe(session_id="s1")
+        every = bus.subscribe()
+        await store.append(note("a"))  # offered with the delta below: no queue yet
+        bus.publish_delta("s1", "main", "text", "d0")
+        await store.append(note(LARGE))  # seq 2
+        await store.append(note("b"), note("c", session="s2"))  # 3, 4
+        bus.publish_delta("s1", "main", "text", "d1")
+        await store.append(note(LARGE + "2"))  # 5
+        bus.publish_delta("s1", "main", "text", "d2")
+        await store.append(note("e"))  # 6
+        assert len(bus._queue) == 6 and bus.sent == 1 and bus.position == 5  # (6 is in the inbox)
+        bus._offer_inbox_now()
+        await make_queued(bus)
+        bus.flush()
+        large, large2 = f"{len(LARGE)} chars", f"{len(LARGE) + 1} chars"
+        want = [("instruction.appended", 1, "a"), ("model.delta", None, "d0"), ("instruction.appended", 2, large),
+                ("instruction.appended", 3, "b"), ("instruction.appended", 4, "c"), ("model.delta", None, "d1"),
+                ("instruction.appended", 5, large2), ("model.delta", None, "d2"), ("instruction.appended", 6, "e")]
+        assert taken(every) == want
+        assert taken(one_session) == [w for w in want if w[1] != 4]
+        assert bus.sent == bus.position == 6
+
+
+async def test_a_stream_cut_off_while_frames_queue_gets_nothing_more_and_the_others_everything(tmp_path: Path) -> None:
+    async with driven_bus(tmp_path, buffer=2) as (store, bus):
+        slow, fast = bus.subscribe(), bus.subscribe()
+        await store.append(note("a"), note("b"), note("c"))
+        bus._offer_inbox_now()
+        bus.flush()
+        fast.take()
+        await store.append(note(LARGE))  # 4, queued
+        await store.append(note("d"))  # 5, behind it
+        bus._offer_inbox_now()
+        await make_queued(bus)  # 4 and 5 handed on to the group
+        await store.append(note(LARGE + "2"))  # 6
+        await store.append(note("e"))  # 7
+        bus._offer_inbox_now()
+        bus.flush()  # slow has taken none of 3 frames flushed before: past its buffer of 2
+        assert slow.dropped and slow not in bus.subscribers and len(bus._queue) == 2
+        await make_queued(bus)
+        bus.flush()
+        assert [t[1] for t in taken(fast)] == [4, 5, 6, 7]
+        # its stream writes stream.dropped naming the last seq it took (none: it resumes from the
+        # log from the start), and the bus never writes to it again
+        assert slow.last == 0 and not slow.parked and slow.writes == 0
+
+
+async def test_the_last_stream_leaving_while_frames_queue_makes_no_frame_and_a_new_one_reads_the_log(
+        tmp_path: Path) -> None:
+    async with driven_bus(tmp_path) as (store, bus):
+        gone = bus.subscribe()
+        await store.append(note(LARGE))
+        await store.append(note("after"))
+        bus.publish_delta("s1", "main", "text", "d")
+        assert len(bus._queue) == 3
+        bus.unsubscribe(gone)
+        await make_queued(bus)  # nobody to send them to: the queue is dropped, nothing is made
+        assert not bus._queue and bus.sent == bus.position == 2
+        later = bus.subscribe()
+        assert later.start == 2 and later.skip_through == 0 and not later.stale
+        await store.append(note("next"))
+        bus._offer_inbox_now()
+        bus.flush()
+        assert taken(later) == [("instruction.appended", 3, "next")]
+        assert gone.take() is None
+
+
+async def test_an_error_making_a_queued_frame_ends_the_bus(tmp_path: Path) -> None:
+    # As an error making a frame on the loop did: it is raised in the bus's task (the maker).
+    from events.reader import StoredEvent
+    from events.types import Opaque
+
+    async with driven_bus(tmp_path) as (store, bus):
+        bus.subscribe()
+        unencodable = StoredEvent(1, 1, "p", "s1", 1, None, None, "x.y", None,
+                                  Opaque("x.y", {"items": [object()] * (FRAME_OFF_LOOP_CHARS // 100)}))
+        bus._offer_events([unencodable])
+        assert len(bus._queue) == 1
+        with pytest.RaisesGroup(TypeError, flatten_subgroups=True):
+            await make_queued(bus)
