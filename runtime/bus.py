@@ -53,6 +53,10 @@ READ_BATCH = 1000
 # is: what a slow client pins in memory is bounded by size too (events may be up to 1 MiB).
 BUFFER_BYTES = 32 * 1024 * 1024
 INBOX_MAX_EVENTS = 10_000  # handed-over events waiting for the bus's task; past this it reads the log
+# Frames waiting in the bus's queue behind a large event's frame being made: past this many (or
+# this many bytes of made frames) every stream is cut off (stream.dropped) and resumes from the log.
+QUEUE_MAX_FRAMES = 10_000
+QUEUE_MAX_BYTES = BUFFER_BYTES
 TICK_SECONDS = 0.02  # at most one write per subscriber per tick, carrying everything pending
 WRITE_SLICE_SECONDS = 0.01  # direct writes for this long at most between two checkpoints of the ticker
 FANOUT_SHARE = 0.25  # the fan-out's bound on the event loop's time: stretches the tick if needed
@@ -302,6 +306,9 @@ class Bus:
     tick: float = TICK_SECONDS
     position: int = 0
     inbox_max: int = INBOX_MAX_EVENTS
+    queue_max: int = QUEUE_MAX_FRAMES
+    queue_max_bytes: int = QUEUE_MAX_BYTES
+    queue_overflows: int = 0  # times the queue overflowed and every stream was cut off
     log_reads: int = 0  # batches the bus had to read back from the log (it fell behind, or a gap)
     groups: dict[tuple[str | None, str | None], Group] = field(default_factory=dict)
     _dirty: trio.Event = field(default_factory=trio.Event)
@@ -319,7 +326,11 @@ class Bus:
     # Frames offered after a large event whose frame is not made yet (always the first here), in
     # the order offered; the maker task makes it in a worker thread, then hands the made ones on.
     _queue: deque[Frame | _Unmade] = field(default_factory=deque)
+    _queue_bytes: int = 0  # the bytes of the made frames in it
     _unmade: trio.Event = field(default_factory=trio.Event)
+    # The maker's own worker thread: never queued behind other work of trio's default limiter
+    # (SSE replays' large frames, large request bodies, large JSON answers).
+    maker_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
 
     @property
     def sent(self) -> int:
@@ -619,10 +630,29 @@ class Bus:
                 while isinstance(frames[cut], Frame):
                     cut += 1
             ready = frames[:cut]
-            self._queue.extend(frames[cut:])
+            if ready:
+                self._distribute(ready)  # type: ignore[arg-type]
+            queued = frames[cut:]
+            self._queue.extend(queued)
+            self._queue_bytes += sum([len(f.data) for f in queued if isinstance(f, Frame)])
             self._unmade.set()
-        if ready:
-            self._distribute(ready)  # type: ignore[arg-type]
+            if len(self._queue) > self.queue_max or self._queue_bytes > self.queue_max_bytes:
+                self._overflow()
+            return
+        self._distribute(ready)  # type: ignore[arg-type]
+
+    def _overflow(self) -> None:
+        """The queue behind a frame being made grew past its bound: forget it and cut every
+        stream off (``stream.dropped`` naming the last seq it was sent; it resumes from the log,
+        whose replay makes the frames itself), as a subscriber too far behind is."""
+        log.warning("%d frames (%d bytes) waited behind a large event's frame; every stream was cut off and "
+                    "resumes from the log", len(self._queue), self._queue_bytes)
+        self.queue_overflows += 1
+        self._queue.clear()
+        self._queue_bytes = 0
+        for g in list(self.groups.values()):
+            for sub in list(g.subs):
+                self._drop(sub)
 
     async def _maker(self) -> None:
         """Make the frame at the head of :attr:`_queue` in a worker thread, then hand on every
@@ -636,16 +666,20 @@ class Bus:
                 head = queue[0]
                 if not self.groups:  # nobody to send them to (a stream joining now reads the log)
                     queue.clear()
+                    self._queue_bytes = 0
                     break
                 if isinstance(head, _Unmade):
-                    frame = await trio.to_thread.run_sync(event_frame_in_pieces, head.se, self.store.secrets)
+                    frame = await trio.to_thread.run_sync(event_frame_in_pieces, head.se, self.store.secrets,
+                                                          limiter=self.maker_limiter)
                     if not queue or queue[0] is not head:
                         continue  # (cleared meanwhile)
                     queue[0] = frame
+                    self._queue_bytes += len(frame.data)
                 ready: list[Frame] = []
                 while queue and isinstance(queue[0], Frame):
                     ready.append(queue.popleft())  # type: ignore[arg-type]
                 if ready:
+                    self._queue_bytes -= sum([len(f.data) for f in ready])
                     self._distribute(ready)
 
     def _distribute(self, frames: list[Frame]) -> None:

@@ -184,3 +184,64 @@ async def test_an_error_making_a_queued_frame_ends_the_bus(tmp_path: Path) -> No
         assert len(bus._queue) == 1
         with pytest.RaisesGroup(TypeError, flatten_subgroups=True):
             await make_queued(bus)
+
+
+async def test_past_its_bound_the_queue_is_dropped_and_every_stream_resumes_from_the_log(tmp_path: Path) -> None:
+    # A frame being made held every frame offered after it without bound: now, past `queue_max`
+    # frames (or `queue_max_bytes` of made frames), every stream is cut off as a stream too far
+    # behind is (stream.dropped naming what it was sent) and the queue is forgotten.
+    async with driven_bus(tmp_path, queue_max=3) as (store, bus):
+        every, one = bus.subscribe(), bus.subscribe(session_id="s1")
+        await store.append(note("a"))
+        bus._offer_inbox_now()
+        bus.flush()
+        assert [t[1] for t in taken(every)] == [1]
+        await store.append(note(LARGE))  # 2
+        await store.append(note("b"), note("c"))  # 3, 4: three frames queued, at the bound
+        bus._offer_inbox_now()
+        assert len(bus._queue) == 3 and not every.dropped and not one.dropped
+        bus.publish_delta("s1", "main", "text", "d")  # one more: past it
+        assert every.dropped and one.dropped and not bus.groups and not bus._queue
+        assert (every.last, one.last, bus.queue_overflows) == (1, 0, 1)
+        await make_queued(bus)
+        later = bus.subscribe()  # a stream resuming: nothing queued, it reads the log up to 4
+        assert later.start == 4 and later.skip_through == 0
+        await store.append(note("e"))
+        bus._offer_inbox_now()
+        bus.flush()
+        assert taken(later) == [("instruction.appended", 5, "e")]
+
+
+async def test_the_queue_is_bounded_by_the_bytes_of_its_made_frames_too(tmp_path: Path) -> None:
+    async with driven_bus(tmp_path, queue_max_bytes=5000) as (store, bus):
+        sub = bus.subscribe()
+        await store.append(note(LARGE))
+        await store.append(note("x" * 3000))
+        bus._offer_inbox_now()
+        assert not sub.dropped and 3000 < bus._queue_bytes < 5000
+        await store.append(note("y" * 3000))
+        bus._offer_inbox_now()
+        assert sub.dropped and not bus._queue and bus._queue_bytes == 0
+
+
+async def test_the_maker_has_a_worker_thread_of_its_own(tmp_path: Path) -> None:
+    # With every thread of trio's default limiter taken (SSE replays of large events, large
+    # bodies), a live stream's large frame is still made.
+    default = trio.to_thread.current_default_thread_limiter()
+    holders = [object() for _ in range(int(default.total_tokens))]
+    for h in holders:
+        default.acquire_on_behalf_of_nowait(h)
+    try:
+        async with driven_bus(tmp_path) as (store, bus):
+            sub = bus.subscribe()
+            await store.append(note(LARGE))
+            bus._offer_inbox_now()
+            assert bus._queue
+            with trio.fail_after(5):
+                await make_queued(bus)
+            bus.flush()
+            assert [t[1] for t in taken(sub)] == [1]
+            assert bus.maker_limiter.total_tokens == 1 and bus._queue_bytes == 0
+    finally:
+        for h in holders:
+            default.release_on_behalf_of(h)
