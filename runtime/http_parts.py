@@ -188,10 +188,7 @@ async def read_body(kind: type[B]) -> B:
     if not isinstance(outcome, _Refused):
         return outcome
     if outcome.what == "decode":
-        reason = outcome.detail
-        if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
-            reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
-        reason = _not_utf8(raw) or reason
+        reason = _not_utf8(raw) or outcome.detail
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason}){_sent_as_form()}")
     if outcome.what == "deep":
         raise ApiError("INVALID_JSON", "the request body is nested too deeply")
@@ -233,7 +230,10 @@ def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | 
     try:
         decoded = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
-        return _Refused("decode", str(exc))
+        reason = str(exc)
+        if reason == "Input data was truncated" and _high_surrogate_escape(raw, between):
+            reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
+        return _Refused("decode", reason)
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
         return _Refused("deep")
     between()
@@ -252,6 +252,22 @@ def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | 
         return _Refused("shape", str(exc), exc)
     except RecursionError:
         return _Refused("deep")
+
+
+def _high_surrogate_escape(raw: bytes, between: Callable[[], None]) -> bool:
+    """Whether ``raw`` holds a ``\\uD800``–``\\uDBFF`` escape with no low surrogate's escape after
+    it: a search per :data:`SCAN_SLICE_BYTES` (with ``between`` in between) when ``between`` is a
+    worker's give-way, one search otherwise. A match and what it looks ahead at span at most 12
+    bytes, so each search reaches 12 bytes past its slice and takes a match that starts in it."""
+    if between is _stay or len(raw) <= SCAN_SLICE_BYTES:
+        return _HIGH_SURROGATE_ESCAPE.search(raw) is not None
+    for pos in range(0, len(raw), SCAN_SLICE_BYTES):
+        end = pos + SCAN_SLICE_BYTES
+        m = _HIGH_SURROGATE_ESCAPE.search(raw, pos, min(end + 12, len(raw)))
+        if m is not None and (m.start() < end or end + 12 >= len(raw)):
+            return True
+        between()
+    return False
 
 
 def _scan(raw: bytes, needle: bytes, between: Callable[[], None]) -> tuple[int, bool]:

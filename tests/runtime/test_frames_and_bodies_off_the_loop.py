@@ -148,3 +148,15 @@ def test_a_large_frame_is_flushed_and_taken_alone_in_order():
     assert any(t is large.data for t in taken)  # (never copied into one bytes object with others)
     assert len(taken) == 3 and sub.last == 7
     assert (sub.taken, sub.taken_bytes) == (g.frames_total, g.bytes_total)
+
+
+def test_a_lone_high_surrogate_escape_is_found_across_a_scan_slice():
+    from runtime.http_parts import _high_surrogate_escape, _stay
+
+    for at in range(SCAN_SLICE_BYTES - 13, SCAN_SLICE_BYTES + 2):
+        lone = b"x" * at + b"\\uD83D" + b"y" * (SCAN_SLICE_BYTES + 100)
+        paired = b"x" * at + b"\\uD83D\\uDE00" + b"y" * (SCAN_SLICE_BYTES + 100)
+        assert _high_surrogate_escape(lone, lambda: None) and _high_surrogate_escape(lone, _stay), at
+        assert not _high_surrogate_escape(paired, lambda: None) and not _high_surrogate_escape(paired, _stay), at
+    end = b"x" * (2 * SCAN_SLICE_BYTES - 3) + b"\\uD83D"  # (at the very end)
+    assert _high_surrogate_escape(end, lambda: None)
