@@ -40,7 +40,8 @@ from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.store import EventStore, TailReader
 
-from .json_answer import encode_in_pieces, give_way
+from . import json_answer
+from .json_answer import encode_in_pieces
 from .json_chars import ESCAPE_MAX, PIECES_FROM_CHARS
 from .json_lines import json_line
 from .streamed import StreamedSoFar
@@ -124,7 +125,7 @@ def event_frame_in_pieces(se: StoredEvent, secrets: Secrets) -> Frame:
     parts = [f"id: {se.seq}\nevent: {se.kind}\n".encode(), b"data: "]
     for chunk in chunks:
         parts.append(json_line(chunk))
-        give_way()
+        json_answer.give_way()  # (looked up at each call: bench/loop_gap_bench.py --variant replaces it)
     parts.append(b"\n\n")
     return Frame(se.seq, se.project_id, se.session_id, b"".join(parts))
 
@@ -132,9 +133,14 @@ def event_frame_in_pieces(se: StoredEvent, secrets: Secrets) -> Frame:
 async def made_frame(se: StoredEvent, secrets: Secrets, *, off_loop_chars: int = FRAME_OFF_LOOP_CHARS) -> Frame:
     """``se``'s frame: on the loop up to ``off_loop_chars`` (:func:`event_chars`), in a worker
     thread past it. An error making it is raised here as :func:`event_frame` raises it."""
-    if event_chars(se) <= off_loop_chars:
+    if _frame_on_loop(se, off_loop_chars):
         return event_frame(se, secrets)
     return await trio.to_thread.run_sync(event_frame_in_pieces, se, secrets)
+
+
+def _frame_on_loop(se: StoredEvent, off_loop_chars: int = FRAME_OFF_LOOP_CHARS) -> bool:
+    """Whether ``se``'s frame is made on the loop (else in a worker thread): see :func:`event_chars`."""
+    return event_chars(se) <= off_loop_chars
 
 
 def sse_message(event: str, data: bytes, id: int | None = None) -> bytes:
@@ -414,7 +420,7 @@ class Bus:
         self.streamed.note_events(events)
         if self.groups or self._queue:  # (no stream to send them to: no frames to make)
             secrets = self.store.secrets
-            self._offer_all([event_frame(se, secrets) if event_chars(se) <= FRAME_OFF_LOOP_CHARS else _Unmade(se)
+            self._offer_all([event_frame(se, secrets) if _frame_on_loop(se) else _Unmade(se)
                              for se in events])
         self.position = events[-1].seq
 

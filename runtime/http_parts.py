@@ -185,7 +185,7 @@ async def read_body(kind: type[B]) -> B:
             return kind()
         raise ApiError("INVALID_JSON", "the request body is empty; this route takes a JSON object")
     outcome = await decoded_body(raw, kind)
-    if not isinstance(outcome, _Refused):
+    if not isinstance(outcome, Refused):
         return outcome
     if outcome.what == "decode":
         reason = _not_utf8(raw) or outcome.detail
@@ -201,7 +201,7 @@ async def read_body(kind: type[B]) -> B:
                                         f"{body_hint(kind, outcome.detail)}")
 
 
-async def decoded_body(raw: bytes, kind: type[B], *, on_loop_bytes: int = BODY_ON_LOOP_BYTES) -> B | _Refused:
+async def decoded_body(raw: bytes, kind: type[B], *, on_loop_bytes: int = BODY_ON_LOOP_BYTES) -> B | Refused:
     """``raw`` (a body, not blank) decoded as ``kind``, or why not: on the loop up to
     ``on_loop_bytes``, in a worker thread past it (a step at a time, giving way in between)."""
     if len(raw) <= on_loop_bytes:
@@ -211,7 +211,7 @@ async def decoded_body(raw: bytes, kind: type[B], *, on_loop_bytes: int = BODY_O
     return await trio.to_thread.run_sync(_decode_body, raw, kind, give_way)
 
 
-class _Refused(msgspec.Struct, frozen=True):
+class Refused(msgspec.Struct, frozen=True):
     """Why :func:`_decode_body` refused a body: ``what`` is ``decode`` (msgspec's reason in
     ``detail``), ``deep``, ``repeated`` (the key) or ``shape`` (the validation error)."""
 
@@ -224,7 +224,7 @@ def _stay() -> None:
     return None
 
 
-def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | _Refused:
+def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | Refused:
     """``raw`` decoded as ``kind``, or why not; ``between`` runs between two steps (in a worker
     thread, :func:`give_way`). Touches nothing of the request: the caller words the refusal."""
     try:
@@ -233,25 +233,25 @@ def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | 
         reason = str(exc)
         if reason == "Input data was truncated" and _high_surrogate_escape(raw, between):
             reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
-        return _Refused("decode", reason)
+        return Refused("decode", reason)
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
-        return _Refused("deep")
+        return Refused("deep")
     between()
     try:
         repeated = _repeated_key(raw, decoded, between)
     except RecursionError:
-        return _Refused("deep")
+        return Refused("deep")
     if repeated is not None:
-        return _Refused("repeated", repeated)
+        return Refused("repeated", repeated)
     between()
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
         if "[...]" in str(exc):  # (msgspec names no key of a map: which tool's entry of toolPolicy?)
             exc = msgspec.ValidationError(first_refused(decoded, kind, "$") or str(exc))
-        return _Refused("shape", str(exc), exc)
+        return Refused("shape", str(exc), exc)
     except RecursionError:
-        return _Refused("deep")
+        return Refused("deep")
 
 
 def _high_surrogate_escape(raw: bytes, between: Callable[[], None]) -> bool:

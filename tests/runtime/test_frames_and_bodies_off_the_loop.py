@@ -18,7 +18,7 @@ from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.types import InputSubmitted, Opaque, TextPart
 from runtime.bus import COUNT_NODES, FRAME_OFF_LOOP_CHARS, event_chars, event_frame, event_frame_in_pieces, made_frame
-from runtime.http_parts import BODY_ON_LOOP_BYTES, SCAN_SLICE_BYTES, _Refused, decoded_body
+from runtime.http_parts import BODY_ON_LOOP_BYTES, SCAN_SLICE_BYTES, Refused, decoded_body
 from runtime.json_answer import PIECE_CHARS
 
 from tests.loop_json import json_of_text_on_this_thread
@@ -126,7 +126,7 @@ async def test_a_body_at_the_threshold_is_decoded_on_the_loop_and_past_it_in_a_w
 async def test_a_body_refused_in_the_worker_is_refused_as_on_the_loop(raw):
     on_loop = await decoded_body(raw, _Input, on_loop_bytes=len(raw))
     in_worker = await decoded_body(raw, _Input, on_loop_bytes=0)
-    assert isinstance(on_loop, _Refused) and (on_loop.what, on_loop.detail) == (in_worker.what, in_worker.detail)
+    assert isinstance(on_loop, Refused) and (on_loop.what, on_loop.detail) == (in_worker.what, in_worker.detail)
 
 
 def test_a_needle_across_a_scan_slice_is_found():
