@@ -367,7 +367,7 @@ def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> S
             f"is not a sign that the log is damaged"
         )
     if isinstance(exc, apsw.BusyError):
-        return busy(path, exc)
+        return store_busy(path, exc)
     if isinstance(exc, apsw.CorruptError):
         return StoreCorrupt(
             f"{path} is damaged: SQLite cannot read it ({exc}). Restore it from a backup, or start "
@@ -376,7 +376,7 @@ def translate_open_error(exc: Exception, path: Path, *, write: bool = True) -> S
     return StoreOpenError(f"cannot open {path}: {exc}")
 
 
-def busy(path: Path | str, exc: Exception) -> StoreBusy:
+def store_busy(path: Path | str, exc: Exception) -> StoreBusy:
     """The refusal of a database another process holds locked past the busy timeout."""
     return StoreBusy(f"cannot open {path}: another process holds it locked (SQLite: {exc}); try again "
                      f"when it is done")

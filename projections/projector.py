@@ -24,7 +24,7 @@ import zstandard
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt, StoreOpenError
 from events.reader import LogReader, StoredEvent, StoredRow, row_problem
-from events.schema import BUSY_TIMEOUT_MS, EVENTS_DB, PROJECTIONS_DB, busy, create_private
+from events.schema import BUSY_TIMEOUT_MS, EVENTS_DB, PROJECTIONS_DB, create_private, store_busy
 
 Progress = Callable[[int, int], None]
 BATCH = 2000
@@ -198,7 +198,7 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
     except apsw.BusyError as exc:  # (after the busy timeout: another process holds it locked)
         if conn is not None:
             conn.close()
-        raise busy(path, exc) from None
+        raise store_busy(path, exc) from None
     except apsw.Error as exc:
         if made and isinstance(exc, apsw.IOError) and _held_elsewhere(data_dir):
             if conn is not None:

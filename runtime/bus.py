@@ -40,7 +40,8 @@ from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.store import EventStore, TailReader
 
-from .json_answer import encode_in_pieces, give_way
+from . import json_answer
+from .json_answer import encode_in_pieces
 from .json_chars import ESCAPE_MAX, PIECES_FROM_CHARS
 from .json_lines import json_line
 from .streamed import StreamedSoFar
@@ -53,6 +54,10 @@ READ_BATCH = 1000
 # is: what a slow client pins in memory is bounded by size too (events may be up to 1 MiB).
 BUFFER_BYTES = 32 * 1024 * 1024
 INBOX_MAX_EVENTS = 10_000  # handed-over events waiting for the bus's task; past this it reads the log
+# Frames waiting in the bus's queue behind a large event's frame being made: past this many (or
+# this many bytes of made frames) every stream is cut off (stream.dropped) and resumes from the log.
+QUEUE_MAX_FRAMES = 10_000
+QUEUE_MAX_BYTES = BUFFER_BYTES
 TICK_SECONDS = 0.02  # at most one write per subscriber per tick, carrying everything pending
 WRITE_SLICE_SECONDS = 0.01  # direct writes for this long at most between two checkpoints of the ticker
 FANOUT_SHARE = 0.25  # the fan-out's bound on the event loop's time: stretches the tick if needed
@@ -65,7 +70,11 @@ TRIM_CHUNKS = 32  # a group forgets chunks every subscriber has taken once it ho
 # JSON one character can become (json_chars.ESCAPE_MAX, a control character): the strings are not
 # read for their escapes on this path, so a frame made on the loop is never past the threshold.
 FRAME_OFF_LOOP_CHARS = PIECES_FROM_CHARS // ESCAPE_MAX
-COUNT_NODES = 1000  # event_chars walks at most this many values; an event of more counts as large
+# event_chars walks at most this many values; an event of more counts as large. Walking a value
+# costs about twice what encoding it does, so the bound keeps the walk below the frame it decides
+# for an event of many values (1,000 values: 18 us of walk against 29 us of frame; 1,000 nodes
+# walked took 67 us).
+COUNT_NODES = 200
 # A frame of at least this many bytes is never joined with others into one bytes object on the
 # loop (a chunk of its own, taken alone): copying 32 MB there took 20-28 ms (a fresh allocation).
 ALONE_BYTES = 1024 * 1024
@@ -116,7 +125,7 @@ def event_frame_in_pieces(se: StoredEvent, secrets: Secrets) -> Frame:
     parts = [f"id: {se.seq}\nevent: {se.kind}\n".encode(), b"data: "]
     for chunk in chunks:
         parts.append(json_line(chunk))
-        give_way()
+        json_answer.give_way()  # (looked up at each call: bench/loop_gap_bench.py --variant replaces it)
     parts.append(b"\n\n")
     return Frame(se.seq, se.project_id, se.session_id, b"".join(parts))
 
@@ -124,9 +133,14 @@ def event_frame_in_pieces(se: StoredEvent, secrets: Secrets) -> Frame:
 async def made_frame(se: StoredEvent, secrets: Secrets, *, off_loop_chars: int = FRAME_OFF_LOOP_CHARS) -> Frame:
     """``se``'s frame: on the loop up to ``off_loop_chars`` (:func:`event_chars`), in a worker
     thread past it. An error making it is raised here as :func:`event_frame` raises it."""
-    if event_chars(se) <= off_loop_chars:
+    if _frame_on_loop(se, off_loop_chars):
         return event_frame(se, secrets)
     return await trio.to_thread.run_sync(event_frame_in_pieces, se, secrets)
+
+
+def _frame_on_loop(se: StoredEvent, off_loop_chars: int = FRAME_OFF_LOOP_CHARS) -> bool:
+    """Whether ``se``'s frame is made on the loop (else in a worker thread): see :func:`event_chars`."""
+    return event_chars(se) <= off_loop_chars
 
 
 def sse_message(event: str, data: bytes, id: int | None = None) -> bytes:
@@ -239,6 +253,10 @@ class Subscription:
     # ``model.partial`` frames to write between the log replay and the first live chunk: what the
     # open model requests of this stream's sessions had streamed when it joined (see streamed.py).
     partial: bytes = b""
+    # Deltas that waited in the bus's queue when this stream joined (by id, the frame kept): what
+    # they carry is in ``partial`` or belongs to a request the replay shows over, so they are not
+    # written live. Each is forgotten as it is taken.
+    stale: dict[int, Frame] = field(default_factory=dict)
     writer: DirectWriter | None = None
     parked: bool = False
     rest: memoryview | None = None  # the tail of a write the bus started: the task finishes it
@@ -274,10 +292,11 @@ class Subscription:
         self.cursor += len(chunks)
         self.taken = chunks[-1].frames_end
         self.taken_bytes = chunks[-1].bytes_end
-        if self.skip_through:
-            skip = self.skip_through
-            data = b"".join([f.data for c in chunks for f in c.frames if f.seq is None or f.seq > skip])
-            if chunks[-1].last_seq is not None and chunks[-1].last_seq >= skip:
+        if self.skip_through or self.stale:
+            skip, stale = self.skip_through, self.stale
+            data = b"".join([f.data for c in chunks for f in c.frames
+                             if (f.seq > skip if f.seq is not None else stale.pop(id(f), None) is not f)])
+            if skip and chunks[-1].last_seq is not None and chunks[-1].last_seq >= skip:
                 self.skip_through = 0
         else:
             data = chunks[0].data if len(chunks) == 1 else b"".join([c.data for c in chunks])
@@ -297,6 +316,9 @@ class Bus:
     tick: float = TICK_SECONDS
     position: int = 0
     inbox_max: int = INBOX_MAX_EVENTS
+    queue_max: int = QUEUE_MAX_FRAMES
+    queue_max_bytes: int = QUEUE_MAX_BYTES
+    queue_overflows: int = 0  # times the queue overflowed and every stream was cut off
     log_reads: int = 0  # batches the bus had to read back from the log (it fell behind, or a gap)
     groups: dict[tuple[str | None, str | None], Group] = field(default_factory=dict)
     _dirty: trio.Event = field(default_factory=trio.Event)
@@ -314,7 +336,11 @@ class Bus:
     # Frames offered after a large event whose frame is not made yet (always the first here), in
     # the order offered; the maker task makes it in a worker thread, then hands the made ones on.
     _queue: deque[Frame | _Unmade] = field(default_factory=deque)
+    _queue_bytes: int = 0  # the bytes of the made frames in it
     _unmade: trio.Event = field(default_factory=trio.Event)
+    # The maker's own worker thread: never queued behind other work of trio's default limiter
+    # (SSE replays' large frames, large request bodies, large JSON answers).
+    maker_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
 
     @property
     def sent(self) -> int:
@@ -394,7 +420,7 @@ class Bus:
         self.streamed.note_events(events)
         if self.groups or self._queue:  # (no stream to send them to: no frames to make)
             secrets = self.store.secrets
-            self._offer_all([event_frame(se, secrets) if event_chars(se) <= FRAME_OFF_LOOP_CHARS else _Unmade(se)
+            self._offer_all([event_frame(se, secrets) if _frame_on_loop(se) else _Unmade(se)
                              for se in events])
         self.position = events[-1].seq
 
@@ -559,8 +585,16 @@ class Bus:
         sent = self.sent  # (behind `position` while a large event's frame is being made)
         sub = Subscription(g, start, end, g.frames_total, g.bytes_total, last=start,
                            skip_through=start if start > sent else 0)
-        # (else the partials could be of closed requests, or of deltas still queued behind a frame)
-        if in_order and start == sent:
+        # The deltas queued behind a frame still being made were offered before this stream
+        # joined: what they carry is in the partial below (their request is open as of `position`)
+        # or their request is over in the replay. They are never written to it live.
+        for f in self._queue:
+            if isinstance(f, Frame) and f.seq is None and (session_id is None or f.session_id == session_id) and (
+                    project_id is None or f.project_id == project_id):
+                sub.stale[id(f)] = f
+        # (`streamed` is noted up to `position`, deltas included as they are offered: with every
+        # acknowledged event offered, the partials are exactly what the stream will not get live)
+        if in_order and start == self.position:
             sub.partial = b"".join(sse_message("model.partial", data)
                                    for data in self.streamed.frames_for(session_id, project_id))
         g.subs.add(sub)
@@ -606,10 +640,29 @@ class Bus:
                 while isinstance(frames[cut], Frame):
                     cut += 1
             ready = frames[:cut]
-            self._queue.extend(frames[cut:])
+            if ready:
+                self._distribute(ready)  # type: ignore[arg-type]
+            queued = frames[cut:]
+            self._queue.extend(queued)
+            self._queue_bytes += sum([len(f.data) for f in queued if isinstance(f, Frame)])
             self._unmade.set()
-        if ready:
-            self._distribute(ready)  # type: ignore[arg-type]
+            if len(self._queue) > self.queue_max or self._queue_bytes > self.queue_max_bytes:
+                self._overflow()
+            return
+        self._distribute(ready)  # type: ignore[arg-type]
+
+    def _overflow(self) -> None:
+        """The queue behind a frame being made grew past its bound: forget it and cut every
+        stream off (``stream.dropped`` naming the last seq it was sent; it resumes from the log,
+        whose replay makes the frames itself), as a subscriber too far behind is."""
+        log.warning("%d frames (%d bytes) waited behind a large event's frame; every stream was cut off and "
+                    "resumes from the log", len(self._queue), self._queue_bytes)
+        self.queue_overflows += 1
+        self._queue.clear()
+        self._queue_bytes = 0
+        for g in list(self.groups.values()):
+            for sub in list(g.subs):
+                self._drop(sub)
 
     async def _maker(self) -> None:
         """Make the frame at the head of :attr:`_queue` in a worker thread, then hand on every
@@ -623,16 +676,20 @@ class Bus:
                 head = queue[0]
                 if not self.groups:  # nobody to send them to (a stream joining now reads the log)
                     queue.clear()
+                    self._queue_bytes = 0
                     break
                 if isinstance(head, _Unmade):
-                    frame = await trio.to_thread.run_sync(event_frame_in_pieces, head.se, self.store.secrets)
+                    frame = await trio.to_thread.run_sync(event_frame_in_pieces, head.se, self.store.secrets,
+                                                          limiter=self.maker_limiter)
                     if not queue or queue[0] is not head:
                         continue  # (cleared meanwhile)
                     queue[0] = frame
+                    self._queue_bytes += len(frame.data)
                 ready: list[Frame] = []
                 while queue and isinstance(queue[0], Frame):
                     ready.append(queue.popleft())  # type: ignore[arg-type]
                 if ready:
+                    self._queue_bytes -= sum([len(f.data) for f in ready])
                     self._distribute(ready)
 
     def _distribute(self, frames: list[Frame]) -> None:

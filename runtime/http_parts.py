@@ -185,13 +185,10 @@ async def read_body(kind: type[B]) -> B:
             return kind()
         raise ApiError("INVALID_JSON", "the request body is empty; this route takes a JSON object")
     outcome = await decoded_body(raw, kind)
-    if not isinstance(outcome, _Refused):
+    if not isinstance(outcome, Refused):
         return outcome
     if outcome.what == "decode":
-        reason = outcome.detail
-        if reason == "Input data was truncated" and _HIGH_SURROGATE_ESCAPE.search(raw):
-            reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
-        reason = _not_utf8(raw) or reason
+        reason = _not_utf8(raw) or outcome.detail
         raise ApiError("INVALID_JSON", f"the request body is not valid JSON ({reason}){_sent_as_form()}")
     if outcome.what == "deep":
         raise ApiError("INVALID_JSON", "the request body is nested too deeply")
@@ -204,7 +201,7 @@ async def read_body(kind: type[B]) -> B:
                                         f"{body_hint(kind, outcome.detail)}")
 
 
-async def decoded_body(raw: bytes, kind: type[B], *, on_loop_bytes: int = BODY_ON_LOOP_BYTES) -> B | _Refused:
+async def decoded_body(raw: bytes, kind: type[B], *, on_loop_bytes: int = BODY_ON_LOOP_BYTES) -> B | Refused:
     """``raw`` (a body, not blank) decoded as ``kind``, or why not: on the loop up to
     ``on_loop_bytes``, in a worker thread past it (a step at a time, giving way in between)."""
     if len(raw) <= on_loop_bytes:
@@ -214,7 +211,7 @@ async def decoded_body(raw: bytes, kind: type[B], *, on_loop_bytes: int = BODY_O
     return await trio.to_thread.run_sync(_decode_body, raw, kind, give_way)
 
 
-class _Refused(msgspec.Struct, frozen=True):
+class Refused(msgspec.Struct, frozen=True):
     """Why :func:`_decode_body` refused a body: ``what`` is ``decode`` (msgspec's reason in
     ``detail``), ``deep``, ``repeated`` (the key) or ``shape`` (the validation error)."""
 
@@ -227,31 +224,50 @@ def _stay() -> None:
     return None
 
 
-def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | _Refused:
+def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | Refused:
     """``raw`` decoded as ``kind``, or why not; ``between`` runs between two steps (in a worker
     thread, :func:`give_way`). Touches nothing of the request: the caller words the refusal."""
     try:
         decoded = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
-        return _Refused("decode", str(exc))
+        reason = str(exc)
+        if reason == "Input data was truncated" and _high_surrogate_escape(raw, between):
+            reason = "a \\uD800–\\uDBFF escape not followed by its low surrogate"  # msgspec says "truncated"
+        return Refused("decode", reason)
     except RecursionError:  # msgspec's depth limit is the interpreter's recursion limit
-        return _Refused("deep")
+        return Refused("deep")
     between()
     try:
         repeated = _repeated_key(raw, decoded, between)
     except RecursionError:
-        return _Refused("deep")
+        return Refused("deep")
     if repeated is not None:
-        return _Refused("repeated", repeated)
+        return Refused("repeated", repeated)
     between()
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
         if "[...]" in str(exc):  # (msgspec names no key of a map: which tool's entry of toolPolicy?)
             exc = msgspec.ValidationError(first_refused(decoded, kind, "$") or str(exc))
-        return _Refused("shape", str(exc), exc)
+        return Refused("shape", str(exc), exc)
     except RecursionError:
-        return _Refused("deep")
+        return Refused("deep")
+
+
+def _high_surrogate_escape(raw: bytes, between: Callable[[], None]) -> bool:
+    """Whether ``raw`` holds a ``\\uD800``–``\\uDBFF`` escape with no low surrogate's escape after
+    it: a search per :data:`SCAN_SLICE_BYTES` (with ``between`` in between) when ``between`` is a
+    worker's give-way, one search otherwise. A match and what it looks ahead at span at most 12
+    bytes, so each search reaches 12 bytes past its slice and takes a match that starts in it."""
+    if between is _stay or len(raw) <= SCAN_SLICE_BYTES:
+        return _HIGH_SURROGATE_ESCAPE.search(raw) is not None
+    for pos in range(0, len(raw), SCAN_SLICE_BYTES):
+        end = pos + SCAN_SLICE_BYTES
+        m = _HIGH_SURROGATE_ESCAPE.search(raw, pos, min(end + 12, len(raw)))
+        if m is not None and (m.start() < end or end + 12 >= len(raw)):
+            return True
+        between()
+    return False
 
 
 def _scan(raw: bytes, needle: bytes, between: Callable[[], None]) -> tuple[int, bool]:

@@ -57,22 +57,19 @@ class _Chunks:
             self.chunks.append(chunk)
             self.length += len(chunk)
             self._pending, self._pending_bytes = [], 0
-            _give_way()
+            give_way()
 
 
-def _give_way() -> None:
+def give_way() -> None:
+    """What a worker that makes large bytes a chunk at a time does after each chunk (these
+    pieces, the SSE frame of a large event, a large request body's checks). Called through the
+    module (``json_answer.give_way()``), so that bench/loop_gap_bench.py --variant can replace it."""
     # The worker lets go of the interpreter's lock after each chunk (about CHUNK_BYTES): a loop
     # waiting for it takes it then, instead of at the switch interval (5 ms) that forces a
     # hand-over. Measured by bench/loop_gap_bench.py (docs/performance.md): the largest gap
     # between a 1 ms ticker's turns, for 6 MB of escaped JSON, 10.0–12.0 ms without, 4.9–5.1 ms
     # with (medians of 7 runs on a busy machine).
     time.sleep(0)
-
-
-def give_way() -> None:
-    """What the pieces' worker does after each chunk, for other workers that make large bytes a
-    chunk at a time (the SSE frame of a large event, a large request body's checks)."""
-    _give_way()
 
 
 def _string(text: str, out: _Chunks) -> None:

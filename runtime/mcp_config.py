@@ -37,7 +37,7 @@ def check_mcp_servers(servers: dict[str, McpServerConfig], where: str, error: ty
         # (a trailing '_' would also make one name of two tools: server "a_" tool "_b" and
         # server "a" tool "__b" are both mcp__a____b)
         if not SERVER_NAME_RE.fullmatch(name) or "__" in name or name.endswith("_"):
-            raise error(f"{key}: a server name is 1 to 32 letters, digits, '_' or '-', without '__' and not "
+            raise error(f"{key}: a server name is 1 to 32 ASCII letters, digits, '_' or '-', without '__' and not "
                         f"ending in '_' (its tools are named mcp__<server>__<tool>)")
         if not s.command or "\0" in s.command:
             raise error(f"{key}: command must be a non-empty program name or path")

@@ -42,6 +42,7 @@ from .terminal import unshowable_in
 log = logging.getLogger("lens.pairing")
 
 CLIENT_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # whole strings only: fullmatch
+CLIENT_ID_RULE = "1 to 64 characters of ASCII letters, digits, '.', '_' or '-'"  # CLIENT_ID_RE, as messages say it
 TOKEN_PREFIX = "lens_"
 POLL_SECONDS = 0.25
 # A pending request older than this no longer holds a place under ``server.maxPendingPairings``:
@@ -131,7 +132,7 @@ def credential_hash(client_id: str, trust: str, token: str) -> str:
 
 def validate_client_id(client_id: Any) -> str:
     if not isinstance(client_id, str) or not CLIENT_ID_RE.fullmatch(client_id):
-        raise PairingError("clientId must be 1 to 64 characters of ASCII letters, digits, '.', '_' or '-'")
+        raise PairingError(f"clientId must be {CLIENT_ID_RULE}")
     return client_id
 
 
@@ -161,8 +162,7 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     seen: set[str] = set()
     for i, c in enumerate(data.clients):
         if not CLIENT_ID_RE.fullmatch(c.client_id):
-            raise PairFileInvalid(f"{where}: clients[{i}].clientId {c.client_id[:80]!r} is not 1 to 64 characters "
-                                  f"of letters, digits, '.', '_' or '-'")
+            raise PairFileInvalid(f"{where}: clients[{i}].clientId {c.client_id[:80]!r} is not {CLIENT_ID_RULE}")
         if c.client_id in seen:
             raise PairFileInvalid(f"{where}: client {c.client_id!r} has more than one record")
         seen.add(c.client_id)

@@ -645,6 +645,10 @@ async def test_client_ids_and_hashes_are_checked_whole(daemon: Daemon):
     for bad in ({**good, "clientId": "c1\n"}, {**good, "credentialHash": "0" * 64 + "\n"}):
         with pytest.raises(PairFileInvalid):
             parse_pair_file(json.dumps({"version": 1, "clients": [bad]}).encode(), "test")
+    # The pair file's rule is worded as the route's: ASCII only ("é" is a letter, and refused).
+    with pytest.raises(PairFileInvalid, match=r"clients\[0\]\.clientId 'caf\u00e9' is not 1 to 64 characters of "
+                                              r"ASCII letters, digits, '\.', '_' or '-'$"):
+        parse_pair_file(json.dumps({"version": 1, "clients": [{**good, "clientId": "caf\u00e9"}]}).encode(), "test")
 
 
 async def test_a_pair_file_that_cannot_be_read_denies_everyone_and_the_daemon_lives(daemon: Daemon):

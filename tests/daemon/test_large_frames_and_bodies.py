@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 
 from runtime.bus import FRAME_OFF_LOOP_CHARS
-from runtime.http_parts import BODY_ON_LOOP_BYTES
+from runtime.http_parts import _HIGH_SURROGATE_ESCAPE, BODY_ON_LOOP_BYTES
 
 from ..loop_json import json_of_text_on_this_thread
+from ..loop_profile import on_this_thread
 from .conftest import raw_http
 
 MAX_BODY = 16 * 1024 * 1024
@@ -78,6 +79,10 @@ async def test_frames_keep_their_order_across_small_and_large_events(daemon_fact
     assert all(by_seq[m.id] == m.data for m in replayed)  # byte for byte the live frames' data
 
 
+def _searches_for_a_high_surrogate(frame, event, arg):
+    return "search" if event == "c_call" and getattr(arg, "__self__", None) is _HIGH_SURROGATE_ESCAPE else None
+
+
 def _input_body(text: str, size: int, **extra) -> bytes:
     """An input's JSON body of exactly ``size`` bytes (its text padded)."""
     head = json.dumps({"requestId": "r-" + str(size), "content": "", **extra}).encode()
@@ -108,6 +113,12 @@ async def test_a_large_body_at_exactly_the_limit_is_taken_and_one_byte_more_refu
     r = await raw_http(d.port, "POST", path, headers, _input_body("cut ", big)[:-2])
     assert r.status == 400 and r.code == "INVALID_JSON", r.body
     assert "is not valid JSON" in r.json()["error"]["message"]
+    # A cut body's lone high surrogate escape is looked for in the worker too, never on the loop.
+    with on_this_thread(_searches_for_a_high_surrogate) as on_loop:
+        r = await raw_http(d.port, "POST", path, headers, _input_body("lone ", big)[:-2] + b"\\ud83d")
+    assert r.status == 400 and r.code == "INVALID_JSON", r.body
+    assert "escape not followed by its low surrogate" in r.json()["error"]["message"], r.body
+    assert on_loop == []
     r = await raw_http(d.port, "POST", path, headers, _input_body("typed ", big).replace(b'"requestId": "r-', b'"requestId": 7, "x": "', 1))
     assert r.status == 422 and r.code == "VALIDATION_FAILED", r.body
     assert "$.requestId" in r.json()["error"]["message"], r.body

@@ -145,7 +145,7 @@ async def test_lens_serve_refuses_a_bad_mcp_server_entry(tmp_path: Path) -> None
     (tmp_path / "c.jsonc").write_text(json.dumps({"mcpServers": {"my server": {"command": "x"}}}))
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert "lens: CONFIG_INVALID: c.jsonc: mcpServers['my server']: a server name is 1 to 32 letters" in out.stderr
+    assert "lens: CONFIG_INVALID: c.jsonc: mcpServers['my server']: a server name is 1 to 32 ASCII letters" in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
     (tmp_path / "c.jsonc").write_text('{"mcpServers": {"a": {"command": "x", "envFrom": "TOKEN"}}}')
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)

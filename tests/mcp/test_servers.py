@@ -206,7 +206,7 @@ async def test_the_environment_is_the_base_plus_what_is_named(start: Any, monkey
 
 
 @pytest.mark.parametrize(("servers", "words"), [
-    ({"a b": {"command": "x"}}, ["mcpServers['a b']", "1 to 32 letters"]),
+    ({"a b": {"command": "x"}}, ["mcpServers['a b']", "1 to 32 ASCII letters"]),
     ({"a__b": {"command": "x"}}, ["mcpServers['a__b']", "without '__'"]),
     ({"a_": {"command": "x"}}, ["mcpServers['a_']", "not ending in '_'"]),  # (a_ + _b = a + __b)
     ({"x" * 33: {"command": "x"}}, ["1 to 32"]),
