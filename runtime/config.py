@@ -421,8 +421,7 @@ def check_config(cfg: Config, where: str) -> None:
     if cfg.default_model is not None:  # ("" is no model: only null means "no default")
         provider, _, model = cfg.default_model.partition("/")
         if not provider or not model:
-            raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>' (or null: the built-in "
-                              f"default), not {cfg.default_model!r}")
+            raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>', not {cfg.default_model!r}")
 
 
 def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[Secrets, str | None]:
