@@ -331,7 +331,8 @@ class SdkProvider(ABC):
 
         where = f"provider {self.id!r}"
         if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException)):
-            return ProviderError("TIMEOUT", f"{where}: the request timed out", retryable=True)
+            return ProviderError("TIMEOUT", f"{where}: the request timed out: the server sent no answer within "
+                                 f"{self.timeout:g} s (timeoutSeconds)", retryable=True)
         if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
             return ProviderError("CONNECTION_FAILED", f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})", retryable=True)
         if isinstance(exc, httpx2.HTTPError):

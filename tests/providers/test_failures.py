@@ -302,6 +302,9 @@ async def test_a_server_that_never_answers_times_out_after_the_configured_second
         conn.close()
     assert info.value.code == "TIMEOUT" and info.value.retryable, info.value
     assert 0.9 <= took < 10, took  # one attempt of about a second, not 600 s
+    # It said "the request timed out" alone: not how long was waited, nor which setting says so.
+    assert info.value.message == ("provider 'silent': the request timed out: the server sent no answer "
+                                  "within 1 s (timeoutSeconds)"), info.value.message
 
 
 def _ends(protocol: str, name: str | None, data) -> bool:
