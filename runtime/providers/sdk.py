@@ -604,7 +604,8 @@ def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:
     if isinstance(body, str) and body.strip():
         return " ".join(body.split())
     if isinstance(body, list) or (isinstance(body, dict) and body):  # (FastAPI's {"detail": …}, an error without a message)
-        return " ".join(str(body).split())
+        # (as the JSON it was, not as Python prints the parsed value: {'detail': …}, True, None)
+        return " ".join(json.dumps(body, ensure_ascii=False, default=str).split())
     return str(getattr(exc, "message", exc))
 
 

@@ -444,15 +444,18 @@ async def test_a_refusal_is_the_answer_with_its_stop_reason(protocol, server, ma
     assert deltas.text() == words
 
 
-@pytest.mark.parametrize("protocol", ["openai-responses", "openai-chat"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_an_error_body_that_is_no_json_error_object_is_quoted(protocol, server, make):
     # The OpenAI SDK's message for these is only "Error code: 502"; the server's words were lost.
+    # A JSON body is quoted as the JSON it was ({"detail": "Not Found"}), not as Python prints
+    # the parsed value ({'detail': 'Not Found'}, True, None).
     from .servers.base import Reply
 
     provider = make(protocol, max_retries=0)
     for status, body, words in [(502, "<html><body><h1>502 Bad Gateway</h1>\n nginx</body></html>", "502 Bad Gateway</h1> nginx"),
                                 (400, {"error": "model field is required"}, "model field is required"),
-                                (400, [{"error": "bad"}], "[{'error': 'bad'}]"),
+                                (400, [{"error": "bad"}], 'HTTP 400: [{"error": "bad"}]'),
+                                (404, {"detail": "Not Found", "ok": False, "id": None}, 'HTTP 404: {"detail": "Not Found", "ok": false, "id": null}'),
                                 # FastAPI-based servers answer a request they cannot validate so:
                                 (422, {"detail": [{"loc": ["body", "messages"], "msg": "field required"}]}, "field required"),
                                 (400, {"error": {"code": "bad_tool_schema"}}, "bad_tool_schema")]:
