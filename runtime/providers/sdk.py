@@ -356,6 +356,8 @@ class SdkProvider(ABC):
                       "invalid_request_error": 400, "api_error": 500}.get(etype, status)
         said = str(getattr(exc, "server_code", None) or etype)
         label = ("stream error" + (f" ({said})" if said else "")) if in_stream else f"HTTP {status}"
+        if recorded == 404 and (asked := _asked_address(exc)):  # (a baseUrl missing its /v1 answers 404 to all)
+            label += f" at {self.redact(asked, 300)}"
         if status == 401 or etype == "authentication_error":
             env = f" from {self.api_key_env}" if self.api_key_env else ""
             return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} ({label})", status=recorded)
@@ -590,6 +592,20 @@ def _mistyped(result: ModelResult) -> str | None:
         if not isinstance(value, str) and not (optional and value is None):
             return f"the {what} {'are' if what.startswith('arguments') else 'is'} {type(value).__name__}, not text"
     return None
+
+
+def _asked_address(exc: BaseException) -> str | None:
+    """The address the refused request went to (scheme, host, port, path; no user part nor
+    query), or None when the exception carries no request."""
+    try:
+        url = str(exc.response.request.url)  # type: ignore[attr-defined]
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        port = f":{parts.port}" if parts.port is not None else ""
+        return f"{parts.scheme}://{host}{port}{parts.path}"
+    except (AttributeError, RuntimeError, ValueError):
+        return None
 
 
 def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:

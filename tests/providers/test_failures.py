@@ -465,6 +465,24 @@ async def test_an_error_body_that_is_no_json_error_object_is_quoted(protocol, se
         assert info.value.status == status and words in info.value.message, info.value.message
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_404_names_the_address_it_came_from(protocol, server, make):
+    """A 404 is MODEL_NOT_FOUND, and a server at a ``baseUrl`` missing its ``/v1`` (Ollama's
+    ``http://host:11434``) answers one for every request: "HTTP 404: 404 page not found" said
+    nothing of where it was asked. The message names the address, so a wrong path can be seen."""
+    from .servers.base import Reply
+
+    provider = make(protocol, max_retries=0)
+    server.push(Reply(404, chunks=[b"404 page not found"], content_type="text/plain"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    path = server.requests[0].path
+    assert path.endswith(("/chat/completions", "/responses", "/messages")), path
+    assert info.value.code == "MODEL_NOT_FOUND" and info.value.status == 404
+    assert info.value.message == f"provider 'p-{protocol}': HTTP 404 at {server.url}{path}: 404 page not found", \
+        info.value.message
+
+
 async def test_responses_final_event_without_output_keeps_the_streamed_text(server, make):
     # A proxy sending response.completed with "output": [] made the answer empty although the
     # viewer had watched "Hello world" stream in.
