@@ -455,7 +455,7 @@ async def test_an_error_body_that_is_no_json_error_object_is_quoted(protocol, se
     for status, body, words in [(502, "<html><body><h1>502 Bad Gateway</h1>\n nginx</body></html>", "502 Bad Gateway</h1> nginx"),
                                 (400, {"error": "model field is required"}, "model field is required"),
                                 (400, [{"error": "bad"}], 'HTTP 400: [{"error": "bad"}]'),
-                                (404, {"detail": "Not Found", "ok": False, "id": None}, 'HTTP 404: {"detail": "Not Found", "ok": false, "id": null}'),
+                                (404, {"detail": "Not Found", "ok": False, "id": None}, ': {"detail": "Not Found", "ok": false, "id": null}'),
                                 # FastAPI-based servers answer a request they cannot validate so:
                                 (422, {"detail": [{"loc": ["body", "messages"], "msg": "field required"}]}, "field required"),
                                 (400, {"error": {"code": "bad_tool_schema"}}, "bad_tool_schema")]:
