@@ -418,9 +418,10 @@ def check_config(cfg: Config, where: str) -> None:
         check_policy_map(cfg.tools.policy, "tools.policy")
     except PolicyError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    provider, _, model = (cfg.default_model or "x/x").partition("/")
-    if not provider or not model:
-        raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>'")
+    if cfg.default_model is not None:  # ("" is no model: only null means "no default")
+        provider, _, model = cfg.default_model.partition("/")
+        if not provider or not model:
+            raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>', not {cfg.default_model!r}")
 
 
 def configured_secrets(path: Path | None, environ: Mapping[str, str]) -> tuple[Secrets, str | None]:

@@ -288,9 +288,10 @@ def build_catalog(
             continue
         key = usable_key(env.get(p.api_key_env)) if p.api_key_env else None
         if p.api_key_env and not key:
-            why = "needs its key in" if not (env.get(p.api_key_env) or "").strip() else \
-                "cannot send the key in (it holds a character an HTTP header cannot carry: printable ASCII only)"
-            unavailable[p.id] = ("PROVIDER_KEY_REQUIRED", f"provider {p.id!r} {why} the environment variable {p.api_key_env}")
+            where = f"the environment variable {p.api_key_env}"
+            why = f"needs its key in {where}" if not (env.get(p.api_key_env) or "").strip() else \
+                f"cannot send the key in {where} (it holds a character an HTTP header cannot carry: printable ASCII only)"
+            unavailable[p.id] = ("PROVIDER_KEY_REQUIRED", f"provider {p.id!r} {why}")
             continue
         if p.protocol == "faux":
             try:

@@ -38,8 +38,17 @@ class FauxToolCall(msgspec.Struct, frozen=True, rename="camel"):
     call_id: str | None = None
 
 
+# The codes a provider's failure has (docs/providers.md, docs/errors.md): a scripted failure is
+# one of them, so every model.failed carries a code a client knows (ABORTED is the user's, not a
+# provider's).
+FauxErrorCode = Literal["AUTH_FAILED", "PERMISSION_DENIED", "MODEL_NOT_FOUND", "CONTEXT_TOO_LONG",
+                        "REQUEST_TOO_LARGE", "BAD_REQUEST", "QUOTA_EXCEEDED", "RATE_LIMITED", "OVERLOADED",
+                        "TIMEOUT", "CONNECTION_FAILED", "PROVIDER_ERROR", "RESPONSE_NOT_RECORDED",
+                        "ARTIFACT_CORRUPT", "ARTIFACT_NOT_FOUND", "CACHE_TTL_UNSUPPORTED", "TOOL_NAME_COLLISION"]
+
+
 class FauxError(msgspec.Struct, frozen=True, rename="camel"):
-    code: str = "PROVIDER_ERROR"
+    code: FauxErrorCode = "PROVIDER_ERROR"
     message: str = "scripted failure"
     retryable: bool = False
 

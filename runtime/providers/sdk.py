@@ -331,7 +331,8 @@ class SdkProvider(ABC):
 
         where = f"provider {self.id!r}"
         if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException)):
-            return ProviderError("TIMEOUT", f"{where}: the request timed out", retryable=True)
+            return ProviderError("TIMEOUT", f"{where}: the request timed out: the server sent no answer within "
+                                 f"{self.timeout:g} s (timeoutSeconds)", retryable=True)
         if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
             return ProviderError("CONNECTION_FAILED", f"{where}: connection failed ({type(exc.__cause__ or exc).__name__})", retryable=True)
         if isinstance(exc, httpx2.HTTPError):
@@ -355,6 +356,8 @@ class SdkProvider(ABC):
                       "invalid_request_error": 400, "api_error": 500}.get(etype, status)
         said = str(getattr(exc, "server_code", None) or etype)
         label = ("stream error" + (f" ({said})" if said else "")) if in_stream else f"HTTP {status}"
+        if recorded == 404 and (asked := _asked_address(exc)):  # (a baseUrl missing its /v1 answers 404 to all)
+            label += f" at {self.redact(asked, 300)}"
         if status == 401 or etype == "authentication_error":
             env = f" from {self.api_key_env}" if self.api_key_env else ""
             return ProviderError("AUTH_FAILED", f"{where} rejected the API key{env} ({label})", status=recorded)
@@ -591,6 +594,20 @@ def _mistyped(result: ModelResult) -> str | None:
     return None
 
 
+def _asked_address(exc: BaseException) -> str | None:
+    """The address the refused request went to (scheme, host, port, path; no user part nor
+    query), or None when the exception carries no request."""
+    try:
+        url = str(exc.response.request.url)  # type: ignore[attr-defined]
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        port = f":{parts.port}" if parts.port is not None else ""
+        return f"{parts.scheme}://{host}{port}{parts.path}"
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
 def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:
     """What the server said about its error: the JSON error's message, else the body's own text
     (an HTML page from a proxy, plain text, ``{"error": "…"}``, any other JSON such as FastAPI's
@@ -603,7 +620,8 @@ def _error_text(exc: BaseException, body: Any, err: dict[str, Any]) -> str:
     if isinstance(body, str) and body.strip():
         return " ".join(body.split())
     if isinstance(body, list) or (isinstance(body, dict) and body):  # (FastAPI's {"detail": …}, an error without a message)
-        return " ".join(str(body).split())
+        # (as the JSON it was, not as Python prints the parsed value: {'detail': …}, True, None)
+        return " ".join(json.dumps(body, ensure_ascii=False, default=str).split())
     return str(getattr(exc, "message", exc))
 
 

@@ -91,7 +91,9 @@ async def test_lens_serve_refuses_a_bad_faux_script_cleanly(tmp_path: Path):
                         ({"text": "hi", "stopReason": "max_tokens", "stopDetails": {"category": "cyber"}},
                          "stopDetails says why a refusal was refused, and this turn has stopReason 'max_tokens': "
                          "give stopReason 'refusal' with it, or leave stopDetails out - at `script[0]`"),
-                        ({"text": "hi", "stopDetails": {"explanation": "no"}}, "this turn has no stopReason")]:
+                        ({"text": "hi", "stopDetails": {"explanation": "no"}}, "this turn has no stopReason"),
+                        # (any text was taken, and recorded as a model.failed code no client knows)
+                        ({"error": {"code": "weird code"}}, "Invalid enum value 'weird code' - at `script[0].error.code`")]:
         (tmp_path / "config" / "lens.jsonc").write_text(json.dumps(
             {"providers": [{"id": "demo", "protocol": "faux", "script": [turn]}]}))
         out = await run_lens(tmp_path, "serve", "--port", "0", check=False)

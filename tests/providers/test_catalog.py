@@ -207,6 +207,20 @@ async def test_a_key_with_a_line_ending_is_sent_without_it_and_never_logged(serv
         assert [m.reason for m in broken.models() if m.provider == "oa"] == ["PROVIDER_KEY_REQUIRED"]
 
 
+def test_a_key_no_header_can_carry_is_refused_in_a_sentence_naming_the_variable_then_why():
+    """The reason read "cannot send the key in (it holds …) the environment variable X": the
+    parenthesis split "in the environment variable" in two. The variable first, then why."""
+    for value, words in [(SECRET[:10] + "\n" + SECRET[10:],
+                          "provider 'oa' cannot send the key in the environment variable LENS_TEST_OA_KEY (it holds a "
+                          "character an HTTP header cannot carry: printable ASCII only)"),
+                         (" \t", "provider 'oa' needs its key in the environment variable LENS_TEST_OA_KEY")]:
+        broken = build_catalog(parse_config(config()), environ={"LENS_TEST_OA_KEY": value})
+        with pytest.raises(ModelUnavailable) as info:
+            broken.check("oa/m1")
+        assert info.value.code == "PROVIDER_KEY_REQUIRED"
+        assert info.value.message == words, info.value.message
+
+
 def test_a_saved_default_set_and_cleared_while_running():
     cfg = parse_config(config(defaultModel="local/qwen3"))
     cat = build_catalog(cfg)

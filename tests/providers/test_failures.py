@@ -302,6 +302,9 @@ async def test_a_server_that_never_answers_times_out_after_the_configured_second
         conn.close()
     assert info.value.code == "TIMEOUT" and info.value.retryable, info.value
     assert 0.9 <= took < 10, took  # one attempt of about a second, not 600 s
+    # It said "the request timed out" alone: not how long was waited, nor which setting says so.
+    assert info.value.message == ("provider 'silent': the request timed out: the server sent no answer "
+                                  "within 1 s (timeoutSeconds)"), info.value.message
 
 
 def _ends(protocol: str, name: str | None, data) -> bool:
@@ -441,15 +444,18 @@ async def test_a_refusal_is_the_answer_with_its_stop_reason(protocol, server, ma
     assert deltas.text() == words
 
 
-@pytest.mark.parametrize("protocol", ["openai-responses", "openai-chat"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_an_error_body_that_is_no_json_error_object_is_quoted(protocol, server, make):
     # The OpenAI SDK's message for these is only "Error code: 502"; the server's words were lost.
+    # A JSON body is quoted as the JSON it was ({"detail": "Not Found"}), not as Python prints
+    # the parsed value ({'detail': 'Not Found'}, True, None).
     from .servers.base import Reply
 
     provider = make(protocol, max_retries=0)
     for status, body, words in [(502, "<html><body><h1>502 Bad Gateway</h1>\n nginx</body></html>", "502 Bad Gateway</h1> nginx"),
                                 (400, {"error": "model field is required"}, "model field is required"),
-                                (400, [{"error": "bad"}], "[{'error': 'bad'}]"),
+                                (400, [{"error": "bad"}], 'HTTP 400: [{"error": "bad"}]'),
+                                (404, {"detail": "Not Found", "ok": False, "id": None}, ': {"detail": "Not Found", "ok": false, "id": null}'),
                                 # FastAPI-based servers answer a request they cannot validate so:
                                 (422, {"detail": [{"loc": ["body", "messages"], "msg": "field required"}]}, "field required"),
                                 (400, {"error": {"code": "bad_tool_schema"}}, "bad_tool_schema")]:
@@ -457,6 +463,24 @@ async def test_an_error_body_that_is_no_json_error_object_is_quoted(protocol, se
         with pytest.raises(ProviderError) as info:
             await provider.stream(Ctx().user("hi").request(), Deltas())
         assert info.value.status == status and words in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_404_names_the_address_it_came_from(protocol, server, make):
+    """A 404 is MODEL_NOT_FOUND, and a server at a ``baseUrl`` missing its ``/v1`` (Ollama's
+    ``http://host:11434``) answers one for every request: "HTTP 404: 404 page not found" said
+    nothing of where it was asked. The message names the address, so a wrong path can be seen."""
+    from .servers.base import Reply
+
+    provider = make(protocol, max_retries=0)
+    server.push(Reply(404, chunks=[b"404 page not found"], content_type="text/plain"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    path = server.requests[0].path
+    assert path.endswith(("/chat/completions", "/responses", "/messages")), path
+    assert info.value.code == "MODEL_NOT_FOUND" and info.value.status == 404
+    assert info.value.message == f"provider 'p-{protocol}': HTTP 404 at {server.url}{path}: 404 page not found", \
+        info.value.message
 
 
 async def test_responses_final_event_without_output_keeps_the_streamed_text(server, make):

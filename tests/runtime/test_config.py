@@ -69,6 +69,19 @@ def test_paths_and_model_ids_are_checked(body: dict, words: str) -> None:
         parse_config(json.dumps(body))
 
 
+@pytest.mark.parametrize("value", ["", "faux", "faux/", "/faux-1"])
+def test_a_default_model_that_names_no_model_is_refused_naming_it(value: str) -> None:
+    """``"defaultModel": ""`` was taken for null: the daemon started on the built-in
+    ``faux/faux-1`` without a word, as if the key were absent. Only null (or leaving the key
+    out) means "no default"; any string must be ``<provider id>/<model id>``."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps({"defaultModel": value}), "c.jsonc")
+    assert info.value.code == "CONFIG_INVALID"
+    assert info.value.message == f"c.jsonc: defaultModel must be '<provider id>/<model id>', not {value!r}", \
+        info.value.message
+    assert parse_config(json.dumps({"defaultModel": None}), "c.jsonc").default_model is None
+
+
 def test_nesting_past_the_limit_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="nested deeper than 200 arrays and objects at line 1, column 211"):
         parse_config('{"server": ' + "[" * 5000 + "]" * 5000 + "}")
