@@ -2269,3 +2269,45 @@ def test_dashboard_shows_a_model_request_a_stop_cut_off_with_its_reason_and_usag
              "the usage counting the cut-off request", 20)
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
+
+
+def test_dashboard_shows_events_past_the_off_loop_frame_size_whole_and_as_text_live_and_after_a_restart(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Inputs whose events are past ``FRAME_OFF_LOOP_CHARS`` (their SSE frames made in a worker
+    thread): one sent while the page watches, one while the daemon is away and the page waits to
+    reconnect (its resume, from its Last-Event-ID, usually replays it). Each shows once, whole,
+    its markup as text, its line breaks, quotes and letters past ASCII as sent."""
+    from runtime.bus import FRAME_OFF_LOOP_CHARS
+
+    started = time.monotonic()
+    driver = browser
+    config = with_turns(maxBodyBytes=8 * 1024 * 1024)
+    config["context"] = {"compaction": {"auto": False}}  # (a few MB of input would pass the faux window's 80 %)
+    d = make_daemon(config)
+    strong, sid = open_session(driver, d, tmp_path, "dash-large-frames")
+    piece = 'ß"\n\t€ '
+    big = [XSS + piece * (FRAME_OFF_LOOP_CHARS // len(piece) + 1) + f"END {i}" for i in range(2)]
+
+    def shown_whole(n: int) -> bool:
+        return texts(driver, "#timeline .msg.user .text") == big[:n] and body_data(driver, "sessionStatus") == "idle"
+
+    assert d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "large-0", "content": big[0]}, token=strong)[0] == 202
+    wait_for(lambda: shown_whole(1), "the first large input, whole", 20)
+
+    # The daemon away: the page backs off (0.5 s, 1 s, 2 s, …); the input is sent as soon as the
+    # daemon is back, while the page still waits.
+    before = int(body_data(driver, "reconnects") or 0)
+    d.stop()
+    wait_for(lambda: int(body_data(driver, "reconnects") or 0) >= before + 3, "the page backing off", 20)
+    d.start()
+    assert d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "large-1", "content": big[1]}, token=strong)[0] == 202
+    wait_for(lambda: body_data(driver, "conn") == "live", "the stream resumed", 20)
+    wait_for(lambda: shown_whole(2), "the second large input, whole", 20)
+    last = d.request("GET", f"/sessions/{sid}", token=strong)[1]["lastSeq"]
+    wait_for(lambda: int(body_data(driver, "lastEventId") or 0) == last, "every event seen")
+    assert body_data(driver, "duplicates") is None
+    assert driver.execute_script("return window.injected ?? null") is None
+    assert not by_css(driver, "#timeline img, #timeline script")
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+    assert time.monotonic() - started < 45, "the test must stay bounded"

@@ -176,3 +176,30 @@ def test_dashboard_status_is_not_said_known_while_the_daemon_is_away(
     click(driver, "#abort")
     wait_for(lambda: texts(driver, pill) == ["idle"], "the aborted run's status")
     assert console_errors(driver) == []
+
+
+def test_dashboard_names_a_queued_input_by_its_first_40_characters_past_the_bmp_too(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A queued input's buttons are named by its first 40 characters: counted in UTF-16 units, a
+    letter past the Basic Multilingual Plane (an emoji, a CJK letter of its supplement) counted
+    twice, so an input of such letters was named by 20 of them, and one cut after its 39th unit
+    ended its name in half a letter (a lone surrogate)."""
+    driver = browser
+    d = make_daemon(with_turns(SLOW))
+    strong, sid = open_session(driver, d, tmp_path, "dash-astral")
+    submit(driver, "stream slowly please")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the slow answer")
+    emoji, cjk = "\U0001F600", "\U00020BB7"
+    inputs = ["x" * 39 + emoji + " and more after it", emoji * 45, cjk * 40]
+    for i, text in enumerate(inputs):
+        status, body = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": f"astral-{i}", "content": text},
+                                 token=strong)
+        assert status == 202, body
+    wait_for(lambda: len(by_css(driver, "#queue li.card")) == 3, "three queued inputs")
+    assert names(driver, "#queue li.card button.withdraw") == [
+        "Withdraw queued input “" + "x" * 39 + emoji + "…”",
+        "Withdraw queued input “" + emoji * 40 + "…”",
+        "Withdraw queued input “" + cjk * 40 + "”"]
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    assert console_errors(driver) == []
