@@ -109,8 +109,11 @@ def test_dashboard_controls_have_names_a_screen_reader_can_say(
     def names() -> list[tuple[str, str | None]]:
         # (one pass over the page's controls, a WebDriver call or three each: the run goes on, and a
         # pane redrawn meanwhile leaves a control found here stale; wait_for reads them all again)
+        # (a control hidden between the two reads, as Abort when the run ends, has no name then:
+        # it counts only if it is still shown after its name was read)
         controls = [n for n in by_css(driver, "button, input, select, textarea, summary") if n.is_displayed()]
-        return [(n.get_attribute("id") or n.get_attribute("class"), n.accessible_name) for n in controls]
+        read = [(n, n.get_attribute("id") or n.get_attribute("class"), n.accessible_name) for n in controls]
+        return [(who, name) for n, who, name in read if n.is_displayed()]
 
     named = wait_for(names, "the visible controls' names, read in one pass")
     assert len(named) > 10
