@@ -55,7 +55,8 @@ READ_BATCH = 1000
 BUFFER_BYTES = 32 * 1024 * 1024
 INBOX_MAX_EVENTS = 10_000  # handed-over events waiting for the bus's task; past this it reads the log
 # Frames waiting in the bus's queue behind a large event's frame being made: past this many (or
-# this many bytes of made frames) every stream is cut off (stream.dropped) and resumes from the log.
+# this many bytes, a frame still to be made counting its event_chars) every stream is cut off
+# (stream.dropped) and resumes from the log.
 QUEUE_MAX_FRAMES = 10_000
 QUEUE_MAX_BYTES = BUFFER_BYTES
 TICK_SECONDS = 0.02  # at most one write per subscriber per tick, carrying everything pending
@@ -155,6 +156,7 @@ class _Unmade:
     """A large event whose frame a worker thread is to make; the frames after it wait for it."""
 
     se: StoredEvent
+    chars: int  # its event_chars: what it counts in the queue's bytes until its frame is made
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +338,9 @@ class Bus:
     # Frames offered after a large event whose frame is not made yet (always the first here), in
     # the order offered; the maker task makes it in a worker thread, then hands the made ones on.
     _queue: deque[Frame | _Unmade] = field(default_factory=deque)
-    _queue_bytes: int = 0  # the bytes of the made frames in it
+    # The bytes of its made frames, and the characters of each frame still to be made (its
+    # event_chars, replaced by the frame's bytes once made): a queue of large events is bounded too.
+    _queue_bytes: int = 0
     _unmade: trio.Event = field(default_factory=trio.Event)
     # The maker's own worker thread: never queued behind other work of trio's default limiter
     # (SSE replays' large frames, large request bodies, large JSON answers).
@@ -420,8 +424,11 @@ class Bus:
         self.streamed.note_events(events)
         if self.groups or self._queue:  # (no stream to send them to: no frames to make)
             secrets = self.store.secrets
-            self._offer_all([event_frame(se, secrets) if _frame_on_loop(se) else _Unmade(se)
-                             for se in events])
+            frames: list[Frame | _Unmade] = []
+            for se in events:
+                chars = event_chars(se)
+                frames.append(event_frame(se, secrets) if chars <= FRAME_OFF_LOOP_CHARS else _Unmade(se, chars))
+            self._offer_all(frames)
         self.position = events[-1].seq
 
     def _offer_inbox_now(self) -> bool:
@@ -644,7 +651,7 @@ class Bus:
                 self._distribute(ready)  # type: ignore[arg-type]
             queued = frames[cut:]
             self._queue.extend(queued)
-            self._queue_bytes += sum([len(f.data) for f in queued if isinstance(f, Frame)])
+            self._queue_bytes += sum([len(f.data) if isinstance(f, Frame) else f.chars for f in queued])
             self._unmade.set()
             if len(self._queue) > self.queue_max or self._queue_bytes > self.queue_max_bytes:
                 self._overflow()
@@ -684,7 +691,7 @@ class Bus:
                     if not queue or queue[0] is not head:
                         continue  # (cleared meanwhile)
                     queue[0] = frame
-                    self._queue_bytes += len(frame.data)
+                    self._queue_bytes += len(frame.data) - head.chars
                 ready: list[Frame] = []
                 while queue and isinstance(queue[0], Frame):
                     ready.append(queue.popleft())  # type: ignore[arg-type]

@@ -213,15 +213,38 @@ async def test_past_its_bound_the_queue_is_dropped_and_every_stream_resumes_from
 
 
 async def test_the_queue_is_bounded_by_the_bytes_of_its_made_frames_too(tmp_path: Path) -> None:
-    async with driven_bus(tmp_path, queue_max_bytes=5000) as (store, bus):
+    bound = len(LARGE) + 5000  # (the large event counts its characters until its frame is made)
+    async with driven_bus(tmp_path, queue_max_bytes=bound) as (store, bus):
         sub = bus.subscribe()
         await store.append(note(LARGE))
         await store.append(note("x" * 3000))
         bus._offer_inbox_now()
-        assert not sub.dropped and 3000 < bus._queue_bytes < 5000
+        assert not sub.dropped and len(LARGE) + 3000 <= bus._queue_bytes < bound
         await store.append(note("y" * 3000))
         bus._offer_inbox_now()
         assert sub.dropped and not bus._queue and bus._queue_bytes == 0
+
+
+async def test_a_frame_still_to_be_made_counts_its_characters_in_the_queues_bytes(tmp_path: Path) -> None:
+    # A queued large event counted no bytes until its frame was made: twenty of them (each past
+    # FRAME_OFF_LOOP_CHARS characters) queued with the queue's bytes at 0, under any byte bound.
+    async with driven_bus(tmp_path, queue_max_bytes=5000) as (store, bus):
+        sub = bus.subscribe()
+        for _ in range(20):
+            await store.append(note(LARGE))
+        bus._offer_inbox_now()
+        assert sub.dropped and bus.queue_overflows == 1 and not bus._queue and bus._queue_bytes == 0
+    async with driven_bus(tmp_path / "2") as (store, bus):
+        sub = bus.subscribe()
+        await store.append(note(LARGE))
+        await store.append(note("x" * 3000))
+        bus._offer_inbox_now()
+        unmade = bus._queue[0]
+        assert unmade.chars >= len(LARGE) and bus._queue_bytes == unmade.chars + len(bus._queue[1].data)
+        await make_queued(bus)  # made: its count is replaced by its frame's bytes, then handed on
+        assert bus._queue_bytes == 0 and not sub.dropped
+        bus.flush()
+        assert [t[1] for t in taken(sub)] == [1, 2]
 
 
 async def test_the_maker_has_a_worker_thread_of_its_own(tmp_path: Path) -> None:
