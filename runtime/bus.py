@@ -50,6 +50,11 @@ _json = msgspec.json.Encoder()
 log = logging.getLogger("lens.bus")
 
 READ_BATCH = 1000
+# Why a stream was cut off (the reason its stream.dropped gives): it fell behind, the bus's queue
+# behind a large event's frame overflowed, or the bus could not read an event back from the log.
+DROP_SLOW = "the client did not keep up; resume with Last-Event-ID"
+DROP_QUEUE = "the server's queue of frames behind a large event overflowed; resume with Last-Event-ID"
+DROP_DAMAGED = "the live stream could not read an event back from the log; resume with Last-Event-ID"
 # A subscriber this many bytes behind is cut off (stream.dropped) as one too many frames behind
 # is: what a slow client pins in memory is bounded by size too (events may be up to 1 MiB).
 BUFFER_BYTES = 32 * 1024 * 1024
@@ -265,6 +270,7 @@ class Subscription:
     writes: int = 0  # writes the bus made for this subscriber
     written_at: float = 0.0  # trio time of the bus's last write for it
     dropped: bool = False
+    drop_reason: str = DROP_SLOW  # why it was cut off (written in its stream.dropped)
     gone: bool = False  # the bus's write failed: the client is gone
     closed: bool = False
     wake: trio.Event = field(default_factory=trio.Event)
@@ -480,7 +486,7 @@ class Bus:
         # stream.dropped naming what it did send, and the client reads the rest from the log)
         for g in list(self.groups.values()):
             for sub in list(g.subs):
-                self._drop(sub)
+                self._drop(sub, DROP_DAMAGED)
         self.position = damaged if damaged is not None else upto
 
     async def _ticker(self) -> None:
@@ -621,8 +627,9 @@ class Bus:
             for sub in g.subs:
                 sub.wake.set()
 
-    def _drop(self, sub: Subscription) -> None:
+    def _drop(self, sub: Subscription, reason: str = DROP_SLOW) -> None:
         sub.dropped = True
+        sub.drop_reason = reason
         self.unsubscribe(sub)
         sub.wake.set()
 
@@ -669,7 +676,7 @@ class Bus:
         self._queue_bytes = 0
         for g in list(self.groups.values()):
             for sub in list(g.subs):
-                self._drop(sub)
+                self._drop(sub, DROP_QUEUE)
 
     async def _maker(self) -> None:
         """Make the frame at the head of :attr:`_queue` in a worker thread, then hand on every

@@ -17,7 +17,7 @@ import trio
 
 from events.store import Draft, EventStore, open_store
 from events.types import InstructionAppended, ModelRequested, ModelResponded
-from runtime.bus import FRAME_OFF_LOOP_CHARS, Bus, Subscription
+from runtime.bus import DROP_QUEUE, DROP_SLOW, FRAME_OFF_LOOP_CHARS, Bus, Subscription
 
 from .conftest import parse_block
 
@@ -203,6 +203,8 @@ async def test_past_its_bound_the_queue_is_dropped_and_every_stream_resumes_from
         bus.publish_delta("s1", "main", "text", "d")  # one more: past it
         assert every.dropped and one.dropped and not bus.groups and not bus._queue
         assert (every.last, one.last, bus.queue_overflows) == (1, 0, 1)
+        # its stream.dropped says why: the queue overflowed, not the client falling behind
+        assert every.drop_reason == one.drop_reason == DROP_QUEUE != DROP_SLOW
         await make_queued(bus)
         later = bus.subscribe()  # a stream resuming: nothing queued, it reads the log up to 4
         assert later.start == 4 and later.skip_through == 0
@@ -268,3 +270,14 @@ async def test_the_maker_has_a_worker_thread_of_its_own(tmp_path: Path) -> None:
     finally:
         for h in holders:
             default.release_on_behalf_of(h)
+
+
+async def test_a_stream_too_far_behind_is_dropped_as_the_client_not_keeping_up(tmp_path: Path) -> None:
+    async with driven_bus(tmp_path, buffer=2) as (store, bus):
+        slow, fast = bus.subscribe(), bus.subscribe()
+        for i in range(2):
+            await store.append(note(f"a{i}"), note(f"b{i}"), note(f"c{i}"))
+            bus._offer_inbox_now()
+            bus.flush()
+            taken(fast)
+        assert slow.dropped and slow.drop_reason == DROP_SLOW and not fast.dropped
