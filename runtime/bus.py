@@ -428,7 +428,9 @@ class Bus:
     def _offer_events(self, events: list[StoredEvent]) -> None:
         """Offer committed events (in order, past :attr:`position`) and move past them."""
         self.streamed.note_events(events)
-        if self.groups or self._queue:  # (no stream to send them to: no frames to make)
+        if not self.groups:  # no stream to send them to: no frames to make (nor any queued to keep)
+            self._forget_queue()
+        else:
             secrets = self.store.secrets
             frames: list[Frame | _Unmade] = []
             for se in events:
@@ -640,13 +642,20 @@ class Bus:
         in_order = self._offer_inbox_now()
         self.streamed.note_delta(session_id, agent_id, kind, text, in_order=in_order,
                                  committed=self.store.last_seq)
+        if not self.groups:  # no stream to send it to: no frame to make (nor any queued to keep)
+            self._forget_queue()
+            return
         data = {"session_id": session_id, "agent_id": agent_id, "kind": kind, "text": text}
         self._offer_all([Frame(None, self._project_of.get(session_id), session_id,
                                sse_message("model.delta", _json.encode(data)))])
 
     def _offer_all(self, frames: list[Frame | _Unmade]) -> None:
         """Queue ``frames`` (in order) for every group they match; the ticker flushes them. From
-        a frame still to be made on, they wait in :attr:`_queue` (the maker hands them on)."""
+        a frame still to be made on, they wait in :attr:`_queue` (the maker hands them on). With
+        no stream subscribed they are dropped, and so is the queue (a stream joining reads the log)."""
+        if not self.groups:
+            self._forget_queue()
+            return
         ready = frames
         if self._queue or any(isinstance(f, _Unmade) for f in frames):
             cut = 0
@@ -668,15 +677,23 @@ class Bus:
     def _overflow(self) -> None:
         """The queue behind a frame being made grew past its bound: forget it and cut every
         stream off (``stream.dropped`` naming the last seq it was sent; it resumes from the log,
-        whose replay makes the frames itself), as a subscriber too far behind is."""
+        whose replay makes the frames itself), as a subscriber too far behind is. With no stream
+        left there is nobody to cut off: the queue is only forgotten."""
+        if not self.groups:
+            self._forget_queue()
+            return
         log.warning("%d frames (%d bytes) waited behind a large event's frame; every stream was cut off and "
                     "resumes from the log", len(self._queue), self._queue_bytes)
         self.queue_overflows += 1
-        self._queue.clear()
-        self._queue_bytes = 0
+        self._forget_queue()
         for g in list(self.groups.values()):
             for sub in list(g.subs):
                 self._drop(sub, DROP_QUEUE)
+
+    def _forget_queue(self) -> None:
+        """Drop every frame waiting in :attr:`_queue` (made or not) and its count of bytes."""
+        self._queue.clear()
+        self._queue_bytes = 0
 
     async def _maker(self) -> None:
         """Make the frame at the head of :attr:`_queue` in a worker thread, then hand on every
@@ -689,8 +706,7 @@ class Bus:
             while queue:
                 head = queue[0]
                 if not self.groups:  # nobody to send them to (a stream joining now reads the log)
-                    queue.clear()
-                    self._queue_bytes = 0
+                    self._forget_queue()
                     break
                 if isinstance(head, _Unmade):
                     frame = await trio.to_thread.run_sync(event_frame_in_pieces, head.se, self.store.secrets,

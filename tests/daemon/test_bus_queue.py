@@ -281,3 +281,29 @@ async def test_a_stream_too_far_behind_is_dropped_as_the_client_not_keeping_up(t
             bus.flush()
             taken(fast)
         assert slow.dropped and slow.drop_reason == DROP_SLOW and not fast.dropped
+
+
+async def test_with_no_stream_left_nothing_is_made_or_queued_and_nothing_overflows(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The frames kept being made and queued behind the large one after the last stream left, and
+    # the queue then overflowed: "every stream was cut off" logged, an overflow counted, no stream.
+    async with driven_bus(tmp_path) as (store, bus):
+        gone = bus.subscribe()
+        await store.append(note(LARGE))
+        bus._offer_inbox_now()
+        for i in range(9_990):
+            bus.publish_delta("s1", "main", "text", f"d{i}")
+        assert len(bus._queue) == 9_991 and bus._queue_bytes > len(LARGE)
+        bus.unsubscribe(gone)
+        for i in range(20):
+            bus.publish_delta("s1", "main", "text", f"e{i}")
+        await store.append(note("after"))
+        bus._offer_inbox_now()
+        assert not bus._queue and bus._queue_bytes == 0 and bus.queue_overflows == 0
+        assert "cut off" not in caplog.text and not gone.dropped
+        assert bus.position == 2
+        later = bus.subscribe()
+        await store.append(note("next"))
+        bus._offer_inbox_now()
+        bus.flush()
+        assert later.start == 2 and taken(later) == [("instruction.appended", 3, "next")]
