@@ -106,8 +106,8 @@ def used_call_ids(state: SessionState) -> set[str]:
             elif it.call_id is not None:
                 used.add(it.call_id)
     for qid in (*state.questions, *state.settled_questions):
-        if qid.startswith("q_"):
-            used.add(qid[2:])
+        if qid.startswith(d.QUESTION_PREFIX):
+            used.add(qid[len(d.QUESTION_PREFIX):])
     return used
 
 
@@ -1438,7 +1438,7 @@ class SessionActor:
     async def _ask(self, agent_id: str, task_id: str | None, call: t.ToolCall,
                    questions: list[t.Question]) -> dict[str, Any]:
         """Record the question, wait for the first valid answer (or a cancel), return its record."""
-        qid = f"q_{call.call_id}"
+        qid = d.question_id(call.call_id)
         waiter = self._answered.setdefault(qid, trio.Event())
         if qid not in self.state.questions and qid not in self.state.settled_questions:
             await self._emit([d.Scoped(t.QuestionAsked(question_id=qid, questions=questions, call_id=call.call_id),

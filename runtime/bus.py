@@ -50,12 +50,18 @@ _json = msgspec.json.Encoder()
 log = logging.getLogger("lens.bus")
 
 READ_BATCH = 1000
+# Why a stream was cut off (the reason its stream.dropped gives): it fell behind, the bus's queue
+# behind a large event's frame overflowed, or the bus could not read an event back from the log.
+DROP_SLOW = "the client did not keep up; resume with Last-Event-ID"
+DROP_QUEUE = "the server's queue of frames behind a large event overflowed; resume with Last-Event-ID"
+DROP_DAMAGED = "the live stream could not read an event back from the log; resume with Last-Event-ID"
 # A subscriber this many bytes behind is cut off (stream.dropped) as one too many frames behind
 # is: what a slow client pins in memory is bounded by size too (events may be up to 1 MiB).
 BUFFER_BYTES = 32 * 1024 * 1024
 INBOX_MAX_EVENTS = 10_000  # handed-over events waiting for the bus's task; past this it reads the log
 # Frames waiting in the bus's queue behind a large event's frame being made: past this many (or
-# this many bytes of made frames) every stream is cut off (stream.dropped) and resumes from the log.
+# this many bytes, a frame still to be made counting its event_chars) every stream is cut off
+# (stream.dropped) and resumes from the log.
 QUEUE_MAX_FRAMES = 10_000
 QUEUE_MAX_BYTES = BUFFER_BYTES
 TICK_SECONDS = 0.02  # at most one write per subscriber per tick, carrying everything pending
@@ -155,6 +161,7 @@ class _Unmade:
     """A large event whose frame a worker thread is to make; the frames after it wait for it."""
 
     se: StoredEvent
+    chars: int  # its event_chars: what it counts in the queue's bytes until its frame is made
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +270,7 @@ class Subscription:
     writes: int = 0  # writes the bus made for this subscriber
     written_at: float = 0.0  # trio time of the bus's last write for it
     dropped: bool = False
+    drop_reason: str = DROP_SLOW  # why it was cut off (written in its stream.dropped)
     gone: bool = False  # the bus's write failed: the client is gone
     closed: bool = False
     wake: trio.Event = field(default_factory=trio.Event)
@@ -336,7 +344,9 @@ class Bus:
     # Frames offered after a large event whose frame is not made yet (always the first here), in
     # the order offered; the maker task makes it in a worker thread, then hands the made ones on.
     _queue: deque[Frame | _Unmade] = field(default_factory=deque)
-    _queue_bytes: int = 0  # the bytes of the made frames in it
+    # The bytes of its made frames, and the characters of each frame still to be made (its
+    # event_chars, replaced by the frame's bytes once made): a queue of large events is bounded too.
+    _queue_bytes: int = 0
     _unmade: trio.Event = field(default_factory=trio.Event)
     # The maker's own worker thread: never queued behind other work of trio's default limiter
     # (SSE replays' large frames, large request bodies, large JSON answers).
@@ -418,10 +428,15 @@ class Bus:
     def _offer_events(self, events: list[StoredEvent]) -> None:
         """Offer committed events (in order, past :attr:`position`) and move past them."""
         self.streamed.note_events(events)
-        if self.groups or self._queue:  # (no stream to send them to: no frames to make)
+        if not self.groups:  # no stream to send them to: no frames to make (nor any queued to keep)
+            self._forget_queue()
+        else:
             secrets = self.store.secrets
-            self._offer_all([event_frame(se, secrets) if _frame_on_loop(se) else _Unmade(se)
-                             for se in events])
+            frames: list[Frame | _Unmade] = []
+            for se in events:
+                chars = event_chars(se)
+                frames.append(event_frame(se, secrets) if chars <= FRAME_OFF_LOOP_CHARS else _Unmade(se, chars))
+            self._offer_all(frames)
         self.position = events[-1].seq
 
     def _offer_inbox_now(self) -> bool:
@@ -473,7 +488,7 @@ class Bus:
         # stream.dropped naming what it did send, and the client reads the rest from the log)
         for g in list(self.groups.values()):
             for sub in list(g.subs):
-                self._drop(sub)
+                self._drop(sub, DROP_DAMAGED)
         self.position = damaged if damaged is not None else upto
 
     async def _ticker(self) -> None:
@@ -614,8 +629,9 @@ class Bus:
             for sub in g.subs:
                 sub.wake.set()
 
-    def _drop(self, sub: Subscription) -> None:
+    def _drop(self, sub: Subscription, reason: str = DROP_SLOW) -> None:
         sub.dropped = True
+        sub.drop_reason = reason
         self.unsubscribe(sub)
         sub.wake.set()
 
@@ -626,13 +642,20 @@ class Bus:
         in_order = self._offer_inbox_now()
         self.streamed.note_delta(session_id, agent_id, kind, text, in_order=in_order,
                                  committed=self.store.last_seq)
+        if not self.groups:  # no stream to send it to: no frame to make (nor any queued to keep)
+            self._forget_queue()
+            return
         data = {"session_id": session_id, "agent_id": agent_id, "kind": kind, "text": text}
         self._offer_all([Frame(None, self._project_of.get(session_id), session_id,
                                sse_message("model.delta", _json.encode(data)))])
 
     def _offer_all(self, frames: list[Frame | _Unmade]) -> None:
         """Queue ``frames`` (in order) for every group they match; the ticker flushes them. From
-        a frame still to be made on, they wait in :attr:`_queue` (the maker hands them on)."""
+        a frame still to be made on, they wait in :attr:`_queue` (the maker hands them on). With
+        no stream subscribed they are dropped, and so is the queue (a stream joining reads the log)."""
+        if not self.groups:
+            self._forget_queue()
+            return
         ready = frames
         if self._queue or any(isinstance(f, _Unmade) for f in frames):
             cut = 0
@@ -644,7 +667,7 @@ class Bus:
                 self._distribute(ready)  # type: ignore[arg-type]
             queued = frames[cut:]
             self._queue.extend(queued)
-            self._queue_bytes += sum([len(f.data) for f in queued if isinstance(f, Frame)])
+            self._queue_bytes += sum([len(f.data) if isinstance(f, Frame) else f.chars for f in queued])
             self._unmade.set()
             if len(self._queue) > self.queue_max or self._queue_bytes > self.queue_max_bytes:
                 self._overflow()
@@ -654,15 +677,23 @@ class Bus:
     def _overflow(self) -> None:
         """The queue behind a frame being made grew past its bound: forget it and cut every
         stream off (``stream.dropped`` naming the last seq it was sent; it resumes from the log,
-        whose replay makes the frames itself), as a subscriber too far behind is."""
+        whose replay makes the frames itself), as a subscriber too far behind is. With no stream
+        left there is nobody to cut off: the queue is only forgotten."""
+        if not self.groups:
+            self._forget_queue()
+            return
         log.warning("%d frames (%d bytes) waited behind a large event's frame; every stream was cut off and "
                     "resumes from the log", len(self._queue), self._queue_bytes)
         self.queue_overflows += 1
-        self._queue.clear()
-        self._queue_bytes = 0
+        self._forget_queue()
         for g in list(self.groups.values()):
             for sub in list(g.subs):
-                self._drop(sub)
+                self._drop(sub, DROP_QUEUE)
+
+    def _forget_queue(self) -> None:
+        """Drop every frame waiting in :attr:`_queue` (made or not) and its count of bytes."""
+        self._queue.clear()
+        self._queue_bytes = 0
 
     async def _maker(self) -> None:
         """Make the frame at the head of :attr:`_queue` in a worker thread, then hand on every
@@ -675,8 +706,7 @@ class Bus:
             while queue:
                 head = queue[0]
                 if not self.groups:  # nobody to send them to (a stream joining now reads the log)
-                    queue.clear()
-                    self._queue_bytes = 0
+                    self._forget_queue()
                     break
                 if isinstance(head, _Unmade):
                     frame = await trio.to_thread.run_sync(event_frame_in_pieces, head.se, self.store.secrets,
@@ -684,7 +714,7 @@ class Bus:
                     if not queue or queue[0] is not head:
                         continue  # (cleared meanwhile)
                     queue[0] = frame
-                    self._queue_bytes += len(frame.data)
+                    self._queue_bytes += len(frame.data) - head.chars
                 ready: list[Frame] = []
                 while queue and isinstance(queue[0], Frame):
                     ready.append(queue.popleft())  # type: ignore[arg-type]

@@ -194,18 +194,32 @@ def cut_call_message(agent: AgentState, call: t.ToolCall) -> str:
             "its arguments may be incomplete, so it was not run; call it again")
 
 
+QUESTION_PREFIX = "q_"  # a question's id is this and the id of the call that asked it
+
+
+def question_id(call_id: str) -> str:
+    """The id of the question the call ``call_id`` asks (``q_<call id>``)."""
+    return f"{QUESTION_PREFIX}{call_id}"
+
+
+def question_status(state: SessionState, call: t.ToolCall) -> str | None:
+    """How the question ``call`` asked was settled (``answered``, ``cancelled``), or ``None``:
+    it asked none, or it is still open."""
+    return state.settled_questions.get(question_id(call.call_id), {}).get("status")
+
+
 def _answered(state: SessionState, call: t.ToolCall) -> bool:
-    """Whether ``call`` asked a question (``q_<call id>``) that the user answered: a restart that
-    cut the call off after the answer was recorded finishes the call with that answer (running it
-    again reads the answer from the state and asks nothing), instead of reporting it interrupted
-    and losing an answer the user was told was taken."""
-    return state.settled_questions.get(f"q_{call.call_id}", {}).get("status") == "answered"
+    """Whether ``call`` asked a question that the user answered: a restart that cut the call off
+    after the answer was recorded finishes the call with that answer (running it again reads the
+    answer from the state and asks nothing), instead of reporting it interrupted and losing an
+    answer the user was told was taken."""
+    return question_status(state, call) == "answered"
 
 
 def question_cancelled(state: SessionState, call: t.ToolCall) -> bool:
-    """Whether ``call`` asked a question (``q_<call id>``) that was cancelled (a restart cancels the
-    questions open at it): an interrupted call then tells the model so."""
-    return state.settled_questions.get(f"q_{call.call_id}", {}).get("status") == "cancelled"
+    """Whether ``call`` asked a question that was cancelled (a restart cancels the questions open
+    at it): an interrupted call then tells the model so."""
+    return question_status(state, call) == "cancelled"
 
 
 def _last_text(agent: AgentState) -> str:

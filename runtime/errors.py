@@ -21,7 +21,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable
 from typing import ClassVar
 
 _LONG_QUOTED = (re.compile(r"`([^`]{80})[^`]+`"), re.compile(r"'([^']{80})[^']+'"))
@@ -33,6 +35,18 @@ def shortened(text: str, limit: int = MAX_QUOTED) -> str:
     """``text`` cut to ``limit`` characters with ``…``, as :func:`short_reason` cuts a name it
     quotes (for a value or a list of names a message shows that is not a decoder's reason)."""
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def shortened_json(value: object) -> str:
+    """``value`` as JSON (its characters as they are, not escaped), :func:`shortened`: a value
+    a message quotes (``command must be a string, got 5``)."""
+    return shortened(json.dumps(value, ensure_ascii=False))
+
+
+def shortened_names(names: Iterable[str]) -> str:
+    """``names`` sorted, each quoted, joined with commas, :func:`shortened`: the keys a message
+    refuses (``does not take 'a', 'b'``)."""
+    return shortened(", ".join(map(repr, sorted(names))))
 
 
 def short_reason(exc: Exception) -> str:

@@ -253,7 +253,7 @@ async def _sse(svc: Services, session: str | None, project: str | None, after: i
                 return
             if sub.dropped:
                 yield sse_message("stream.dropped", msgspec.json.encode(
-                    {"reason": "the client did not keep up; resume with Last-Event-ID", "lastEventId": sub.last}))
+                    {"reason": sub.drop_reason, "lastEventId": sub.last}))
                 return
             data = sub.take()
             if data is None:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from events.ids import id_rule, is_id
 from projections.history import HistoryError
-from runtime.errors import shortened  # (imports nothing: no cycle)
+from runtime.errors import shortened_names  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
@@ -52,7 +52,7 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
     async def search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         extra = set(args) - {"query", "agent_id", "session_id", "task_id", "after_context_item_id", "limit"}
         if extra:
-            raise ToolError("INVALID_ARGUMENT", f"history_search does not take {shortened(', '.join(map(repr, sorted(extra))))}")
+            raise ToolError("INVALID_ARGUMENT", f"history_search does not take {shortened_names(extra)}")
         query = args.get("query")
         if not isinstance(query, str):
             raise ToolError("INVALID_ARGUMENT", "history_search needs a 'query' string")
@@ -74,7 +74,7 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
     async def read(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         extra = set(args) - {"context_item_id", "offset", "limit"}
         if extra:
-            raise ToolError("INVALID_ARGUMENT", f"history_read does not take {shortened(', '.join(map(repr, sorted(extra))))}")
+            raise ToolError("INVALID_ARGUMENT", f"history_read does not take {shortened_names(extra)}")
         item = args.get("context_item_id")
         if not isinstance(item, str) or not item:
             raise ToolError("INVALID_ARGUMENT", "history_read needs a 'context_item_id' string")

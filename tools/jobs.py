@@ -11,12 +11,11 @@ only: a job outlives the call that started it, and its report goes to the main a
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from events.ids import id_rule, is_id
 from events.secrets import Secrets
-from runtime.errors import shortened  # (imports nothing: no cycle)
+from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .command_output import StreamJoin, drain
@@ -89,13 +88,13 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
         # TypeError would end the call as a crash)
         if not isinstance(action, str) or action not in _ARGS:
             raise ToolError("INVALID_ARGUMENT", f"action must be one of {', '.join(_ARGS)}, got "
-                                                f"{shortened(json.dumps(action, ensure_ascii=False))}; {USAGE}")
+                                                f"{shortened_json(action)}; {USAGE}")
         required, optional = _ARGS[action]
         given = set(args) - {"action"}
         if not required <= given:
             raise ToolError("INVALID_ARGUMENT", f"job {action} needs {', '.join(sorted(required - given))}; {USAGE}")
         if given - required - optional:
-            unknown = shortened(", ".join(map(repr, sorted(given - required - optional))))
+            unknown = shortened_names(given - required - optional)
             raise ToolError("INVALID_ARGUMENT", f"job {action} does not take {unknown}; {USAGE}")
         if ctx.jobs is None:
             raise ToolError("JOBS_UNAVAILABLE", "this session cannot run background jobs")

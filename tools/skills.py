@@ -32,7 +32,7 @@ from typing import Any, Awaitable, Callable
 
 from events import types as t
 from events.errors import AppendRejected
-from runtime.errors import shortened  # (imports nothing: no cycle)
+from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .rerun import Respawning, executor_failures, once_more_if_died
@@ -520,11 +520,11 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         name, unload = args.get("name"), args.get("unload", False)
         problem = None
         if extra:
-            problem = f"skill does not take {shortened(', '.join(map(repr, sorted(extra))))}"
+            problem = f"skill does not take {shortened_names(extra)}"
         elif name is not None and not isinstance(name, str):
-            problem = f"name must be a string, got {shortened(json.dumps(name, ensure_ascii=False))}"
+            problem = f"name must be a string, got {shortened_json(name)}"
         elif not isinstance(unload, bool):
-            problem = f"unload must be true or false, got {shortened(json.dumps(unload, ensure_ascii=False))}"
+            problem = f"unload must be true or false, got {shortened_json(unload)}"
         elif unload and name is None:
             problem = "unload needs a name"
         if problem is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from runtime.errors import shortened  # (imports nothing: no cycle)
+from runtime.errors import shortened, shortened_names  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
@@ -18,7 +18,7 @@ MAX_SLEEP_MS = 2_147_483_647
 def _no_extra(args: dict[str, Any], allowed: set[str], tool: str) -> None:
     extra = sorted(set(args) - allowed)
     if extra:
-        raise ToolError("INVALID_ARGUMENT", f"{tool} does not take {shortened(', '.join(map(repr, extra)))}")
+        raise ToolError("INVALID_ARGUMENT", f"{tool} does not take {shortened_names(extra)}")
 
 
 def time_fields(unix_ns: int) -> dict[str, Any]:

@@ -9,7 +9,6 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 import signal
 from collections.abc import AsyncIterator, Sequence
@@ -20,7 +19,7 @@ import trio
 
 from events import types as t
 from runtime.atomicfile import why_not_written
-from runtime.errors import shortened  # (imports nothing: no cycle)
+from runtime.errors import shortened, shortened_json, shortened_names  # (imports nothing: no cycle)
 
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -325,7 +324,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         target = args.get("call_id")
         usage = "it takes {\"call_id\": \"...\"}"
         if set(args) - {"call_id"}:
-            unknown = shortened(", ".join(map(repr, sorted(set(args) - {"call_id"}))))
+            unknown = shortened_names(set(args) - {"call_id"})
             raise ToolError("INVALID_ARGUMENT", f"revert_call does not take {unknown}; {usage}")
         if not isinstance(target, str) or not target:
             raise ToolError("INVALID_ARGUMENT", "call_id must be a non-empty string, the id of an earlier edit_file "
@@ -378,12 +377,12 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         command = args.get("command")
         if extra:
             raise ToolError("INVALID_ARGUMENT", f"run_command does not take "
-                                                f"{shortened(', '.join(map(repr, sorted(extra))))}; {usage}")
+                                                f"{shortened_names(extra)}; {usage}")
         if "command" not in args:
             raise ToolError("INVALID_ARGUMENT", f"run_command needs 'command'; {usage}")
         if not isinstance(command, str):
             raise ToolError("INVALID_ARGUMENT", f"command must be a string, got "
-                                                f"{shortened(json.dumps(command, ensure_ascii=False))}; {usage}")
+                                                f"{shortened_json(command)}; {usage}")
         if not command.strip():
             raise ToolError("INVALID_ARGUMENT", f"command is empty (or only white space); {usage}")
         if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:

@@ -11,7 +11,7 @@ import trio.testing
 
 from events.store import Draft, open_store
 from events.types import InstructionAppended, ModelRequested, ModelResponded
-from runtime.bus import Bus
+from runtime.bus import DROP_DAMAGED, Bus
 
 from .conftest import parse_block
 
@@ -138,7 +138,7 @@ async def test_a_damaged_event_the_bus_reads_back_drops_its_subscribers_and_the_
                     await trio.sleep(0.001)
             bus.flush()
             data = sub.take() or b""
-            assert sub.dropped
+            assert sub.dropped and sub.drop_reason == DROP_DAMAGED  # (not the client's fault)
             later = bus.subscribe()
             await store.append(note("c0"))
             with trio.fail_after(10):

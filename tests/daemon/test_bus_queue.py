@@ -17,7 +17,7 @@ import trio
 
 from events.store import Draft, EventStore, open_store
 from events.types import InstructionAppended, ModelRequested, ModelResponded
-from runtime.bus import FRAME_OFF_LOOP_CHARS, Bus, Subscription
+from runtime.bus import DROP_QUEUE, DROP_SLOW, FRAME_OFF_LOOP_CHARS, Bus, Subscription
 
 from .conftest import parse_block
 
@@ -203,6 +203,8 @@ async def test_past_its_bound_the_queue_is_dropped_and_every_stream_resumes_from
         bus.publish_delta("s1", "main", "text", "d")  # one more: past it
         assert every.dropped and one.dropped and not bus.groups and not bus._queue
         assert (every.last, one.last, bus.queue_overflows) == (1, 0, 1)
+        # its stream.dropped says why: the queue overflowed, not the client falling behind
+        assert every.drop_reason == one.drop_reason == DROP_QUEUE != DROP_SLOW
         await make_queued(bus)
         later = bus.subscribe()  # a stream resuming: nothing queued, it reads the log up to 4
         assert later.start == 4 and later.skip_through == 0
@@ -213,15 +215,38 @@ async def test_past_its_bound_the_queue_is_dropped_and_every_stream_resumes_from
 
 
 async def test_the_queue_is_bounded_by_the_bytes_of_its_made_frames_too(tmp_path: Path) -> None:
-    async with driven_bus(tmp_path, queue_max_bytes=5000) as (store, bus):
+    bound = len(LARGE) + 5000  # (the large event counts its characters until its frame is made)
+    async with driven_bus(tmp_path, queue_max_bytes=bound) as (store, bus):
         sub = bus.subscribe()
         await store.append(note(LARGE))
         await store.append(note("x" * 3000))
         bus._offer_inbox_now()
-        assert not sub.dropped and 3000 < bus._queue_bytes < 5000
+        assert not sub.dropped and len(LARGE) + 3000 <= bus._queue_bytes < bound
         await store.append(note("y" * 3000))
         bus._offer_inbox_now()
         assert sub.dropped and not bus._queue and bus._queue_bytes == 0
+
+
+async def test_a_frame_still_to_be_made_counts_its_characters_in_the_queues_bytes(tmp_path: Path) -> None:
+    # A queued large event counted no bytes until its frame was made: twenty of them (each past
+    # FRAME_OFF_LOOP_CHARS characters) queued with the queue's bytes at 0, under any byte bound.
+    async with driven_bus(tmp_path, queue_max_bytes=5000) as (store, bus):
+        sub = bus.subscribe()
+        for _ in range(20):
+            await store.append(note(LARGE))
+        bus._offer_inbox_now()
+        assert sub.dropped and bus.queue_overflows == 1 and not bus._queue and bus._queue_bytes == 0
+    async with driven_bus(tmp_path / "2") as (store, bus):
+        sub = bus.subscribe()
+        await store.append(note(LARGE))
+        await store.append(note("x" * 3000))
+        bus._offer_inbox_now()
+        unmade = bus._queue[0]
+        assert unmade.chars >= len(LARGE) and bus._queue_bytes == unmade.chars + len(bus._queue[1].data)
+        await make_queued(bus)  # made: its count is replaced by its frame's bytes, then handed on
+        assert bus._queue_bytes == 0 and not sub.dropped
+        bus.flush()
+        assert [t[1] for t in taken(sub)] == [1, 2]
 
 
 async def test_the_maker_has_a_worker_thread_of_its_own(tmp_path: Path) -> None:
@@ -245,3 +270,40 @@ async def test_the_maker_has_a_worker_thread_of_its_own(tmp_path: Path) -> None:
     finally:
         for h in holders:
             default.release_on_behalf_of(h)
+
+
+async def test_a_stream_too_far_behind_is_dropped_as_the_client_not_keeping_up(tmp_path: Path) -> None:
+    async with driven_bus(tmp_path, buffer=2) as (store, bus):
+        slow, fast = bus.subscribe(), bus.subscribe()
+        for i in range(2):
+            await store.append(note(f"a{i}"), note(f"b{i}"), note(f"c{i}"))
+            bus._offer_inbox_now()
+            bus.flush()
+            taken(fast)
+        assert slow.dropped and slow.drop_reason == DROP_SLOW and not fast.dropped
+
+
+async def test_with_no_stream_left_nothing_is_made_or_queued_and_nothing_overflows(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The frames kept being made and queued behind the large one after the last stream left, and
+    # the queue then overflowed: "every stream was cut off" logged, an overflow counted, no stream.
+    async with driven_bus(tmp_path) as (store, bus):
+        gone = bus.subscribe()
+        await store.append(note(LARGE))
+        bus._offer_inbox_now()
+        for i in range(9_990):
+            bus.publish_delta("s1", "main", "text", f"d{i}")
+        assert len(bus._queue) == 9_991 and bus._queue_bytes > len(LARGE)
+        bus.unsubscribe(gone)
+        for i in range(20):
+            bus.publish_delta("s1", "main", "text", f"e{i}")
+        await store.append(note("after"))
+        bus._offer_inbox_now()
+        assert not bus._queue and bus._queue_bytes == 0 and bus.queue_overflows == 0
+        assert "cut off" not in caplog.text and not gone.dropped
+        assert bus.position == 2
+        later = bus.subscribe()
+        await store.append(note("next"))
+        bus._offer_inbox_now()
+        bus.flush()
+        assert later.start == 2 and taken(later) == [("instruction.appended", 3, "next")]

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.types import InputSubmitted, Opaque, TextPart
-from runtime.bus import COUNT_NODES, FRAME_OFF_LOOP_CHARS, event_chars, event_frame, event_frame_in_pieces, made_frame
+from runtime.bus import (COUNT_NODES, FRAME_OFF_LOOP_CHARS, _frame_on_loop, event_chars, event_frame, event_frame_in_pieces,
+                         made_frame)
 from runtime.http_parts import BODY_ON_LOOP_BYTES, SCAN_SLICE_BYTES, Refused, decoded_body
 from runtime.json_answer import PIECE_CHARS
 
@@ -69,6 +70,20 @@ def test_an_event_of_many_values_counts_as_large_and_its_size_is_its_strings():
     assert event_chars(many) > FRAME_OFF_LOOP_CHARS
     few = StoredEvent(1, 1, None, None, None, None, None, "x.y", None, Opaque("x.y", {"items": ["a"] * 10, "b": b"xyz"}))
     assert event_chars(few) == len("x.y") + len("items") + 10 + len("b") + 3
+
+
+def test_an_event_of_exactly_count_nodes_values_is_walked_and_one_more_counts_as_large():
+    # The walk counts every value: the Opaque, its kind, its data, the key and the list (5), then
+    # the items. COUNT_NODES values in all are walked to their characters (a small event, framed
+    # on the loop); one more and the event counts as large (its frame made in a worker thread).
+    def of_items(n: int) -> StoredEvent:
+        return StoredEvent(1, 1, None, None, None, None, None, "x.y", None, Opaque("x.y", {"items": ["a"] * n}))
+
+    at, past = of_items(COUNT_NODES - 5), of_items(COUNT_NODES - 4)
+    assert event_chars(at) == len("x.y") + len("items") + COUNT_NODES - 5
+    assert _frame_on_loop(at)
+    assert event_chars(past) == FRAME_OFF_LOOP_CHARS + 1
+    assert not _frame_on_loop(past)
 
 
 async def test_a_frame_cancelled_while_its_worker_makes_it_leaves_cleanly():

@@ -38,7 +38,7 @@ import trio
 
 from events import types as t
 from runtime.atomicfile import why_not_written
-from runtime.errors import shortened  # (imports nothing: no cycle)
+from runtime.errors import shortened_names  # (imports nothing: no cycle)
 
 from ..artifacts import ArtifactStore, reads_as_text
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -80,7 +80,7 @@ def check_arguments(args: dict[str, Any]) -> tuple[str, str, float]:
     """(url, format, timeout) of a web_fetch call, or ``INVALID_ARGUMENT``."""
     extra = sorted(set(args) - {"url", "format", "timeout"})
     if extra:
-        raise ToolError("INVALID_ARGUMENT", f"web_fetch does not take {shortened(', '.join(map(repr, extra)))}")
+        raise ToolError("INVALID_ARGUMENT", f"web_fetch does not take {shortened_names(extra)}")
     if "url" not in args:
         raise ToolError("INVALID_ARGUMENT", "web_fetch needs 'url'")
     if not isinstance(args["url"], str):

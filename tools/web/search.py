@@ -36,7 +36,7 @@ from typing import Any, Mapping
 import trio
 
 from events.secrets import Secrets
-from runtime.errors import shortened  # (imports nothing: no cycle)
+from runtime.errors import shortened_names  # (imports nothing: no cycle)
 from runtime.providers.redact import redact_key
 
 from ..base import INT64, ToolContext, ToolError, ToolResult, ToolSpec
@@ -62,7 +62,7 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments with their defaults, or ``INVALID_ARGUMENT``."""
     extra = sorted(set(args) - {"query", "num_results", "livecrawl", "type", "context_max_characters"})
     if extra:
-        raise ToolError("INVALID_ARGUMENT", f"web_search does not take {shortened(', '.join(map(repr, extra)))}")
+        raise ToolError("INVALID_ARGUMENT", f"web_search does not take {shortened_names(extra)}")
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ToolError("INVALID_ARGUMENT", "web_search needs 'query', a non-empty string")
