@@ -1,0 +1,96 @@
+"""An error body that is not JSON is shown cut at a whole character. One real daemon and one
+headless Chromium, as in ``test_dashboard_browser.py`` (its fixtures and helpers); every
+wait is for a condition."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import trio
+
+from events.store import Draft, open_store
+from events.types import ArtifactStored, ModelResponded, ProjectCreated, SessionCreated, ToolCall, ToolFinished, ToolStarted
+from tools.artifacts import ArtifactStore
+from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
+    Daemon, answered, browser, by_css, click, connect, console_errors, daemon, open_session, submit, texts, wait_for)
+from tests.web.server import png
+
+
+def write_image_sessions(cwd: Path, workspace: Path) -> str:
+    """Sessions ``ses_img`` (a call whose result saved a PNG, call ``call_img``) and ``ses_other``
+    (empty) of one project; the image's artifact id."""
+    store = ArtifactStore(cwd / ".lens" / "artifacts")
+    image = png(2, 1)
+    aid = store.put(image)
+
+    async def write() -> None:
+        ids = {"project_id": "prj_img", "session_id": "ses_img", "agent_id": "main"}
+        async with open_store(cwd / ".lens") as log:
+            await log.append(Draft(ProjectCreated(name="Images", workspace=str(workspace)), project_id="prj_img"))
+            await log.append(Draft(SessionCreated(model="faux/faux-1"), **ids))
+            await log.append(Draft(SessionCreated(model="faux/faux-1"), project_id="prj_img", session_id="ses_other"))
+            await log.append(Draft(ModelResponded(tool_calls=[ToolCall(call_id="call_img", name="web_fetch", arguments="{}")],
+                                                  stop_reason="tool_use"), **ids))
+            await log.append(Draft(ToolStarted(call_id="call_img", name="web_fetch", arguments="{}"), **ids))
+            await log.append(Draft(ArtifactStored(artifact_id=aid, sha256=aid, mime="image/png", size=len(image),
+                                                  source="web_fetch"), **ids))
+            await log.append(Draft(ToolFinished(call_id="call_img", name="web_fetch", content=[],
+                                                structured_content={"artifact_id": aid, "sha256": aid, "mime": "image/png",
+                                                                    "size": len(image)}), **ids))
+
+    trio.run(write)
+    return aid
+
+
+BUTTON = "#timeline .tool[data-call-id='call_img'] button.artifact"
+IMAGE = "#timeline .tool[data-call-id='call_img'] img.artifact-image"
+
+# Answers the next read of an artifact with a 502 whose body is plain text (as a proxy in front of
+# the daemon would send): 299 letters, then a letter past the BMP (two UTF-16 units), then more.
+NOT_JSON = """
+    const real = window.fetch; let once = true;
+    window.fetch = (url, init) => {
+      if (!once || !/\\/artifacts\\//.test(String(url))) return real(url, init);
+      once = false;
+      return Promise.resolve(new Response("x".repeat(299) + "\\u{1F600}" + "y".repeat(50),
+                                          {status: 502, headers: {"Content-Type": "text/plain"}}));
+    };
+"""
+
+@contextmanager
+def image_session(driver: Any, tmp_path: Path) -> Iterator[None]:
+    """A daemon on a log holding ``write_image_sessions``'s sessions, ``ses_img`` opened in the
+    page (read-only)."""
+    cwd, workspace = tmp_path / "daemon", tmp_path / "workspace"
+    cwd.mkdir()
+    workspace.mkdir()
+    write_image_sessions(cwd, workspace)
+    d = Daemon(cwd)
+    try:
+        token = d.pair("dash-errors-images", strong=False)
+        driver.get(d.base + "/")
+        connect(driver, token)
+        click(driver, "#projects button")
+        click(driver, "#sessions button[data-session-id='ses_img']")
+        wait_for(lambda: by_css(driver, BUTTON), "the image's button")
+        yield
+    finally:
+        d.stop()
+
+
+def test_dashboard_cuts_an_error_body_that_is_not_json_at_a_whole_character(browser: Any, tmp_path: Path) -> None:
+    driver = browser
+    with image_session(driver, tmp_path):
+        # An error body that is not JSON: its first 300 characters (code points), never half a letter.
+        driver.execute_script(NOT_JSON)
+        click(driver, BUTTON)
+        li = wait_for(lambda: by_css(driver, "#errors li[data-code='HTTP_502']"), "the plain-text error")[0]
+        # (a text with half a letter cannot even be handed back to the test: it is named as such)
+        shown = driver.execute_script("""
+          return [arguments[0].querySelector('.message').textContent, arguments[0].dataset.message].map(
+            m => m.isWellFormed() ? m : "half a letter, at UTF-16 unit " + (m.length - 1));""", li)
+        assert shown == ["x" * 299 + "\U0001F600…"] * 2, [m[-5:] for m in shown]
+        assert console_errors(driver) == []
+
