@@ -1,6 +1,6 @@
-"""An error body that is not JSON is shown cut at a whole character. One real daemon and one
-headless Chromium, as in ``test_dashboard_browser.py`` (its fixtures and helpers); every
-wait is for a condition."""
+"""An error body that is not JSON is shown cut at a whole character; an opened image's blob URL is
+revoked once the image has left the page. One real daemon and one headless Chromium, as in
+``test_dashboard_browser.py`` (its fixtures and helpers); every wait is for a condition."""
 
 from __future__ import annotations
 
@@ -59,6 +59,15 @@ NOT_JSON = """
     };
 """
 
+# Whether a blob URL still reads as an image (a revoked one does not): its width, else null. (An
+# image, as the page's policy lets it load blob URLs as images alone.)
+READS = """
+    const done = arguments[arguments.length - 1], img = new Image();
+    img.onload = () => done(img.naturalWidth); img.onerror = () => done(null);
+    img.src = arguments[0];
+"""
+
+
 @contextmanager
 def image_session(driver: Any, tmp_path: Path) -> Iterator[None]:
     """A daemon on a log holding ``write_image_sessions``'s sessions, ``ses_img`` opened in the
@@ -94,3 +103,23 @@ def test_dashboard_cuts_an_error_body_that_is_not_json_at_a_whole_character(brow
         assert shown == ["x" * 299 + "\U0001F600…"] * 2, [m[-5:] for m in shown]
         assert console_errors(driver) == []
 
+
+def test_dashboard_revokes_an_image_blob_url_once_the_image_has_left_the_page(browser: Any, tmp_path: Path) -> None:
+    driver = browser
+    with image_session(driver, tmp_path):
+        # The image opened holds a blob URL; opened again, the first is revoked; the session left,
+        # the second is.
+        click(driver, BUTTON)
+        first = wait_for(lambda: [i.get_attribute("src") for i in by_css(driver, IMAGE)], "the image shown")[0]
+        assert first.startswith("blob:")
+        assert driver.execute_async_script(READS, first) == 2
+        click(driver, BUTTON)
+        second = wait_for(lambda: [s for i in by_css(driver, IMAGE) if (s := i.get_attribute("src")) != first],
+                          "the image shown again")[0]
+        assert len(by_css(driver, IMAGE)) == 1
+        assert driver.execute_async_script(READS, first) is None, "the replaced image's blob URL still reads"
+        assert driver.execute_async_script(READS, second) == 2
+        click(driver, "#sessions button[data-session-id='ses_other']")
+        wait_for(lambda: not by_css(driver, IMAGE), "the session left")
+        assert driver.execute_async_script(READS, second) is None, "the left session's image blob URL still reads"
+        assert console_errors(driver) == []
