@@ -1,6 +1,8 @@
 """An error body that is not JSON is shown cut at a whole character; an opened image's blob URL is
-revoked once the image has left the page. One real daemon and one headless Chromium, as in
-``test_dashboard_browser.py`` (its fixtures and helpers); every wait is for a condition."""
+revoked once the image has left the page; a model failure's entry in the errors list goes when a
+later model request of the same agent succeeds, as the timeline's notice does. One real daemon
+and one headless Chromium, as in ``test_dashboard_browser.py`` (its fixtures and helpers); every
+wait is for a condition."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from events.store import Draft, open_store
 from events.types import ArtifactStored, ModelResponded, ProjectCreated, SessionCreated, ToolCall, ToolFinished, ToolStarted
 from tools.artifacts import ArtifactStore
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, answered, browser, by_css, click, connect, console_errors, daemon, open_session, submit, texts, wait_for)
+    Daemon, answered, body_data, browser, by_css, click, connect, console_errors, daemon, open_session, submit, texts, wait_for)
 from tests.web.server import png
 
 
@@ -123,3 +125,38 @@ def test_dashboard_revokes_an_image_blob_url_once_the_image_has_left_the_page(br
         wait_for(lambda: not by_css(driver, IMAGE), "the session left")
         assert driver.execute_async_script(READS, second) is None, "the left session's image blob URL still reads"
         assert console_errors(driver) == []
+
+
+def test_dashboard_drops_a_model_failure_from_the_errors_once_a_later_request_succeeds(daemon: Daemon, browser: Any,
+                                                                                         tmp_path: Path) -> None:
+    driver = browser
+    _, sid = open_session(driver, daemon, tmp_path, "dash-failure-gone")
+    submit(driver, "fail now please")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='PROVIDER_ERROR']"), "the failure in the errors list")
+    wait_for(lambda: by_css(driver, "#timeline .msg.failed"), "the failure in the timeline")
+    # An error that is no model failure stays.
+    driver.execute_script("""
+        const real = window.fetch; let once = true;
+        window.fetch = (url, init) => {
+          if (!once || !/\\/compact$/.test(String(url))) return real(url, init);
+          once = false;
+          return Promise.resolve(new Response(JSON.stringify({error: {code: "SESSION_BUSY", message: "not now"}}),
+                                              {status: 409, headers: {"Content-Type": "application/json"}}));
+        };""")
+    click(driver, "#compact")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_BUSY']"), "the other error")
+    # A request of another session that succeeds is no answer to this one's failure.
+    click(driver, "#new-session button")
+    wait_for(lambda: driver.execute_script("const b = document.querySelector('#sessions button.selected');"
+                                           "return b && b.dataset.sessionId !== arguments[0]", sid), "the other session")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the other session live")
+    answered(driver, "hello elsewhere", "the other session's answer")
+    assert [li.get_attribute("data-code") for li in by_css(driver, "#errors li")] == ["PROVIDER_ERROR", "SESSION_BUSY"]
+    click(driver, f"#sessions button[data-session-id='{sid}']")
+    wait_for(lambda: by_css(driver, "#timeline .msg.failed"), "the failed session again")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the failed session live")
+    answered(driver, "hello again", "the later answer")
+    wait_for(lambda: not by_css(driver, "#timeline .msg.failed"), "the timeline's notice gone")
+    wait_for(lambda: not by_css(driver, "#errors li[data-code='PROVIDER_ERROR']"), "the errors list's entry gone")
+    assert [li.get_attribute("data-code") for li in by_css(driver, "#errors li")] == ["SESSION_BUSY"]
+    assert console_errors(driver) == []
