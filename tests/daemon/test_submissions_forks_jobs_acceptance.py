@@ -364,3 +364,27 @@ async def test_a_jobs_report_queued_behind_a_run_is_steered_or_withdrawn_by_its_
     # the job's own record is not touched by withdrawing its report
     [job] = (await daemon.get(f"/sessions/{sid}/jobs", token)).json()["jobs"]
     assert (job["jobId"], job["status"], job["exitCode"]) == (job_id, "exited", 0)
+
+
+async def test_the_views_queue_lists_the_next_to_run_first_a_steer_before_the_follow_ups_it_passes(daemon: Daemon):
+    # docs/http-api.md: the view's `queued` is "indexed from 0 the next to run first". While a task
+    # runs, a steer goes in at the next tool round, before any follow-up queued ahead of it (which
+    # waits for the task's answer): the steer is next, whether sent as one or re-queued as one.
+    token, _, sid = await _session(daemon)
+    await daemon.submit(token, sid, "busy", BUSY)
+    await daemon.wait_running_call(token, sid)
+    await daemon.submit(token, sid, "f1", "first follow-up")
+    await daemon.submit(token, sid, "s1", "sent as a steer", whenBusy="steer")
+    await daemon.submit(token, sid, "f2", "second follow-up")
+    await daemon.submit(token, sid, "f3", "to be steered")
+    await daemon.post(f"/sessions/{sid}/inputs/f3/steer", token)
+    view = await daemon.view(token, sid)
+    assert [(q["requestId"], q["whenBusy"]) for q in view["queued"]] == \
+        [("s1", "steer"), ("f3", "steer"), ("f1", "followUp"), ("f2", "followUp")]
+    assert view["queuedTotal"] == 4
+    # the window reads the same order by index
+    r = await daemon.get(f"/sessions/{sid}", token, params={"queuedStart": 1, "queuedLimit": 2})
+    assert [q["requestId"] for q in r.json()["queued"]] == ["f3", "f1"]
+    # the abort's answer keeps submission order (docs/http-api.md)
+    r = await daemon.post(f"/sessions/{sid}/abort", token)
+    assert r.json() == {"aborted": True, "withdrawn": ["f1", "s1", "f2", "f3"]}
