@@ -388,3 +388,42 @@ async def test_the_views_queue_lists_the_next_to_run_first_a_steer_before_the_fo
     # the abort's answer keeps submission order (docs/http-api.md)
     r = await daemon.post(f"/sessions/{sid}/abort", token)
     assert r.json() == {"aborted": True, "withdrawn": ["f1", "s1", "f2", "f3"]}
+
+
+async def test_a_finished_jobs_output_read_after_a_restart_keeps_its_offsets_and_says_what_was_dropped(daemon_factory):
+    # State is durable, output was in memory: after a restart only the 4 KiB tail job.finished
+    # recorded is left (source "tail"). It answered with offsets counted from the tail's start and
+    # droppedBefore 0: a reader was told the output began with the tail and nothing was dropped,
+    # and one going on from where memory stopped read the wrong bytes. Offsets are the whole
+    # output's, as in memory (and as the output a stop saved is read): droppedBefore is where the
+    # tail begins.
+    d = await daemon_factory()
+    token, _, sid = await _session(d)
+    lines = "".join(f"{i:05d}\n" for i in range(2000))  # 12,000 bytes, each line says where it is
+    job_id = await start_job(d, token, sid, "r1", "for i in $(seq 0 1999); do printf '%05d\\n' $i; done")
+    fin = await finished_of(d, token, sid, job_id)
+    assert fin["body"]["output_tail"] == lines[-4096:]
+    await report_answered(d, token, sid, job_id)
+    url = f"/sessions/{sid}/jobs/{job_id}"
+    mem = (await d.get(url, token, params={"offset": 9000, "limit": 60})).json()
+    assert (mem["source"], mem["offset"], mem["nextOffset"], mem["output"]) == ("memory", 9000, 9060, lines[9000:9060])
+    await stop_daemon(d)
+    d2 = await daemon_factory(root=d.root)
+    whole = (await d2.get(url, token)).json()
+    assert (whole["source"], whole["status"], whole["eof"]) == ("tail", "exited", True)
+    assert (whole["droppedBefore"], whole["offset"], whole["nextOffset"]) == (12000 - 4096, 12000 - 4096, 12000)
+    assert whole["output"] == lines[-4096:]
+    # going on from where memory stopped reads the same bytes memory gave there
+    again = (await d2.get(url, token, params={"offset": 9000, "limit": 60})).json()
+    assert (again["offset"], again["nextOffset"], again["output"], again["eof"]) == (9000, 9060, lines[9000:9060], False)
+    # an offset before the tail answers from where it begins (as memory does past its ring)
+    first = (await d2.get(url, token, params={"offset": 0, "limit": 6})).json()
+    assert (first["offset"], first["output"]) == (12000 - 4096, lines[12000 - 4096:12000 - 4090])
+    # a short output is whole in its tail: nothing dropped
+    short = await start_job(d2, token, sid, "r2", "echo short")
+    await finished_of(d2, token, sid, short)
+    await report_answered(d2, token, sid, short)
+    await stop_daemon(d2)
+    d3 = await daemon_factory(root=d.root)
+    r = (await d3.get(f"/sessions/{sid}/jobs/{short}", token)).json()
+    assert (r["source"], r["droppedBefore"], r["offset"], r["nextOffset"], r["output"]) == ("tail", 0, 0, 6, "short\n")
