@@ -427,3 +427,30 @@ async def test_a_finished_jobs_output_read_after_a_restart_keeps_its_offsets_and
     d3 = await daemon_factory(root=d.root)
     r = (await d3.get(f"/sessions/{sid}/jobs/{short}", token)).json()
     assert (r["source"], r["droppedBefore"], r["offset"], r["nextOffset"], r["output"]) == ("tail", 0, 0, 6, "short\n")
+
+
+async def test_a_fork_made_while_a_job_runs_has_no_job_and_records_none_lost_at_a_restart(daemon_factory):
+    # docs/decisions.md "Background jobs": forks start without jobs (a job belongs to the session
+    # that ran it). So the fork lists none, cannot stop the source's, and a restart (which records
+    # a job started and never finished as lost) finds nothing of it to record in the fork.
+    d = await daemon_factory()
+    token, _, sid = await _session(d)
+    job_id = await start_job(d, token, sid, "r1", "exec sleep 600")
+    await d.wait_idle(token, sid)
+    events = await log_of(d, token, sid)
+    r = await d.post(f"/sessions/{sid}/fork", token, {"seq": events[-1]["seq"]})
+    assert r.status_code == 201, r.text
+    fork = r.json()
+    assert fork["jobs"] == [] and (await d.get(f"/sessions/{fork['id']}/jobs", token)).json() == {"jobs": []}
+    r = await d.post(f"/sessions/{fork['id']}/jobs/{job_id}/stop", token)
+    assert (r.status_code, error_of(r)) == (404, "JOB_NOT_FOUND") and fork["id"] in r.text
+    assert [(j["jobId"], j["status"]) for j in (await d.get(f"/sessions/{sid}/jobs", token)).json()["jobs"]] == \
+        [(job_id, "running")]
+    await stop_daemon(d)
+    d2 = await daemon_factory(root=d.root)
+    await d2.submit(token, fork["id"], "go", "hi")
+    view = await d2.wait_idle(token, fork["id"])
+    assert view["jobs"] == [] and view["items"][-1]["text"] == "(faux) You said: hi"
+    assert not any(e["kind"].startswith("job.") for e in await log_of(d2, token, fork["id"]))
+    fin = await finished_of(d2, token, sid, job_id)  # the source's job: stopped by the stop, as documented
+    assert fin["body"]["status"] == "stopped"
