@@ -10,8 +10,9 @@ session's id, a duplicate ``requestId`` carrying another text and ``whenBusy``, 
 placed at the next tool round, a fork at another session's seq lying inside this one's range and a
 fork of a fork at a seq it inherited, a configuration change sent while a model request is in
 flight, a job that exits non-zero, a stop racing a job's own end, a job's report queued behind a
-run and steered or withdrawn by its id, and a finished job's output read after a restart.
-Every wait is bounded (conftest ``wait_until``)."""
+run and steered or withdrawn by its id, the view's queue in the order it runs, a finished job's
+output read after a restart (its tail at its place in the whole output), and a fork made while a
+job runs. Every wait is bounded (conftest ``wait_until``)."""
 
 from __future__ import annotations
 
