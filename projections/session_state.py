@@ -215,6 +215,7 @@ class JobRecord(msgspec.Struct):
     finished_seq: int | None = None
     output_artifact_id: str | None = None  # the output a graceful stop saved (job.finished)
     output_dropped: int = 0
+    output_bytes: int | None = None  # all the output it printed (job.finished; None: not known)
 
 
 class SessionState(msgspec.Struct):
@@ -653,6 +654,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         job.finished_seq = seq
         job.output_artifact_id = ev.output_artifact_id
         job.output_dropped = ev.output_dropped
+        job.output_bytes = ev.output_bytes
     return state
 
 

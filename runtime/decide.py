@@ -78,6 +78,16 @@ def queued_steers(state: SessionState) -> tuple[QueuedInput, ...]:
     return tuple(q for q in state.queue if q.when_busy == "steer")
 
 
+def run_order(state: SessionState) -> list[QueuedInput]:
+    """The queued inputs in the order :func:`next_step` places them, the next first. While a task
+    runs, every steer goes in at its next tool round or answer, before the follow-ups, which wait
+    for the task to finish; with no task running, the first queued input starts the next task and
+    the steers go in right after it. Each kind keeps submission order."""
+    head = state.queue[:1] if state.running_task is None else []
+    rest = state.queue[len(head):]
+    return [*head, *(q for q in rest if q.when_busy == "steer"), *(q for q in rest if q.when_busy != "steer")]
+
+
 def next_step(state: SessionState, agent_id: str, replay_safe: frozenset[str] = frozenset()) -> Step | None:
     """What ``agent_id``'s loop does next, or ``None`` when it has nothing to do.
 

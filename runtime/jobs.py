@@ -320,8 +320,9 @@ class SessionJobs:
         ring (``source: memory``; ``dropped_before`` is where what is kept begins). Otherwise,
         for a job a graceful stop ended, the output it saved (``source: saved``, offsets of the
         whole output as in memory; an artifact that cannot be read falls back to the tail, with
-        a warning in the daemon's log); else the recorded tail (``source: tail``, offsets within
-        the tail). The page is scrubbed of the
+        a warning in the daemon's log); else the recorded tail (``source: tail``, offsets of the
+        whole output: the tail ends where the output ended, ``dropped_before`` where it begins;
+        within the tail when ``job.finished`` did not count the output). The page is scrubbed of the
         keys the daemon knows; one that ends in what could begin a key ends before it
         (``Secrets.scrub_page``), and one that starts where the ring dropped older output
         leaves out what could end one: the route and the ``job`` tool show the same page."""
@@ -337,7 +338,9 @@ class SessionJobs:
             out.update(output=text, offset=begin, next_offset=nxt, dropped_before=live.ring.start,
                        eof=eof, source="memory")
             return out
-        source, data, dropped = "tail", rec.output_tail.encode(), 0
+        source, data = "tail", rec.output_tail.encode()
+        # (the tail is the end of the output: where it begins, when the end says how long it was)
+        dropped = max(rec.output_bytes - len(data), 0) if rec.output_bytes is not None else 0
         if rec.output_artifact_id and self._artifacts is not None:
             try:  # (off the event loop: up to OUTPUT_RING_BYTES and their SHA-256)
                 data = await trio.to_thread.run_sync(self._artifacts.get, rec.output_artifact_id)
@@ -386,7 +389,7 @@ class SessionJobs:
                             saved = await self._save_output(live)
                             await self._record_end(live.job_id, "stopped", None, STOPPED_BY_DAEMON,
                                                    self._tail(live), wake=False, within=STOP_RECORD_SECONDS,
-                                                   saved=saved)
+                                                   saved=saved, output_bytes=live.ring.total)
                         except Exception as exc:  # (the store refused or failed: the next start says lost)
                             log.warning("session %s: job %s's end at the stop was not recorded: %r",
                                         self.session_id, live.job_id, exc)
@@ -400,7 +403,8 @@ class SessionJobs:
                 return
             if live.stop_reason is not None:
                 status, code, reason = "stopped", None, live.stop_reason
-            await self._record_end(live.job_id, status, code, reason, self._tail(live))
+            await self._record_end(live.job_id, status, code, reason, self._tail(live),
+                                   output_bytes=live.ring.total)
         finally:
             self.live.pop(live.job_id, None)
             if not live.abandoned:
@@ -435,10 +439,11 @@ class SessionJobs:
 
     async def _record_end(self, job_id: str, status: str, code: int | None, reason: str, tail: str, *,
                           wake: bool = True, within: float | None = None,
-                          saved: tuple[str, int, int] | None = None) -> None:
+                          saved: tuple[str, int, int] | None = None, output_bytes: int | None = None) -> None:
         """Record the job's end and its report (one append); ``within``: give up after that many
         seconds, the append possibly still committed (a stop: the actor is going away);
-        ``saved``: the output :meth:`_save_output` stored (with its ``artifact.stored``)."""
+        ``saved``: the output :meth:`_save_output` stored (with its ``artifact.stored``);
+        ``output_bytes``: all the output the job printed (None: not known, a lost job)."""
         def decide_end() -> Sequence[d.Scoped]:
             state = self._state()
             rec = state.jobs.get(job_id)
@@ -447,7 +452,8 @@ class SessionJobs:
             finished = d.Scoped(t.JobFinished(job_id=job_id, status=status, exit_code=code,  # type: ignore[arg-type]
                                               output_tail=tail, reason=reason,
                                               output_artifact_id=saved[0] if saved else None,
-                                              output_dropped=saved[2] if saved else 0))
+                                              output_dropped=saved[2] if saved else 0,
+                                              output_bytes=output_bytes))
             if saved is not None:
                 stored = d.Scoped(t.ArtifactStored(artifact_id=saved[0], sha256=saved[0], mime=SAVED_OUTPUT_MIME,
                                                    size=saved[1], source="job_output"))

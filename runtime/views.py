@@ -13,7 +13,7 @@ from projections.context_budget import item_marks
 from projections.session_state import (EMPTY_ANSWER, REFUSED, USAGE_FIELDS, MAIN_AGENT, AgentState, Item, SessionState, UsageTotals, item_parts,
                                        text_of)
 
-from .decide import CUT_BY
+from .decide import CUT_BY, run_order
 from .errors import AgentNotFound, InvalidCommand
 
 QUEUED_PREVIEW_CHARS = 2000
@@ -250,7 +250,7 @@ def session_view(s: SessionState, *, unrecorded_work: bool = False, items_limit:
         "queued": [
             {"requestId": q.request_id, "text": secrets.cut(text_of(q.content), QUEUED_PREVIEW_CHARS), "whenBusy": q.when_busy,
              "seq": q.seq, "images": sum(1 for p in q.content if isinstance(p, t.ImagePart))}
-            for q in islice(s.queue, queued_start, queued_start + queued_limit)
+            for q in islice(run_order(s), queued_start, queued_start + queued_limit)
         ],
         "queuedTotal": len(s.queue),
         "todos": [msgspec.to_builtins(x) for x in s.todos],

@@ -120,6 +120,15 @@ class Log:
         return any(rid in dict(q) for q, _, _ in self.states(l0, l1))
 
 
+def run_order(queue: list[tuple[str, str]], running: str | None) -> list[tuple[str, str]]:
+    """The queue (submission order) as the view lists it, the next to run first: while a task runs
+    the steers go in before the follow-ups; with none running the first input starts the next task
+    and the steers follow it."""
+    head = queue[:1] if running is None else []
+    rest = queue[len(head):]
+    return head + [q for q in rest if q[1] == "steer"] + [q for q in rest if q[1] != "steer"]
+
+
 # --------------------------------------------------------------------------- clients
 
 
@@ -351,7 +360,7 @@ def check_calls(log: Log, calls: list[Call], contents: dict[str, tuple[str, str]
             at = b["lastSeq"]
             assert c.l0 <= at <= c.l1, where
             queue, running, asked = log.states(at, at)[-1]
-            assert [(q["requestId"], q["whenBusy"]) for q in b["queued"]] == queue, where
+            assert [(q["requestId"], q["whenBusy"]) for q in b["queued"]] == run_order(queue, running), where
             assert b["runningTaskId"] == running, where
             checking = any(s > at for rid, (_, text) in contents.items() if text.startswith("/skill:")
                            and (s := log.seq(log.submitted, rid)) is not None)

@@ -1889,7 +1889,7 @@ def test_dashboard_shows_the_recorded_tail_alone_once_the_daemon_no_longer_holds
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """A job's output read from memory, then "Read more" once the daemon holds it no longer (here a
     restart; an actor's passivation or eight later jobs do the same): the answer is the tail the log
-    recorded, whose offsets start again at 0. The page asked the tail from where memory had stopped,
+    recorded (its offsets then started again at 0). The page asked the tail from where memory had stopped,
     said the output had ended and showed the tail's note above text read from memory. It now shows
     the recorded tail, from its start, in place of what it showed."""
     driver = browser

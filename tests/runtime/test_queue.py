@@ -367,3 +367,22 @@ async def test_a_session_with_an_input_queued_is_not_idle(rt, autojump_clock):
         want = "idle" if upto in (1, len(evs)) else "running"  # created; settled
         assert st.status == want, (evs[upto - 1].kind, st.status, st.queue)
     assert evs[1].seq == ack["seq"] and evs[1].kind == "input.submitted"
+
+
+def test_run_order_puts_the_steers_before_the_follow_ups_a_running_task_passes():
+    # The view's `queued` reads this order ("the next to run first"): while a task runs the steers
+    # go in at its next round, the follow-ups after it; with none running the first queued input
+    # starts the next task and the steers follow it. Each kind keeps submission order.
+    from events import types as t
+    from projections.session_state import QueuedInput, SessionState
+    from runtime.decide import run_order
+
+    def q(rid: str, when: str, seq: int) -> QueuedInput:
+        return QueuedInput(rid, [t.TextPart(rid)], when, seq)  # type: ignore[arg-type]
+
+    queue = [q("f1", "followUp", 1), q("s1", "steer", 2), q("f2", "followUp", 3), q("s2", "steer", 4)]
+    running = SessionState("s", queue=list(queue), running_task="task_1")
+    assert [x.request_id for x in run_order(running)] == ["s1", "s2", "f1", "f2"]
+    idle = SessionState("s", queue=list(queue), running_task=None)
+    assert [x.request_id for x in run_order(idle)] == ["f1", "s1", "s2", "f2"]
+    assert run_order(SessionState("s")) == []
