@@ -177,6 +177,17 @@ HELD_REFUSAL = """
     };
 """
 
+# Answers the next compaction asked with a 401 (the credential revoked meanwhile).
+CREDENTIAL_REFUSED = """
+    const real = window.fetch; let once = true;
+    window.fetch = (url, init) => {
+      if (!once || !/\\/compact$/.test(String(url))) return real(url, init);
+      once = false;
+      return Promise.resolve(new Response(JSON.stringify({error: {code: "AUTH_INVALID", message: "revoked"}}),
+                                          {status: 401, headers: {"Content-Type": "application/json"}}));
+    };
+"""
+
 
 def test_dashboard_errors_list_shows_the_errors_of_the_session_in_view_and_the_pages_own(daemon: Daemon, browser: Any,
                                                                                           tmp_path: Path) -> None:
@@ -218,4 +229,10 @@ def test_dashboard_errors_list_shows_the_errors_of_the_session_in_view_and_the_p
     # Dismissed, an error is gone for good; the page's stays.
     click(driver, "#errors li[data-code='SESSION_BUSY'] button")
     wait_for(lambda: shown_errors(driver) == ["WORKSPACE_INVALID"], "the first session's error dismissed")
+    # A credential refused on a session's route is the page's error: the credential forgotten, no
+    # session is open, and the refusal is shown.
+    driver.execute_script(CREDENTIAL_REFUSED)
+    click(driver, "#compact")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential forgotten")
+    wait_for(lambda: shown_errors(driver) == ["AUTH_INVALID"], "the refusal shown")
     assert console_errors(driver) == []
