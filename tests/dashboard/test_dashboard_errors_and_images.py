@@ -16,7 +16,7 @@ from events.store import Draft, open_store
 from events.types import ArtifactStored, ModelResponded, ProjectCreated, SessionCreated, ToolCall, ToolFinished, ToolStarted
 from tools.artifacts import ArtifactStore
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, answered, body_data, browser, by_css, click, connect, console_errors, daemon, open_session, submit, texts, wait_for)
+    Daemon, answered, body_data, browser, by_css, click, connect, console_errors, daemon, one, open_session, submit, texts, wait_for)
 from tests.web.server import png
 
 
@@ -44,6 +44,16 @@ def write_image_sessions(cwd: Path, workspace: Path) -> str:
 
     trio.run(write)
     return aid
+
+
+def shown_errors(driver: Any) -> list[str]:
+    """The codes of the errors the list shows (those on screen), in its order."""
+    return driver.execute_script("return [...document.querySelectorAll('#errors li')]"
+                                 ".filter((li) => li.getClientRects().length > 0).map((li) => li.dataset.code)")
+
+
+def selected_session(driver: Any) -> str | None:
+    return driver.execute_script("const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId")
 
 
 BUTTON = "#timeline .tool[data-call-id='call_img'] button.artifact"
@@ -145,18 +155,84 @@ def test_dashboard_drops_a_model_failure_from_the_errors_once_a_later_request_su
         };""")
     click(driver, "#compact")
     wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_BUSY']"), "the other error")
-    # A request of another session that succeeds is no answer to this one's failure.
-    click(driver, "#new-session button")
-    wait_for(lambda: driver.execute_script("const b = document.querySelector('#sessions button.selected');"
-                                           "return b && b.dataset.sessionId !== arguments[0]", sid), "the other session")
-    wait_for(lambda: body_data(driver, "conn") == "live", "the other session live")
-    answered(driver, "hello elsewhere", "the other session's answer")
-    assert [li.get_attribute("data-code") for li in by_css(driver, "#errors li")] == ["PROVIDER_ERROR", "SESSION_BUSY"]
-    click(driver, f"#sessions button[data-session-id='{sid}']")
-    wait_for(lambda: by_css(driver, "#timeline .msg.failed"), "the failed session again")
-    wait_for(lambda: body_data(driver, "conn") == "live", "the failed session live")
+    assert shown_errors(driver) == ["PROVIDER_ERROR", "SESSION_BUSY"]
     answered(driver, "hello again", "the later answer")
     wait_for(lambda: not by_css(driver, "#timeline .msg.failed"), "the timeline's notice gone")
     wait_for(lambda: not by_css(driver, "#errors li[data-code='PROVIDER_ERROR']"), "the errors list's entry gone")
-    assert [li.get_attribute("data-code") for li in by_css(driver, "#errors li")] == ["SESSION_BUSY"]
+    assert shown_errors(driver) == ["SESSION_BUSY"]
+    assert console_errors(driver) == []
+
+
+# Holds the answer to the next compaction asked until ``window.lensRelease()``, then refuses it
+# (409 SESSION_BUSY), as a daemon slow to answer would: the answer comes after the session is left.
+HELD_REFUSAL = """
+    const real = window.fetch; let once = true, release;
+    const gate = new Promise((r) => { release = r; });
+    window.lensRelease = () => release();
+    window.fetch = (url, init) => {
+      if (!once || !/\\/compact$/.test(String(url))) return real(url, init);
+      once = false;
+      return gate.then(() => new Response(JSON.stringify({error: {code: "SESSION_BUSY", message: "not now"}}),
+                                          {status: 409, headers: {"Content-Type": "application/json"}}));
+    };
+"""
+
+# Answers the next compaction asked with a 401 (the credential revoked meanwhile).
+CREDENTIAL_REFUSED = """
+    const real = window.fetch; let once = true;
+    window.fetch = (url, init) => {
+      if (!once || !/\\/compact$/.test(String(url))) return real(url, init);
+      once = false;
+      return Promise.resolve(new Response(JSON.stringify({error: {code: "AUTH_INVALID", message: "revoked"}}),
+                                          {status: 401, headers: {"Content-Type": "application/json"}}));
+    };
+"""
+
+
+def test_dashboard_errors_list_shows_the_errors_of_the_session_in_view_and_the_pages_own(daemon: Daemon, browser: Any,
+                                                                                          tmp_path: Path) -> None:
+    """An error of a session (a request about it, its model failure) is shown while that session
+    is in view: another session opened, it is out of sight, and back when its session is opened
+    again (a model failure's entry is gone then: the timeline's notice says it). An error of the
+    page itself (a project refused) stays whatever the session. The answer to a request of the
+    session left, coming after it was left, is that session's too."""
+    driver = browser
+    _, first = open_session(driver, daemon, tmp_path, "dash-errors-in-view")
+    submit(driver, "fail now please")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='PROVIDER_ERROR']"), "the failure in the errors list")
+    wait_for(lambda: by_css(driver, "#timeline .msg.failed"), "the failure in the timeline")
+    # The page's own error: a project whose workspace no agent may have.
+    one(driver, "#project-name").send_keys("Refused")
+    one(driver, "#project-workspace").send_keys("/")
+    click(driver, "#new-project button")
+    wait_for(lambda: "WORKSPACE_INVALID" in shown_errors(driver), "the page's error")
+    # A compaction of this session, refused only once the next session is open.
+    driver.execute_script(HELD_REFUSAL)
+    click(driver, "#compact")
+    assert shown_errors(driver) == ["PROVIDER_ERROR", "WORKSPACE_INVALID"]
+
+    click(driver, "#new-session button")
+    wait_for(lambda: selected_session(driver) not in (None, first), "the other session")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the other session live")
+    assert shown_errors(driver) == ["WORKSPACE_INVALID"], "the first session's errors shown in the second"
+    driver.execute_script("window.lensRelease()")
+    wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_BUSY']"), "the late refusal")
+    assert shown_errors(driver) == ["WORKSPACE_INVALID"], "the first session's late refusal shown in the second"
+    one(driver, "#input").send_keys("   ")
+    click(driver, "#send")   # (a blank message: this session's own refusal, INVALID_ARGUMENT)
+    wait_for(lambda: shown_errors(driver) == ["WORKSPACE_INVALID", "INVALID_ARGUMENT"], "the second session's error")
+
+    click(driver, f"#sessions button[data-session-id='{first}']")
+    wait_for(lambda: by_css(driver, "#timeline .msg.failed"), "the first session again, its failure in the timeline")
+    wait_for(lambda: shown_errors(driver) == ["WORKSPACE_INVALID", "SESSION_BUSY"], "the first session's errors back")
+    assert not by_css(driver, "#errors li[data-code='PROVIDER_ERROR']")
+    # Dismissed, an error is gone for good; the page's stays.
+    click(driver, "#errors li[data-code='SESSION_BUSY'] button")
+    wait_for(lambda: shown_errors(driver) == ["WORKSPACE_INVALID"], "the first session's error dismissed")
+    # A credential refused on a session's route is the page's error: the credential forgotten, no
+    # session is open, and the refusal is shown.
+    driver.execute_script(CREDENTIAL_REFUSED)
+    click(driver, "#compact")
+    wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential forgotten")
+    wait_for(lambda: shown_errors(driver) == ["AUTH_INVALID"], "the refusal shown")
     assert console_errors(driver) == []

@@ -45,6 +45,63 @@ def test_the_queue_panel_shows_a_full_window_whole_and_reaches_the_input_past_it
     assert console_errors(driver) == []
 
 
+# Records what the queue panel shows after each redraw (`lensQueueShown`), and withdraws the input
+# the script's argument names just before the page's first read of queued inputs past the view's window
+# (`queuedStart`): between the two reads of one refresh, as a withdraw from another client can be.
+EARLIER_LEAVES = """
+    const which = arguments[0];
+    window.lensQueueShown = [];
+    new MutationObserver(() => window.lensQueueShown.push(
+      [...document.querySelectorAll('#queue li.card')].map((li) => li.dataset.requestId)))
+      .observe(document.getElementById('queue'), {childList: true});
+    const real = window.fetch; let once = true;
+    window.fetch = async (url, init) => {
+      const m = /\\/sessions\\/([^/?]+)\\?.*queuedStart=/.exec(String(url));
+      if (once && m) {
+        once = false;
+        await real('/api/v1/sessions/' + m[1] + '/inputs/' + which + '/withdraw',
+                   {method: 'POST', headers: Object.assign({}, init.headers, {'Content-Type': 'application/json'}), body: '{}'});
+        window.lensWithdrawn = true;
+      }
+      return real(url, init);
+    };
+"""
+
+
+def test_the_queue_panel_past_the_window_leaves_out_no_input_when_an_earlier_one_leaves_between_reads(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """The panel reads the inputs past the view's window by index. An earlier input that left the
+    queue between the view's read and the next page's moved the rest one index down: the page,
+    read from the index where the window ended, left out the input right after it. Pages are now
+    joined by the last input held (its seq): every input still queued is shown, once, in order."""
+    driver = browser
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-queue-leaves")
+    submit(driver, "ask two questions")
+    wait_for(lambda: by_css(driver, "#timeline .question"), "the question")
+    count = VIEW_QUEUED_MAX + 10
+    for i in range(count):
+        assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": f"q{i}", "content": f"queued {i}"},
+                              token=strong)[0] == 202
+    click(driver, "#queue button[data-more='queued']")
+    every = [f"q{i}" for i in range(count)]
+    wait_for(lambda: queued_ids(driver) == every, "every queued input")
+
+    driver.execute_script(EARLIER_LEAVES, "q5")
+    # (a new input: the page reads its view again, the window then the page past it)
+    assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": f"q{count}", "content": "the last"},
+                          token=strong)[0] == 202
+    want = [q for q in every if q != "q5"] + [f"q{count}"]
+    wait_for(lambda: driver.execute_script("return window.lensWithdrawn === true"), "the earlier input withdrawn")
+    wait_for(lambda: queued_ids(driver) == want, "the queue without the withdrawn input")
+    shown = driver.execute_script("return window.lensQueueShown")
+    assert shown
+    for ids in shown:
+        assert len(ids) == len(set(ids)), f"an input shown twice: {ids}"
+        missing = [q for q in every if q != "q5" and q not in ids]
+        assert missing == [], f"queued inputs left out of the panel: {missing}"
+    assert console_errors(driver) == []
+
+
 def fork_offered_and_pressed(driver: Any, sid: str) -> str:
     """Press the quarantine note's fork button once it is offered; the fork's id, once it is open."""
     button = wait_for(lambda: by_css(driver, "#fork-quarantined:enabled"), "the fork offered")[0]

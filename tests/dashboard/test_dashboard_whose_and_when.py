@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, console_errors, make_daemon, one, open_session, session_starting_jobs,
-    submit, texts, wait_for, with_turns)
+    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, daemon, make_daemon, one, open_session,
+    session_starting_jobs, submit, texts, wait_for, with_turns)
 from tests.dashboard.test_dashboard_this_round import png_1x1
 from tests.dashboard.test_dashboard_users_pass import HOLD_STOPS
 from tools.artifacts import ArtifactStore
@@ -202,4 +202,38 @@ def test_dashboard_names_a_queued_input_by_its_first_40_characters_past_the_bmp_
         "Withdraw queued input “" + cjk * 40 + "”"]
     click(driver, "#abort")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    assert console_errors(driver) == []
+
+
+# Holds every read of the open session's view (`GET /sessions/{id}?…`) until `lensRelease()`: what
+# the page shows meanwhile comes from the live stream alone.
+HOLD_VIEWS = """
+    const real = window.fetch, held = [];
+    let holding = true;
+    window.lensRelease = () => { holding = false; for (const go of held.splice(0)) go(); };
+    window.fetch = (url, init) => {
+      if (!holding || !/\\/sessions\\/[^/?]+\\?/.test(String(url))) return real(url, init);
+      return new Promise((go) => held.push(go)).then(() => real(url, init));
+    };
+"""
+
+
+def test_dashboard_status_pill_says_running_at_the_event_that_begins_the_run(daemon: Daemon, browser: Any,
+                                                                             tmp_path: Path) -> None:
+    """The pill followed the view alone, read 120 ms or more after each event: an answer streamed
+    while the pill still said idle. The input queued is the event that makes an idle session
+    running: the pill says so then, with no view read (every read held here)."""
+    driver = browser
+    pill = "#session-status"
+    open_session(driver, daemon, tmp_path, "dash-status-now")
+    wait_for(lambda: texts(driver, pill) == ["idle"], "the idle status")
+    driver.execute_script(HOLD_VIEWS)
+    submit(driver, "hello")
+    wait_for(lambda: texts(driver, pill) == ["running"], "the running status with no view read")
+    assert "ok" in one(driver, pill).get_attribute("class")
+    assert body_data(driver, "sessionStatus") == "idle", "a view was read: the pill may have followed it"
+    driver.execute_script("window.lensRelease()")
+    # (the run's end is the view's to say: read once released, with the answer)
+    wait_for(lambda: "(faux) You said: hello" in committed_answers(driver), "the answer")
+    wait_for(lambda: texts(driver, pill) == ["idle"] and body_data(driver, "sessionStatus") == "idle", "idle again")
     assert console_errors(driver) == []
