@@ -102,6 +102,32 @@ def test_the_queue_panel_past_the_window_leaves_out_no_input_when_an_earlier_one
     assert console_errors(driver) == []
 
 
+def test_the_queue_panel_past_the_window_shows_the_inputs_in_the_order_they_run(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """While a task runs the view lists every steer before the follow-ups (the order they run), so
+    a follow-up queued first has a lower seq than the steers before it in the list. Pages joined by
+    seq left such follow-ups out past the window; joined by the last input held, the panel shows
+    every input once, in the view's order."""
+    driver = browser
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-queue-order")
+    submit(driver, "ask two questions")
+    wait_for(lambda: by_css(driver, "#timeline .question"), "the question")
+    follow = [f"f{i}" for i in range(3)]
+    steer = [f"s{i}" for i in range(VIEW_QUEUED_MAX + 5)]
+    for rid in follow:
+        assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": rid, "content": rid},
+                              token=strong)[0] == 202
+    for rid in steer:
+        assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": rid, "content": rid, "whenBusy": "steer"},
+                              token=strong)[0] == 202
+    view = daemon.request("GET", f"/sessions/{sid}?itemsLimit=1", token=strong)[1]
+    assert [q["requestId"] for q in view["queued"]] == steer[:VIEW_QUEUED_MAX]  # (the daemon's order)
+    wait_for(lambda: by_css(driver, "#queue button[data-more='queued']"), "Show more queued")
+    click(driver, "#queue button[data-more='queued']")
+    wait_for(lambda: queued_ids(driver) == steer + follow, "every queued input in the order they run")
+    assert console_errors(driver) == []
+
+
 def fork_offered_and_pressed(driver: Any, sid: str) -> str:
     """Press the quarantine note's fork button once it is offered; the fork's id, once it is open."""
     button = wait_for(lambda: by_css(driver, "#fork-quarantined:enabled"), "the fork offered")[0]
