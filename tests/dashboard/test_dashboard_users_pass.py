@@ -122,6 +122,27 @@ def test_dashboard_controls_have_names_a_screen_reader_can_say(
     assert one(driver, "#refresh").accessible_name == "Reload projects, sessions and the default model"
 
 
+def test_dashboard_an_empty_send_in_another_session_is_refused_not_dropped(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A press of Send on the box a send just emptied is no new message (Ctrl+Enter twice). That
+    held past a switch of session: after a send in one session, Send on the empty box of another
+    did nothing and said nothing. The mark is the emptied session's: in the other, the empty
+    message is sent and the daemon's refusal shown."""
+    driver = browser
+    d = make_daemon(with_turns())
+    _, first = open_session(driver, d, tmp_path, "dash-empty-elsewhere")
+    submit(driver, "first")
+    wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the sent note")
+    click(driver, "#new-session button")
+    wait_for(lambda: driver.execute_script(
+        "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId !== arguments[0]",
+        first), "the other session")
+    assert one(driver, "#input").get_attribute("value") == ""
+    click(driver, "#send")
+    wait_for(lambda: one(driver, "#composer-note").text == "Not sent (INVALID_ARGUMENT).", "the refusal of the empty send")
+    assert error_shown(driver, "INVALID_ARGUMENT")
+
+
 def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """The note under the message box said "Sent (seq N)." of the last send that went through,
