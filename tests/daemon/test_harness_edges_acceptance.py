@@ -105,6 +105,25 @@ async def test_an_answer_and_a_skip_raced_from_two_clients_one_wins_and_the_othe
     assert r.status_code == 200 and r.json()["duplicate"] is True and r.json()["answer"] == won
 
 
+async def test_an_unknown_option_id_is_named_quoted_and_cut_and_the_options_are_listed(daemon: Daemon):
+    # "unknown option ids: " named nothing for an empty id, and an unknown id (or thousands of
+    # them) was echoed whole into the message: 10,000 characters back for one long id.
+    token = await daemon.pair("q-client", strong=True)
+    _, sid, _ = await _project_session(daemon, token)
+    qid = await _asked(daemon, token, sid, "r1")
+    path = f"/sessions/{sid}/questions/{qid}/answer"
+    for option_ids, named in (([""], "''"), (["r", "green"], "'green'"), (["x" * 10_000], "'xxx"),
+                              ([f"u{i}" for i in range(5_000)], "'u0'")):
+        r = await daemon.post(path, token, {"kind": "answer", "optionIds": option_ids})
+        assert (r.status_code, error_of(r)) == (422, "ANSWER_INVALID"), r.text[:300]
+        message = r.json()["error"]["message"]
+        assert named in message and len(message) < 400, message[:500]
+        assert "the options are 'r', 'b'" in message, message
+    r = await daemon.post(path, token, {"kind": "answer", "optionIds": [f"u{i}" for i in range(5_000)]})
+    assert "(5000 in all)" in r.json()["error"]["message"]
+    assert (await daemon.view(token, sid))["status"] == "awaiting_answer"
+
+
 async def test_the_todo_list_takes_200_items_refuses_201_and_is_emptied_by_an_empty_list(daemon: Daemon):
     token = await daemon.pair("todo-client", strong=True)
     _, sid, _ = await _project_session(daemon, token)
