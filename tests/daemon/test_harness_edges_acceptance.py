@@ -220,3 +220,22 @@ async def test_changes_leave_out_a_failed_edit_and_a_fork_lists_only_its_own(dae
     assert files["d.txt"]["status"] == "created" and files["d.txt"]["agents"][0].startswith("sub_")
     r = await daemon.get(f"/sessions/{sid}/changes", reader)
     assert {f["path"]: f["status"] for f in r.json()["files"]} == {"b.txt": "created", "c.txt": "created"}
+
+
+async def test_a_subagent_tools_list_of_main_only_tools_is_refused_saying_so(daemon: Daemon):
+    # F-ACT-5: a subagent never has todo or ask_user. A list naming only those was refused as if
+    # it named nothing ("'tools' must name at least one of …"), and unknown names were echoed
+    # whole (ten names of 5,000 characters each back to the model).
+    token = await daemon.pair("sub-client", strong=True)
+    _, sid, _ = await _project_session(daemon, token)
+    body = await run_tool(daemon, token, sid, "r1", "subagent", {"prompt": "plan", "tools": ["todo", "ask_user"]})
+    assert (body["status"], body["error_code"]) == ("error", "INVALID_ARGUMENT"), body
+    message = body["structured_content"]["error"]["message"]
+    assert "'ask_user', 'todo' are for the main agent only" in message, message
+    assert "must name at least one of" in message and "read_file" in message
+    body = await run_tool(daemon, token, sid, "r2", "subagent",
+                          {"prompt": "plan", "tools": [f"{i}" + "n" * 5_000 for i in range(10)]})
+    message = body["structured_content"]["error"]["message"]
+    assert body["error_code"] == "INVALID_ARGUMENT" and "there is no tool '0nnn" in message, message[:300]
+    assert len(message) < 1_000, len(message)
+    assert not [e for e in await daemon.events(token, sid) if e["kind"] == "agent.started"]
