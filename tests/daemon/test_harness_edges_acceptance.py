@@ -239,3 +239,18 @@ async def test_a_subagent_tools_list_of_main_only_tools_is_refused_saying_so(dae
     assert body["error_code"] == "INVALID_ARGUMENT" and "there is no tool '0nnn" in message, message[:300]
     assert len(message) < 1_000, len(message)
     assert not [e for e in await daemon.events(token, sid) if e["kind"] == "agent.started"]
+
+
+async def test_a_gitignore_opening_with_a_byte_order_mark_hides_what_its_first_line_names(daemon: Daemon):
+    # An editor that writes a UTF-8 byte-order mark made the first line "\ufeff*.log", which
+    # matched nothing: git skips the mark and ignores the logs, the listing showed them.
+    token = await daemon.pair("bom-client")
+    strong = await daemon.pair("bom-strong", strong=True)
+    _, sid, ws = await _project_session(daemon, strong)
+    (ws / ".gitignore").write_bytes("\ufeff*.log\r\nbuild/\r\n".encode())
+    (ws / "a.log").write_text("x")
+    (ws / "build").mkdir()
+    (ws / "main.py").write_text("x")
+    r = await daemon.get(f"/sessions/{sid}/workspace/tree", token)
+    assert r.status_code == 200, r.text
+    assert [e["path"] for e in r.json()["entries"]] == [".gitignore", "main.py"] and r.json()["ignoredHidden"] == 2
