@@ -1,9 +1,10 @@
-"""F-HAR-1 and F-HAR-3 at the edges a user meets, through the running daemon (the real executor
-over gRPC, the faux model calling tools from ``/tool NAME {json}`` inputs): a question answered
-through another session's path, answer and skip raced from two clients, the todo list's bound
-at its limit and one past it and a list emptied, `.gitignore` negations and nested files,
-credential files of several names, and "changes this session" after a failed edit and across a
-fork. What the other ``*_acceptance.py`` modules, ``test_workspace_browse.py``,
+"""F-HAR-1, F-HAR-3 and F-ACT-5 at the edges a user meets, through the running daemon (the real
+executor over gRPC, the faux model calling tools from ``/tool NAME {json}`` inputs): a question
+answered through another session's path, answer and skip raced from two clients, unknown option
+ids named and cut, the todo list's bound at its limit and one past it and a list emptied, a
+subagent's tools list of main-only tools, `.gitignore` negations, nested files and a byte-order
+mark, credential files of several names, and "changes this session" after a failed edit and
+across a fork. What the other ``*_acceptance.py`` modules, ``test_workspace_browse.py``,
 ``test_todo_and_question_limits.py`` and ``test_history_routes.py`` already pin is not redone.
 Every wait is bounded (conftest ``wait_until``)."""
 
