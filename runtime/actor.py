@@ -63,6 +63,7 @@ from .errors import (
     SessionNotFound,
     SessionQuarantined,
     SettingsInvalid,
+    shortened_names,
 )
 from .providers.base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
@@ -1475,7 +1476,12 @@ class SessionActor:
                 offered = sorted(spec.name for spec in self.deps.tools.visible(is_main_agent=False))
                 unknown = sorted(set(allowed) - known)
                 if unknown or not set(allowed) & set(offered):
-                    named = f"there is no tool {', '.join(unknown[:10])}; " if unknown else ""
+                    # (names quoted and cut: the model's own text, which can be of any length)
+                    named = f"there is no tool {shortened_names(unknown)}; " if unknown else ""
+                    main_only = set(allowed) & known - set(offered)  # (F-ACT-5: never a subagent's)
+                    if main_only:
+                        verb = "is" if len(main_only) == 1 else "are"
+                        named += f"{shortened_names(main_only)} {verb} for the main agent only; "
                     raise ToolError("INVALID_ARGUMENT", f"{named}'tools' must name at least one of "
                                     f"{', '.join(offered)} (omit it to allow them all)")
             await self._emit([d.Scoped(t.AgentStarted(

@@ -487,7 +487,7 @@ def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]
     ``{"kind": "answer", "optionIds"?: [...], "text"?: "..."}`` (at least one of the two) or
     ``{"kind": "skip"}``. Raises ``ANSWER_INVALID`` naming the problem.
     """
-    from .errors import AnswerInvalid
+    from .errors import AnswerInvalid, shortened, shortened_names
 
     if not isinstance(answer, dict) or answer.get("kind") not in ("answer", "skip"):
         raise AnswerInvalid('an answer is {"kind": "answer", "optionIds"?, "text"?} or {"kind": "skip"}')
@@ -497,7 +497,7 @@ def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]
         return {"kind": "skip"}
     extra = set(answer) - {"kind", "optionIds", "text"}
     if extra:
-        raise AnswerInvalid(f"unknown answer fields: {', '.join(sorted(extra))}")
+        raise AnswerInvalid(f"unknown answer fields: {shortened_names(extra)}")
     option_ids, text = answer.get("optionIds"), answer.get("text")
     if option_ids is None and text is None:
         raise AnswerInvalid("an answer needs optionIds, text or both")
@@ -506,9 +506,11 @@ def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]
     if option_ids is not None:
         if not isinstance(option_ids, list) or not all(isinstance(x, str) for x in option_ids):
             raise AnswerInvalid("optionIds must be a list of option ids")
-        unknown = sorted(set(option_ids) - set(order))
-        if unknown:
-            raise AnswerInvalid(f"unknown option ids: {', '.join(unknown)}")
+        unknown = set(option_ids) - set(order)
+        if unknown:  # (quoted, so an empty id shows; cut, so thousands of ids are not echoed back)
+            count = f" ({len(unknown)} in all)" if len(unknown) > 1 else ""
+            known = shortened(", ".join(map(repr, dict.fromkeys(order))))
+            raise AnswerInvalid(f"unknown option ids: {shortened_names(unknown)}{count}; the options are {known}")
         chosen = set(option_ids)
         if chosen:
             out["optionIds"] = [o for o in dict.fromkeys(order) if o in chosen]

@@ -167,6 +167,32 @@ def test_the_same_answers_as_git_check_ignore(tmp_path: Path):
     assert ours == by_git, {"only ours": sorted(ours - by_git), "only git": sorted(by_git - ours)}
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_byte_order_mark_and_lines_split_at_newlines_only_as_git_reads_them(tmp_path: Path):
+    # git skips a UTF-8 byte-order mark at the start of an ignore file and splits lines at "\n"
+    # alone (dropping one "\r" before it): the mark made the first line match nothing, and a
+    # form feed, a lone "\r", U+0085 or U+2028 inside a line split it into two patterns, which
+    # hid files the line does not name.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    text = "\ufeff*.log\none\x0ctwo\nthree\rfour\nfive\x85six\nseven\u2028eight\nnine\r\r\n"
+    (repo / ".gitignore").write_bytes(text.encode())
+    names = ["a.log", "one", "two", "one\x0ctwo", "three", "four", "five", "six", "five\x85six", "seven", "eight",
+             "seven\u2028eight", "nine", "nine\r"]
+    for name in names:
+        (repo / name).write_text("x")
+    out = subprocess.run(["git", "-c", "core.excludesFile=", "-c", "core.quotePath=false", "check-ignore",
+                          "--no-index", "-z", "--stdin"], cwd=repo, input=("\0".join(names) + "\0").encode(),
+                         capture_output=True)  # (bytes: text mode would turn a "\r" into "\n")
+    assert out.returncode in (0, 1), out.stderr
+    by_git = set(out.stdout.decode().split("\0")) - {""}
+    assert "a.log" in by_git and "one\x0ctwo" in by_git and "one" not in by_git  # (what git does)
+    r = rules(("", text))
+    ours = {n for n in names if ignored(r, n)}
+    assert ours == by_git, {"only ours": sorted(ours - by_git), "only git": sorted(by_git - ours)}
+
+
 def _one_at_a_time(r: Rules, path: str, is_dir: bool) -> bool:
     """What Rules.ignored answered before it matched patterns a group at a time."""
     for p in reversed(r.patterns):

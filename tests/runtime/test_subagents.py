@@ -131,7 +131,7 @@ async def test_a_tool_list_naming_no_usable_tool_is_refused(rt, autojump_clock):
     evs = await rt.events(sid)
     finished = by_kind(evs, "tool.finished")
     assert [f.event.error_code for f in finished] == ["INVALID_ARGUMENT"] * 3
-    assert "there is no tool nope" in finished[1].event.content[0].text
+    assert "there is no tool 'nope'" in finished[1].event.content[0].text
     assert "get_system_time" in finished[0].event.content[0].text
     assert not by_kind(evs, "agent.started")  # no subagent was started
 

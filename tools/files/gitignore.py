@@ -162,7 +162,8 @@ def _translate(body: str) -> str:
 
 def parse_line(line: str, base: str = "") -> Pattern | None:
     """One line of a .gitignore in directory ``base`` (workspace-relative, "" for the root)."""
-    text = line.rstrip("\r\n")
+    text = line[:-1] if line.endswith("\n") else line
+    text = text[:-1] if text.endswith("\r") else text  # (one "\r" before the newline, as git drops)
     if not text or text.startswith("#"):
         return None
     # trailing spaces go unless escaped ("a\ " keeps one)
@@ -190,7 +191,11 @@ def parse_line(line: str, base: str = "") -> Pattern | None:
 
 
 def parse(text: str, base: str = "") -> list[Pattern]:
-    return [p for p in (parse_line(line, base) for line in text.splitlines()) if p is not None]
+    """The patterns of an ignore file's text, read as git reads it: a UTF-8 byte-order mark at
+    the start skipped, lines split at "\\n" alone (a form feed, a lone "\\r", U+0085 or U+2028
+    is a character of its line, not a line break)."""
+    text = text.removeprefix("\ufeff")
+    return [p for p in (parse_line(line, base) for line in text.split("\n")) if p is not None]
 
 
 class IgnoreFile:
