@@ -55,14 +55,16 @@ TODO_TOOL = ToolSpec(
         "properties": {
             "items": {
                 "type": "array",
+                "maxItems": MAX_TODOS,
                 "items": {
                     "type": "object",
                     "properties": {
-                        "id": {"type": "string"},
-                        "text": {"type": "string"},
+                        "id": {"type": "string", "minLength": 1, "maxLength": MAX_TODO_ID},
+                        "text": {"type": "string", "minLength": 1, "maxLength": MAX_TODO_TEXT},
                         "status": {"enum": ["pending", "in_progress", "done", "cancelled"]},
                     },
                     "required": ["id", "text"],
+                    "additionalProperties": False,
                 },
             }
         },
