@@ -255,3 +255,24 @@ async def test_a_gitignore_opening_with_a_byte_order_mark_hides_what_its_first_l
     r = await daemon.get(f"/sessions/{sid}/workspace/tree", token)
     assert r.status_code == 200, r.text
     assert [e["path"] for e in r.json()["entries"]] == [".gitignore", "main.py"] and r.json()["ignoredHidden"] == 2
+
+
+async def test_a_workspace_removed_while_the_daemon_runs_is_named_as_gone(daemon: Daemon):
+    # The workspace directory removed after the project was made: browsing answered
+    # `.: no such file or directory`, and a tool call blamed the path it named. Both now say the
+    # workspace itself is gone (still not found: PATH_NOT_FOUND over HTTP, NOT_FOUND to the model).
+    token = await daemon.pair("ws-gone", strong=True)
+    _, sid, ws = await _project_session(daemon, token)
+    (ws / "a.txt").write_text("a\n")
+    r = await daemon.get(f"/sessions/{sid}/workspace/tree", token)
+    assert r.status_code == 200 and [e["path"] for e in r.json()["entries"]] == ["a.txt"], r.text
+    for path in sorted(ws.rglob("*"), reverse=True):
+        path.unlink() if not path.is_dir() or path.is_symlink() else path.rmdir()
+    ws.rmdir()
+    for route, params in (("tree", {}), ("file", {"path": "a.txt"})):
+        r = await daemon.get(f"/sessions/{sid}/workspace/{route}", token, params=params)
+        assert (r.status_code, error_of(r)) == (404, "PATH_NOT_FOUND"), r.text
+        assert "the workspace directory no longer exists" in r.json()["error"]["message"], r.text
+    body = await run_tool(daemon, token, sid, "r1", "read_file", {"path": "a.txt"})
+    assert (body["status"], body["error_code"]) == ("error", "NOT_FOUND"), body
+    assert "the workspace directory no longer exists" in body["content"][0]["text"], body

@@ -93,6 +93,10 @@ def _depth(components: list[str]) -> int:
     return deepest
 
 
+WORKSPACE_GONE = ("the workspace directory no longer exists (it was removed or moved after the project was made); "
+                  "restore it, or make a project of its new place")
+
+
 class Root:
     """The workspace root: a trusted host directory, opened afresh for every operation."""
 
@@ -104,7 +108,12 @@ class Root:
         self._prefixes = [_components(str(self.real)), _components(str(self.path))]
 
     def open(self) -> int:
-        return os.open(self.real, _DIR_FLAGS & ~os.O_NOFOLLOW)
+        """The root opened, or NOT_FOUND saying the workspace itself is gone (removed or moved
+        after the project was made): a path's own "no such file" would blame the path."""
+        try:
+            return os.open(self.real, _DIR_FLAGS & ~os.O_NOFOLLOW)
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileToolError("NOT_FOUND", WORKSPACE_GONE) from None
 
     def inside(self, absolute: str) -> list[str] | None:
         """The components of an absolute path below the root, or None when it is not below it."""
