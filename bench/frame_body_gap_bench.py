@@ -3,7 +3,7 @@ loop in one go against a worker thread a step at a time.
 
 Usage::
 
-    python bench/frame_body_gap_bench.py [--runs N] [--quick] [--only CASE,...]
+    python bench/frame_body_gap_bench.py [--runs N] [--quick] [--only CASE,...] [--variant V]
 
 Each case runs under ``trio.run`` beside ``loop_gap_bench``'s ticker (a task sleeping 1 ms at a
 time); the figure is the largest interval between two of its turns (and the 99th percentile), the
@@ -24,7 +24,9 @@ The cases (``--quick``: a tenth of each):
   ``take`` until nothing is left (one path, ``loop``; it runs on the code before the worker path
   too, with ``--only flush``).
 
-It prints a Markdown table and, as its last stdout line, one JSON object.
+``--variant`` replaces what the worker does after each chunk or step (``runtime.pieces.give_way``:
+``loop_gap_bench``'s variants; ``code``: what ``runtime/pieces.py`` does), for a frame's pieces and
+a body's checks alike. It prints a Markdown table and, as its last stdout line, one JSON object.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from events.codec import DEFAULT_MAX_EVENT_BYTES  # noqa: E402
 from events.reader import StoredEvent  # noqa: E402
 from events.secrets import Secrets  # noqa: E402
 from events.types import InputSubmitted, TextPart  # noqa: E402
-from loop_gap_bench import HUGE, gaps_while, median_range  # noqa: E402
+from loop_gap_bench import HUGE, VARIANTS, gaps_while, median_range, use_variant  # noqa: E402
 from runtime.bus import Frame, Group, Subscription, event_frame  # noqa: E402
 
 BODY_BYTES = 8 * 1000 * 1000
@@ -108,10 +110,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="a tenth of each case, 3 runs")
     ap.add_argument("--only", default="", help="these cases alone (comma-separated names)")
+    ap.add_argument("--variant", default="code", choices=sorted(VARIANTS), help="how the worker gives way after a chunk")
     args = ap.parse_args()
     runs = 3 if args.quick else args.runs
     secrets = Secrets({})  # (the daemon's with no key set)
-    figures: dict[str, Any] = {"runs": runs, "quick": args.quick, "python": platform.python_version(),
+    use_variant(args.variant)
+    figures: dict[str, Any] = {"variant": args.variant, "runs": runs, "quick": args.quick, "python": platform.python_version(),
                                "msgspec": msgspec.__version__, "trio": trio.__version__, "cases": {}}
     print("| figure | MB | path | largest gap ms (median, range) | p99 gap ms | wall ms | CPU ms |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -28,9 +28,10 @@ The answers (``--quick``: a tenth of each, but 240 items a view: 720,000 charact
 
 Also timed once per answer, alone on this thread: the two whole-value steps the pieces once
 began with (``msgspec.to_builtins``, still the first call of ``encode_in_pieces``, and
-``Secrets.scrub`` with one key set, now done a string at a time in the walk). ``--variant`` replaces what the pieces' worker does after each chunk (``code``:
-what ``runtime/json_answer.py`` does; ``none``: nothing, the code before it gave way), to compare
-them in one checkout. It prints a Markdown table and, as its last stdout line, one JSON object.
+``Secrets.scrub`` with one key set, now done a string at a time in the walk). ``--variant`` replaces
+what the pieces' worker does after each chunk (``runtime.pieces.give_way``; ``code``: what
+``runtime/pieces.py`` does; ``none``: nothing, the code before it gave way), to compare them in one
+checkout. It prints a Markdown table and, as its last stdout line, one JSON object.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from runtime.json_chars import PIECES_FROM_CHARS, page_chars, strings_chars  # n
 from runtime.views import view_texts  # noqa: E402
 
 TICK_S = 0.001
-VARIANTS = {  # what the worker does after each chunk of pieces; "code": what runtime/json_answer.py does
+VARIANTS = {  # what the worker does after each chunk of pieces; "code": what runtime/pieces.py does
     "code": None,
     "none": lambda: None,
     "sleep0": lambda: time.sleep(0),
@@ -196,6 +197,18 @@ def estimate_alone(estimate: Callable[[], Awaitable[int]], runs: int) -> tuple[i
     return chars, times
 
 
+def use_variant(name: str) -> None:
+    """Make :data:`VARIANTS`' ``name`` what every worker does after a chunk: the pieces of an
+    answer, a large event's frame, a large request body's checks (each calls
+    ``runtime.pieces.give_way`` through its module). A measurement of one process: the module's
+    own hook. (Imported only to replace it: frame_body_gap_bench's ``--only flush`` runs on the
+    code from before the module too.)"""
+    if VARIANTS[name] is not None:
+        from runtime import pieces
+
+        pieces.give_way = VARIANTS[name]
+
+
 def median_range(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
@@ -211,8 +224,7 @@ def main() -> None:
     runs = 3 if args.quick else args.runs
     scale = 0.1 if args.quick else 1.0
     secrets = Secrets({"sk-bench-0123456789abcdefSECRET": "OPENAI_API_KEY"}) if args.secret else None
-    if VARIANTS[args.variant] is not None:
-        ja.give_way = VARIANTS[args.variant]  # (a measurement of one process: the module's own hook)
+    use_variant(args.variant)
 
     figures: dict[str, Any] = {"variant": args.variant, "runs": runs, "quick": args.quick, "python": platform.python_version(),
                                "msgspec": msgspec.__version__, "trio": trio.__version__, "cases": {}}

@@ -20,7 +20,7 @@ resume from there). So a slow client never slows the writer or other clients. Ep
 (streaming deltas) carry no ``id`` and are not in the log.
 
 The frame of a large event (past :data:`FRAME_OFF_LOOP_CHARS`, by :func:`event_chars`) is made in a
-worker thread a piece at a time (``json_answer.encode_in_pieces``); the frames offered after it
+worker thread a piece at a time (``pieces.encode_in_pieces``); the frames offered after it
 wait in the bus's queue until it is made, so every stream gets its frames in the order offered.
 """
 
@@ -40,10 +40,10 @@ from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.store import EventStore, TailReader
 
-from . import json_answer
-from .json_answer import encode_in_pieces
+from . import pieces
 from .json_chars import ESCAPE_MAX, PIECES_FROM_CHARS
 from .json_lines import json_line
+from .pieces import encode_in_pieces
 from .streamed import StreamedSoFar
 
 _json = msgspec.json.Encoder()
@@ -131,7 +131,7 @@ def event_frame_in_pieces(se: StoredEvent, secrets: Secrets) -> Frame:
     parts = [f"id: {se.seq}\nevent: {se.kind}\n".encode(), b"data: "]
     for chunk in chunks:
         parts.append(json_line(chunk))
-        json_answer.give_way()  # (looked up at each call: bench/loop_gap_bench.py --variant replaces it)
+        pieces.give_way()  # (looked up at each call: the benches' --variant replaces it)
     parts.append(b"\n\n")
     return Frame(se.seq, se.project_id, se.session_id, b"".join(parts))
 

@@ -21,6 +21,7 @@ from quart import Response, current_app, g, request
 from events.ids import id_rule, is_id
 from events.reader import SEQ_MAX
 
+from . import pieces
 from .body_hints import body_hint, first_refused
 from .errors import LensError, short_reason
 from .guard import Guard
@@ -206,9 +207,8 @@ async def decoded_body(raw: bytes, kind: type[B], *, on_loop_bytes: int = BODY_O
     ``on_loop_bytes``, in a worker thread past it (a step at a time, giving way in between)."""
     if len(raw) <= on_loop_bytes:
         return _decode_body(raw, kind, _stay)
-    from .json_answer import give_way  # (json_answer answers through this module)
-
-    return await trio.to_thread.run_sync(_decode_body, raw, kind, give_way)
+    # (the give-way looked up at each call: the benches' --variant replaces it)
+    return await trio.to_thread.run_sync(_decode_body, raw, kind, pieces.give_way)
 
 
 class Refused(msgspec.Struct, frozen=True):
@@ -226,7 +226,7 @@ def _stay() -> None:
 
 def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | Refused:
     """``raw`` decoded as ``kind``, or why not; ``between`` runs between two steps (in a worker
-    thread, :func:`give_way`). Touches nothing of the request: the caller words the refusal."""
+    thread, :func:`runtime.pieces.give_way`). Touches nothing of the request: the caller words the refusal."""
     try:
         decoded = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_quick_run_prints_json_figures_last() -> None:
     figures = quick_figures("frame_body_gap_bench.py", "--quick", timeout=120, cwd=ROOT)
-    assert figures["runs"] == 3
+    assert figures["variant"] == "code" and figures["runs"] == 3
     assert set(figures["cases"]) == {"frame_ascii", "frame_escaped", "body_ascii", "body_escaped", "flush"}
     for name, case in figures["cases"].items():
         assert case["bytes"] > 100_000, name

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import msgspec
 
-from runtime.json_answer import PIECE_CHARS
+from runtime.pieces import PIECE_CHARS
 from runtime.json_chars import ESCAPE_MAX, PIECES_FROM_CHARS, page_chars
 from runtime.views import view_texts
 

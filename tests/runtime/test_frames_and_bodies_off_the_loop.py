@@ -20,7 +20,7 @@ from events.types import InputSubmitted, Opaque, TextPart
 from runtime.bus import (COUNT_NODES, FRAME_OFF_LOOP_CHARS, _frame_on_loop, event_chars, event_frame, event_frame_in_pieces,
                          made_frame)
 from runtime.http_parts import BODY_ON_LOOP_BYTES, SCAN_SLICE_BYTES, Refused, decoded_body
-from runtime.json_answer import PIECE_CHARS
+from runtime.pieces import PIECE_CHARS
 
 from tests.loop_json import json_of_text_on_this_thread
 from tests.loop_profile import on_this_thread

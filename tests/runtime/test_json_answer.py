@@ -1,4 +1,4 @@
-"""``runtime.json_answer.encode_in_pieces``: ``msgspec.json.encode``'s bytes, made a piece at a
+"""``runtime.pieces.encode_in_pieces``: ``msgspec.json.encode``'s bytes, made a piece at a
 time (a worker thread gives the interpreter's lock up between two pieces), and scrubbed of the
 daemon's secrets as the app scrubs a whole JSON answer."""
 
@@ -9,7 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from events.secrets import Secrets
-from runtime.json_answer import CHUNK_BYTES, PIECE_CHARS, encode_in_pieces
+from runtime.pieces import CHUNK_BYTES, PIECE_CHARS, encode_in_pieces
 
 KEY = "sk-test-0123456789abcdefSECRET"
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)  # (no lone surrogates: no UTF-8 for them)
