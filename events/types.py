@@ -423,10 +423,10 @@ class JobFinished(_Event, tag="job.finished"):
     # of output came before what was saved (no longer held by then).
     output_artifact_id: str | None = None
     output_dropped: int = 0
-    # Every byte of output the daemon received from the job (None: not known — a job recorded
-    # lost, or an event written before Lens counted them). A read once the daemon holds the
-    # output no longer places the tail at the end of it: offsets of the whole output.
-    output_bytes: int | None = None
+    # Where ``output_tail`` begins in the whole output, in bytes the job printed (None: not known —
+    # a job recorded lost, or an event written before Lens recorded it). A read once the daemon
+    # holds the output no longer places the tail there: offsets of the whole output.
+    output_tail_start: int | None = None
 
 
 class ConfigChanged(_Event, tag="config.changed"):

@@ -215,7 +215,7 @@ class JobRecord(msgspec.Struct):
     finished_seq: int | None = None
     output_artifact_id: str | None = None  # the output a graceful stop saved (job.finished)
     output_dropped: int = 0
-    output_bytes: int | None = None  # all the output it printed (job.finished; None: not known)
+    output_tail_start: int | None = None  # where output_tail begins in the whole output (job.finished)
 
 
 class SessionState(msgspec.Struct):
@@ -654,7 +654,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         job.finished_seq = seq
         job.output_artifact_id = ev.output_artifact_id
         job.output_dropped = ev.output_dropped
-        job.output_bytes = ev.output_bytes
+        job.output_tail_start = ev.output_tail_start
     return state
 
 

@@ -1478,7 +1478,7 @@ class SessionActor:
                 if unknown or not set(allowed) & set(offered):
                     # (names quoted and cut: the model's own text, which can be of any length)
                     named = f"there is no tool {shortened_names(unknown)}; " if unknown else ""
-                    main_only = set(allowed) & known - set(offered)  # (F-ACT-5: never a subagent's)
+                    main_only = set(allowed) & (known - set(offered))  # (F-ACT-5: never a subagent's)
                     if main_only:
                         verb = "is" if len(main_only) == 1 else "are"
                         named += f"{shortened_names(main_only)} {verb} for the main agent only; "

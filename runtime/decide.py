@@ -508,9 +508,11 @@ def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]
             raise AnswerInvalid("optionIds must be a list of option ids")
         unknown = set(option_ids) - set(order)
         if unknown:  # (quoted, so an empty id shows; cut, so thousands of ids are not echoed back)
-            count = f" ({len(unknown)} in all)" if len(unknown) > 1 else ""
-            known = shortened(", ".join(map(repr, dict.fromkeys(order))))
-            raise AnswerInvalid(f"unknown option ids: {shortened_names(unknown)}{count}; the options are {known}")
+            named = shortened_names(unknown)
+            count = f" ({len(unknown)} in all)" if named.endswith("…") else ""
+            known = (f"the options are {shortened(', '.join(map(repr, dict.fromkeys(order))))}" if order
+                     else "these questions have no options (answer with text)")
+            raise AnswerInvalid(f"unknown option ids: {named}{count}; {known}")
         chosen = set(option_ids)
         if chosen:
             out["optionIds"] = [o for o in dict.fromkeys(order) if o in chosen]

@@ -129,6 +129,10 @@ class OutputRing:
     def tail(self, n: int = TAIL_BYTES) -> str:
         return bytes(self.buf[self._char_start(max(len(self.buf) - n, 0)):]).decode("utf-8", errors="replace")
 
+    def tail_start(self, n: int = TAIL_BYTES) -> int:
+        """Where :meth:`tail` begins, as an offset of the whole output."""
+        return self.start + self._char_start(max(len(self.buf) - n, 0))
+
     def _char_start(self, i: int) -> int:
         """``i``, or past the continuation bytes there when they end a character that began
         before ``i`` (or before what is kept). Stray continuation bytes (output that is not
@@ -320,9 +324,10 @@ class SessionJobs:
         ring (``source: memory``; ``dropped_before`` is where what is kept begins). Otherwise,
         for a job a graceful stop ended, the output it saved (``source: saved``, offsets of the
         whole output as in memory; an artifact that cannot be read falls back to the tail, with
-        a warning in the daemon's log); else the recorded tail (``source: tail``, offsets of the
-        whole output: the tail ends where the output ended, ``dropped_before`` where it begins;
-        within the tail when ``job.finished`` did not count the output). The page is scrubbed of the
+        a warning in the daemon's log); else the recorded tail (``source: tail``,
+        ``dropped_before`` where it began in the whole output and offsets from there, counted in
+        the tail's text — the output's bytes unless it held invalid UTF-8, a key or a cut; from 0
+        when ``job.finished`` did not say where it began). The page is scrubbed of the
         keys the daemon knows; one that ends in what could begin a key ends before it
         (``Secrets.scrub_page``), and one that starts where the ring dropped older output
         leaves out what could end one: the route and the ``job`` tool show the same page."""
@@ -339,8 +344,7 @@ class SessionJobs:
                        eof=eof, source="memory")
             return out
         source, data = "tail", rec.output_tail.encode()
-        # (the tail is the end of the output: where it begins, when the end says how long it was)
-        dropped = max(rec.output_bytes - len(data), 0) if rec.output_bytes is not None else 0
+        dropped = rec.output_tail_start or 0  # (where the tail begins; 0 in a log that did not say)
         if rec.output_artifact_id and self._artifacts is not None:
             try:  # (off the event loop: up to OUTPUT_RING_BYTES and their SHA-256)
                 data = await trio.to_thread.run_sync(self._artifacts.get, rec.output_artifact_id)
@@ -389,7 +393,7 @@ class SessionJobs:
                             saved = await self._save_output(live)
                             await self._record_end(live.job_id, "stopped", None, STOPPED_BY_DAEMON,
                                                    self._tail(live), wake=False, within=STOP_RECORD_SECONDS,
-                                                   saved=saved, output_bytes=live.ring.total)
+                                                   saved=saved, tail_start=live.ring.tail_start())
                         except Exception as exc:  # (the store refused or failed: the next start says lost)
                             log.warning("session %s: job %s's end at the stop was not recorded: %r",
                                         self.session_id, live.job_id, exc)
@@ -404,7 +408,7 @@ class SessionJobs:
             if live.stop_reason is not None:
                 status, code, reason = "stopped", None, live.stop_reason
             await self._record_end(live.job_id, status, code, reason, self._tail(live),
-                                   output_bytes=live.ring.total)
+                                   tail_start=live.ring.tail_start())
         finally:
             self.live.pop(live.job_id, None)
             if not live.abandoned:
@@ -439,11 +443,11 @@ class SessionJobs:
 
     async def _record_end(self, job_id: str, status: str, code: int | None, reason: str, tail: str, *,
                           wake: bool = True, within: float | None = None,
-                          saved: tuple[str, int, int] | None = None, output_bytes: int | None = None) -> None:
+                          saved: tuple[str, int, int] | None = None, tail_start: int | None = None) -> None:
         """Record the job's end and its report (one append); ``within``: give up after that many
         seconds, the append possibly still committed (a stop: the actor is going away);
         ``saved``: the output :meth:`_save_output` stored (with its ``artifact.stored``);
-        ``output_bytes``: all the output the job printed (None: not known, a lost job)."""
+        ``tail_start``: where ``tail`` begins in the whole output (None: not known, a lost job)."""
         def decide_end() -> Sequence[d.Scoped]:
             state = self._state()
             rec = state.jobs.get(job_id)
@@ -453,7 +457,7 @@ class SessionJobs:
                                               output_tail=tail, reason=reason,
                                               output_artifact_id=saved[0] if saved else None,
                                               output_dropped=saved[2] if saved else 0,
-                                              output_bytes=output_bytes))
+                                              output_tail_start=tail_start))
             if saved is not None:
                 stored = d.Scoped(t.ArtifactStored(artifact_id=saved[0], sha256=saved[0], mime=SAVED_OUTPUT_MIME,
                                                    size=saved[1], source="job_output"))

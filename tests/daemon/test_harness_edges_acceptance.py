@@ -77,7 +77,7 @@ async def test_an_answer_and_a_skip_raced_from_two_clients_one_wins_and_the_othe
     path = f"/sessions/{sid}/questions/{qid}/answer"
     # unknown option, empty options without text: refused, naming the problem, nothing settled
     for body, named in (({"kind": "answer", "optionIds": ["green"]}, "green"),
-                        ({"kind": "answer", "optionIds": []}, "")):
+                        ({"kind": "answer", "optionIds": []}, "at least one option id or some text")):
         r = await daemon.post(path, two, body)
         assert (r.status_code, error_of(r)) == (422, "ANSWER_INVALID"), r.text
         assert named in r.json()["error"]["message"]

@@ -428,6 +428,19 @@ async def test_a_finished_jobs_output_read_after_a_restart_keeps_its_offsets_and
     d3 = await daemon_factory(root=d.root)
     r = (await d3.get(f"/sessions/{sid}/jobs/{short}", token)).json()
     assert (r["source"], r["droppedBefore"], r["offset"], r["nextOffset"], r["output"]) == ("tail", 0, 0, 6, "short\n")
+    # Output that is no UTF-8: its tail was recorded as text (each byte 0xFF read as U+FFFD, three
+    # bytes). It was placed to end at the output's length, so it began before where it did
+    # (droppedBefore 0 for 5,000 bytes). It is placed where it begins: 5000 - 4096; offsets inside
+    # it are of its text.
+    bad = await start_job(d3, token, sid, "r3", "head -c 5000 /dev/zero | tr '\\0' '\\377'")
+    fin = await finished_of(d3, token, sid, bad)
+    assert fin["body"]["output_tail"] == "\ufffd" * 4096
+    await report_answered(d3, token, sid, bad)
+    await stop_daemon(d3)
+    d4 = await daemon_factory(root=d.root)
+    r = (await d4.get(f"/sessions/{sid}/jobs/{bad}", token, params={"limit": 64 * 1024})).json()
+    assert (r["source"], r["droppedBefore"], r["offset"], r["output"], r["eof"]) == \
+        ("tail", 5000 - 4096, 5000 - 4096, "\ufffd" * 4096, True)
 
 
 async def test_a_fork_made_while_a_job_runs_has_no_job_and_records_none_lost_at_a_restart(daemon_factory):

@@ -73,7 +73,7 @@ def test_the_queue_panel_past_the_window_leaves_out_no_input_when_an_earlier_one
     """The panel reads the inputs past the view's window by index. An earlier input that left the
     queue between the view's read and the next page's moved the rest one index down: the page,
     read from the index where the window ended, left out the input right after it. Pages are now
-    joined by the last input held (its seq): every input still queued is shown, once, in order."""
+    joined by the last input held (its request id): every input still queued is shown, once, in order."""
     driver = browser
     strong, sid = open_session(driver, daemon, tmp_path, "dash-queue-leaves")
     submit(driver, "ask two questions")

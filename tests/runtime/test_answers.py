@@ -93,3 +93,24 @@ async def test_a_cancelled_question_validates_the_body_first_then_refuses_as_set
             await rt.call(sid, Answer(qid, body))
     with pytest.raises(QuestionSettled, match="cancelled"):
         await rt.call(sid, Answer(qid, {"kind": "skip"}))
+
+
+@pytest.mark.parametrize("option_ids, questions, want", [
+    (["x"], "text only", "unknown option ids: 'x'; these questions have no options (answer with text)"),
+    (["x", "y"], "with options", "unknown option ids: 'x', 'y'; the options are 'r', 'b'"),
+    ([f"o{i:04d}" for i in range(50)], "with options", " (50 in all); the options are 'r', 'b'"),
+])
+def test_an_unknown_option_ids_message_ends_on_what_the_questions_offer(option_ids, questions, want):
+    # A question of text alone (no options) answered with option ids: the message ended "the
+    # options are " and nothing. The count is given where the list of ids was cut, not otherwise.
+    from events import types as t
+    from runtime.decide import normalize_answer
+    qs = [t.Question("q", "Why?")] if questions == "text only" else \
+        [t.Question("q", "Which colour?", options=[t.QuestionOption("r", "red"), t.QuestionOption("b", "blue")])]
+    with pytest.raises(AnswerInvalid) as err:
+        normalize_answer(qs, {"kind": "answer", "optionIds": option_ids})
+    message = err.value.message
+    if "in all" in want:
+        assert message.startswith("unknown option ids: 'o0000', ") and message.endswith(want), message
+    else:
+        assert message == want, message
