@@ -509,7 +509,7 @@ def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]
         unknown = set(option_ids) - set(order)
         if unknown:  # (quoted, so an empty id shows; cut, so thousands of ids are not echoed back)
             named = shortened_names(unknown)
-            count = f" ({len(unknown)} in all)" if named.endswith("…") else ""
+            count = f" ({len(unknown)} in all)" if named.endswith("…") and len(unknown) > 1 else ""
             known = (f"the options are {shortened(', '.join(map(repr, dict.fromkeys(order))))}" if order
                      else "these questions have no options (answer with text)")
             raise AnswerInvalid(f"unknown option ids: {named}{count}; {known}")

@@ -391,9 +391,10 @@ class SessionJobs:
                     with self._stop_now.grace(STOP_RECORD_SECONDS, shield=True) as cs:
                         try:
                             saved = await self._save_output(live)
+                            tail, tail_start = self._tail(live)
                             await self._record_end(live.job_id, "stopped", None, STOPPED_BY_DAEMON,
-                                                   self._tail(live), wake=False, within=STOP_RECORD_SECONDS,
-                                                   saved=saved, tail_start=live.ring.tail_start())
+                                                   tail, wake=False, within=STOP_RECORD_SECONDS,
+                                                   saved=saved, tail_start=tail_start)
                         except Exception as exc:  # (the store refused or failed: the next start says lost)
                             log.warning("session %s: job %s's end at the stop was not recorded: %r",
                                         self.session_id, live.job_id, exc)
@@ -407,8 +408,8 @@ class SessionJobs:
                 return
             if live.stop_reason is not None:
                 status, code, reason = "stopped", None, live.stop_reason
-            await self._record_end(live.job_id, status, code, reason, self._tail(live),
-                                   tail_start=live.ring.tail_start())
+            tail, tail_start = self._tail(live)
+            await self._record_end(live.job_id, status, code, reason, tail, tail_start=tail_start)
         finally:
             self.live.pop(live.job_id, None)
             if not live.abandoned:
@@ -435,11 +436,18 @@ class SessionJobs:
             return None
         return aid, len(data), live.ring.start
 
-    def _tail(self, live: LiveJob) -> str:
-        """The output recorded in ``job.finished``: the ring's last :data:`TAIL_BYTES`. The tail may
-        begin inside a key (older output dropped) and end inside one (the executor's cap): the
-        pieces those cuts left are left out, the rest scrubbed."""
-        return self._secrets.mend(live.ring.tail(), cut_start=live.ring.total > TAIL_BYTES, cut_end=live.truncated)
+    def _tail(self, live: LiveJob) -> tuple[str, int]:
+        """The output recorded in ``job.finished``: the ring's last :data:`TAIL_BYTES`, and where
+        it begins in the whole output. The tail may begin inside a key (older output dropped) and
+        end inside one (the executor's cap): the pieces those cuts left are left out (the start
+        then moves past the one left out at the start), the rest scrubbed."""
+        text = self._secrets.mend(live.ring.tail(), cut_end=live.truncated)
+        start = live.ring.tail_start()
+        if live.ring.total > TAIL_BYTES:
+            gone = self._secrets.open_start(text)
+            start += len(text[:gone].encode())
+            text = text[gone:]
+        return text, start
 
     async def _record_end(self, job_id: str, status: str, code: int | None, reason: str, tail: str, *,
                           wake: bool = True, within: float | None = None,

@@ -2,8 +2,8 @@
 
 ``GET …/jobs`` lists them (status from the log, ``outputBytes`` while the daemon holds their
 output); ``GET …/jobs/{jobId}?offset&limit`` is one job with its output from byte ``offset``
-(``output``, ``offset``, ``nextOffset``, ``eof``, ``droppedBefore``, ``source``: ``memory`` or
-``tail``); ``POST …/jobs/{jobId}/stop`` (strong trust) stops a running one and answers with its
+(``output``, ``offset``, ``nextOffset``, ``eof``, ``droppedBefore``, ``source``: ``memory``,
+``saved`` or ``tail``); ``POST …/jobs/{jobId}/stop`` (strong trust) stops a running one and answers with its
 record once its end is recorded. Errors: ``JOB_NOT_FOUND`` 404, ``JOB_FINISHED`` 409.
 """
 

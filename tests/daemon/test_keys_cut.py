@@ -124,6 +124,8 @@ async def test_command_output_file_pages_and_job_output_cut_inside_a_key_show_no
     events = await d.events(token, sid)
     (ended,) = [e for e in events if e["kind"] == "job.finished"]
     assert ended["body"]["output_tail"] == "b" * (TAIL_BYTES - INTO), ended["body"]["output_tail"][:40]
+    # (recorded where its first byte is in the whole output: past the piece of the key left out)
+    assert ended["body"]["output_tail_start"] == 50 + len(KEY), ended["body"]["output_tail_start"]
     everything = json.dumps(events)
     assert not leaks("the session's events", everything, [KEY]), everything[:400]
 

@@ -126,21 +126,37 @@ def test_dashboard_an_empty_send_in_another_session_is_refused_not_dropped(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """A press of Send on the box a send just emptied is no new message (Ctrl+Enter twice). That
     held past a switch of session: after a send in one session, Send on the empty box of another
-    did nothing and said nothing. The mark is the emptied session's: in the other, the empty
-    message is sent and the daemon's refusal shown."""
+    did nothing and said nothing; and so it did when the send's answer came only after the other
+    session was opened. The mark is the emptied session's: in the other, the empty message is
+    sent and the daemon's refusal shown."""
     driver = browser
     d = make_daemon(with_turns())
     _, first = open_session(driver, d, tmp_path, "dash-empty-elsewhere")
+
+    def open_another(than: str) -> str:
+        click(driver, "#new-session button")
+        return wait_for(lambda: driver.execute_script(
+            "const b = document.querySelector('#sessions button.selected');"
+            " return b && b.dataset.sessionId !== arguments[0] && b.dataset.sessionId", than), "another session")
+
     submit(driver, "first")
     wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the sent note")
-    click(driver, "#new-session button")
-    wait_for(lambda: driver.execute_script(
-        "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId !== arguments[0]",
-        first), "the other session")
+    second = open_another(first)
     assert one(driver, "#input").get_attribute("value") == ""
     click(driver, "#send")
     wait_for(lambda: one(driver, "#composer-note").text == "Not sent (INVALID_ARGUMENT).", "the refusal of the empty send")
     assert error_shown(driver, "INVALID_ARGUMENT")
+
+    # The send's answer comes after another session is opened.
+    driver.execute_script(hold_requests("inputsHeld", "releaseInputs", "url.endsWith('/inputs')"))
+    submit(driver, "second")
+    wait_for(lambda: driver.execute_script("return window.inputsHeld") == 1, "the send held")
+    open_another(second)
+    driver.execute_script("window.releaseInputs()")
+    wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the held send's answer")
+    click(driver, "#send")
+    wait_for(lambda: one(driver, "#composer-note").text == "Not sent (INVALID_ARGUMENT).",
+             "the refusal of the empty send after the late answer")
 
 
 def test_dashboard_a_refused_send_does_not_leave_the_previous_sends_note(

@@ -82,10 +82,12 @@ def test_dashboard_names_each_queued_inputs_and_jobs_buttons_by_whose_they_are(
     submit(driver, long_text)
     submit(driver, "steer this way", when_busy="steer")
     wait_for(lambda: len(by_css(driver, "#queue li.card")) == 3, "three queued inputs")
+    # (listed in the order they run: the steer goes in at the running task's next round, before
+    # the follow-ups, which wait for the task to end)
     assert names(driver, "#queue li.card button.withdraw") == [
+        "Withdraw queued input “steer this way”",
         "Withdraw queued input “check the tests”",
-        "Withdraw queued input “a follow-up whose text is longer than a…”",
-        "Withdraw queued input “steer this way”"]
+        "Withdraw queued input “a follow-up whose text is longer than a…”"]
     assert names(driver, "#queue li.card button.steer") == [
         "Steer with queued input “check the tests”",
         "Steer with queued input “a follow-up whose text is longer than a…”"]
