@@ -145,14 +145,7 @@ def test_dashboard_drops_a_model_failure_from_the_errors_once_a_later_request_su
     wait_for(lambda: by_css(driver, "#errors li[data-code='PROVIDER_ERROR']"), "the failure in the errors list")
     wait_for(lambda: by_css(driver, "#timeline .msg.failed"), "the failure in the timeline")
     # An error that is no model failure stays.
-    driver.execute_script("""
-        const real = window.fetch; let once = true;
-        window.fetch = (url, init) => {
-          if (!once || !/\\/compact$/.test(String(url))) return real(url, init);
-          once = false;
-          return Promise.resolve(new Response(JSON.stringify({error: {code: "SESSION_BUSY", message: "not now"}}),
-                                              {status: 409, headers: {"Content-Type": "application/json"}}));
-        };""")
+    driver.execute_script(refuse_compaction(409, "SESSION_BUSY"))
     click(driver, "#compact")
     wait_for(lambda: by_css(driver, "#errors li[data-code='SESSION_BUSY']"), "the other error")
     assert shown_errors(driver) == ["PROVIDER_ERROR", "SESSION_BUSY"]
@@ -163,30 +156,25 @@ def test_dashboard_drops_a_model_failure_from_the_errors_once_a_later_request_su
     assert console_errors(driver) == []
 
 
-# Holds the answer to the next compaction asked until ``window.lensRelease()``, then refuses it
-# (409 SESSION_BUSY), as a daemon slow to answer would: the answer comes after the session is left.
-HELD_REFUSAL = """
+def refuse_compaction(status: int, code: str, held: bool = False) -> str:
+    """A script after which the next compaction the page asks is refused (``status``, ``code``),
+    as a daemon would; ``held``: only once ``window.lensRelease()`` is called (a daemon slow to
+    answer: the answer comes after the session is left)."""
+    answer = (f"new Response(JSON.stringify({{error: {{code: {code!r}, message: 'refused'}}}}),"
+              f" {{status: {status}, headers: {{'Content-Type': 'application/json'}}}})")
+    return f"""
     const real = window.fetch; let once = true, release;
-    const gate = new Promise((r) => { release = r; });
+    const gate = {"new Promise((r) => { release = r; })" if held else "Promise.resolve()"};
     window.lensRelease = () => release();
-    window.fetch = (url, init) => {
+    window.fetch = (url, init) => {{
       if (!once || !/\\/compact$/.test(String(url))) return real(url, init);
       once = false;
-      return gate.then(() => new Response(JSON.stringify({error: {code: "SESSION_BUSY", message: "not now"}}),
-                                          {status: 409, headers: {"Content-Type": "application/json"}}));
-    };
-"""
+      return gate.then(() => {answer});
+    }};"""
 
-# Answers the next compaction asked with a 401 (the credential revoked meanwhile).
-CREDENTIAL_REFUSED = """
-    const real = window.fetch; let once = true;
-    window.fetch = (url, init) => {
-      if (!once || !/\\/compact$/.test(String(url))) return real(url, init);
-      once = false;
-      return Promise.resolve(new Response(JSON.stringify({error: {code: "AUTH_INVALID", message: "revoked"}}),
-                                          {status: 401, headers: {"Content-Type": "application/json"}}));
-    };
-"""
+
+HELD_REFUSAL = refuse_compaction(409, "SESSION_BUSY", held=True)
+CREDENTIAL_REFUSED = refuse_compaction(401, "AUTH_INVALID")
 
 
 def test_dashboard_errors_list_shows_the_errors_of_the_session_in_view_and_the_pages_own(daemon: Daemon, browser: Any,
