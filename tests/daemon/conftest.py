@@ -466,10 +466,13 @@ class Daemon:
     async def status_of(self, token: str | None) -> int:
         return (await self.get("/projects", token)).status_code
 
-    async def wait_accepted(self, token: str, timeout: float = 2.0) -> None:
+    # (a bound, not a wait: each returns at the first answer that says so. Where the spec's "within
+    # a second" is what is tested, the test passes its own timeout; the default is generous, for a
+    # machine loaded by the rest of the suite.)
+    async def wait_accepted(self, token: str, timeout: float = 10.0) -> None:
         await wait_until(lambda: self._is(token, 200), timeout, "the daemon accepting a new credential")
 
-    async def wait_refused(self, token: str, timeout: float = 2.0) -> None:
+    async def wait_refused(self, token: str, timeout: float = 10.0) -> None:
         await wait_until(lambda: self._is(token, 401), timeout, "the daemon refusing a credential")
 
     async def _is(self, token: str, status: int) -> bool:
