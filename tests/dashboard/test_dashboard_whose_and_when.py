@@ -239,3 +239,66 @@ def test_dashboard_status_pill_says_running_at_the_event_that_begins_the_run(dae
     wait_for(lambda: "(faux) You said: hello" in committed_answers(driver), "the answer")
     wait_for(lambda: texts(driver, pill) == ["idle"] and body_data(driver, "sessionStatus") == "idle", "idle again")
     assert console_errors(driver) == []
+
+
+# After it, the page's next connection to the stream waits until ``window.lensConnect()`` and its
+# frames until ``window.lensFrames()``; view reads are counted in ``window.lensViews``, and every
+# text the status pill shows is recorded in ``window.lensPill``.
+HOLD_RECONNECT = """
+    const real = window.fetch;
+    let connect, frames;
+    const connectGate = new Promise((r) => { connect = r; }), framesGate = new Promise((r) => { frames = r; });
+    window.lensConnect = () => connect(); window.lensFrames = () => frames();
+    window.lensViews = 0; window.lensPill = [];
+    new MutationObserver(() => window.lensPill.push(document.getElementById('session-status').textContent))
+      .observe(document.getElementById('session-status'), {childList: true, characterData: true, subtree: true});
+    window.fetch = async (url, init) => {
+      if (/\\/sessions\\/[^/?]+\\?/.test(String(url))) {
+        const r = await real(url, init); window.lensViews++; return r;
+      }
+      if (!String(url).includes('/events/stream')) return real(url, init);
+      await connectGate;
+      const resp = await real(url, init);
+      if (!resp.ok) return resp;
+      const reader = resp.body.getReader();
+      const body = new ReadableStream({
+        async pull(c) { await framesGate; const {done, value} = await reader.read(); if (done) c.close(); else c.enqueue(value); },
+        cancel(why) { return reader.cancel(why); }});
+      return new Response(body, {status: resp.status, headers: resp.headers});
+    };
+"""
+
+
+def test_dashboard_status_pill_stays_idle_for_a_run_a_newer_view_has_seen_end(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The pill says *running* at the event that begins a run, ahead of the view. A view read can be
+    newer than the stream: after a reconnect the page reads the view at once while the stream
+    replays what it missed. A run that began and ended while the page was away was then said
+    *running* at its replayed `input.submitted` (the view already idle after it), until the next
+    view read. An event the view in hand already holds changes nothing."""
+    driver = browser
+    d = make_daemon(with_turns())
+    strong, sid = open_session(driver, d, tmp_path, "dash-status-replayed")
+    wait_for(lambda: texts(driver, "#session-status") == ["idle"], "the idle status")
+    driver.execute_script(HOLD_RECONNECT)
+    d.stop()
+    wait_for(lambda: body_data(driver, "conn") != "live", "the stream lost")
+    d.start()
+    assert d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "away", "content": "while away"},
+                     token=strong)[0] == 202
+    wait_for(lambda: d.request("GET", f"/sessions/{sid}", token=strong)[1]["status"] == "idle"
+             and d.request("GET", f"/sessions/{sid}", token=strong)[1]["itemsTotal"] == 2, "the run ended, the page away")
+    last = d.request("GET", f"/sessions/{sid}", token=strong)[1]["lastSeq"]
+    views = driver.execute_script("return window.lensViews")
+    driver.execute_script("window.lensConnect()")
+    # (the page reconnects and reads the view at once: idle, its last seq past the run's events)
+    wait_for(lambda: driver.execute_script("return window.lensViews") > views and body_data(driver, "conn") == "live",
+             "the view read at the reconnect")
+    wait_for(lambda: "(faux) You said: while away" in committed_answers(driver), "the run's answer from the view")
+    views = driver.execute_script("return window.lensViews")
+    driver.execute_script("window.lensFrames()")
+    wait_for(lambda: int(body_data(driver, "lastEventId") or 0) == last, "the replayed frames taken")
+    wait_for(lambda: driver.execute_script("return window.lensViews") > views, "the view read after the frames")
+    assert "running" not in driver.execute_script("return window.lensPill"), driver.execute_script("return window.lensPill")
+    assert texts(driver, "#session-status") == ["idle"]
+    assert console_errors(driver) == []
