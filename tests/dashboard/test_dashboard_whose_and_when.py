@@ -27,6 +27,22 @@ def names(driver: Any, selector: str) -> list[str]:
     return [n.accessible_name for n in by_css(driver, selector) if n.is_displayed()]
 
 
+def names_become(driver: Any, selector: str, expected: list[str]) -> None:
+    """Waits until the names of what matches ``selector`` are ``expected``: a panel drawn again
+    between finding its buttons and reading their names (the view's read after the stream's
+    events) leaves the found ones stale, so one read is not enough. On a timeout the last names
+    read are in the message."""
+    seen: list[list[str]] = []
+
+    def read() -> bool:
+        seen.append(names(driver, selector))
+        return seen[-1] == expected
+    try:
+        wait_for(read, f"the names of {selector}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last read: {seen[-1] if seen else 'none'}; expected: {expected}") from None
+
+
 def announced(driver: Any, selector: str) -> str:
     """The text Chromium's accessibility tree holds inside what matches ``selector`` (a live
     region's announcement is that text): its text nodes the tree does not ignore, joined."""
@@ -84,13 +100,13 @@ def test_dashboard_names_each_queued_inputs_and_jobs_buttons_by_whose_they_are(
     wait_for(lambda: len(by_css(driver, "#queue li.card")) == 3, "three queued inputs")
     # (listed in the order they run: the steer goes in at the running task's next round, before
     # the follow-ups, which wait for the task to end)
-    assert names(driver, "#queue li.card button.withdraw") == [
+    names_become(driver, "#queue li.card button.withdraw", [
         "Withdraw queued input “steer this way”",
         "Withdraw queued input “check the tests”",
-        "Withdraw queued input “a follow-up whose text is longer than a…”"]
-    assert names(driver, "#queue li.card button.steer") == [
+        "Withdraw queued input “a follow-up whose text is longer than a…”"])
+    names_become(driver, "#queue li.card button.steer", [
         "Steer with queued input “check the tests”",
-        "Steer with queued input “a follow-up whose text is longer than a…”"]
+        "Steer with queued input “a follow-up whose text is longer than a…”"])
     assert texts(driver, "#queue li.card button.withdraw") == ["Withdraw"] * 3
     click(driver, "#abort")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
@@ -111,10 +127,10 @@ def test_dashboard_names_a_queued_input_of_images_alone_by_its_images(
         status, body = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": request_id, "content": content}, token=strong)
         assert status == 202, body
     wait_for(lambda: len(by_css(driver, "#queue li.card")) == 3, "three queued inputs")
-    assert names(driver, "#queue li.card button.withdraw") == [
-        "Withdraw queued input of 2 images", "Withdraw queued input of 1 image", "Withdraw queued input “see this”"]
-    assert names(driver, "#queue li.card button.steer") == [
-        "Steer with queued input of 2 images", "Steer with queued input of 1 image", "Steer with queued input “see this”"]
+    names_become(driver, "#queue li.card button.withdraw", [
+        "Withdraw queued input of 2 images", "Withdraw queued input of 1 image", "Withdraw queued input “see this”"])
+    names_become(driver, "#queue li.card button.steer", [
+        "Steer with queued input of 2 images", "Steer with queued input of 1 image", "Steer with queued input “see this”"])
     click(driver, "#abort")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
     assert console_errors(driver) == []
@@ -198,10 +214,10 @@ def test_dashboard_names_a_queued_input_by_its_first_40_characters_past_the_bmp_
                                  token=strong)
         assert status == 202, body
     wait_for(lambda: len(by_css(driver, "#queue li.card")) == 3, "three queued inputs")
-    assert names(driver, "#queue li.card button.withdraw") == [
+    names_become(driver, "#queue li.card button.withdraw", [
         "Withdraw queued input “" + "x" * 39 + emoji + "…”",
         "Withdraw queued input “" + emoji * 40 + "…”",
-        "Withdraw queued input “" + cjk * 40 + "”"]
+        "Withdraw queued input “" + cjk * 40 + "”"])
     click(driver, "#abort")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
     assert console_errors(driver) == []
