@@ -54,7 +54,7 @@ from tools.files.browse import MAX_DEPTH, MAX_ENTRIES, MAX_READ_BYTES
 from tools.files.sensitive import hidden_path, sensitive_path
 from tools.rerun import once_more_if_died
 
-from .errors import MAX_FORK_DEPTH, LensError, SessionNotFound
+from .errors import MAX_FORK_DEPTH, LensError, SessionGone, SessionNotFound
 from .http_parts import ApiError, bool_arg, camel_keys, check_id, int_arg, json_response, one_arg
 from .services import Services
 
@@ -97,7 +97,7 @@ def add_workspace_routes(app: QuartTrio, svc: Services) -> None:
             raise SessionNotFound(f"no session {sid!r}")
         project_id, deleted = rows[0][0], bool(rows[0][1])
         if deleted and not allow_deleted:
-            raise ApiError("SESSION_DELETED", f"session {sid} is deleted; its workspace is not browsed through it")
+            raise SessionGone(f"session {sid!r} was deleted; its workspace is not browsed through it")
         return project_id, deleted
 
     async def browse(sid: str, tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

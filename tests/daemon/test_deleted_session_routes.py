@@ -33,9 +33,11 @@ async def test_a_deleted_session_is_read_and_forked_and_refuses_every_change(dae
     for method, tail, body in changes:
         r = await daemon.request(method, f"/sessions/{sid}{tail}", strong, json_body=body)
         assert r.status_code == 409 and error_of(r) == "SESSION_DELETED", (method, tail, r.text)
-        assert sid in r.json()["error"]["message"], r.text
+        assert r.json()["error"]["message"].startswith(f"session {sid!r} was deleted"), r.text
     r = await daemon.get(f"/sessions/{sid}/workspace/tree", strong)
     assert r.status_code == 409 and error_of(r) == "SESSION_DELETED", r.text
+    # (worded as the changes are, and saying what is refused)
+    assert r.json()["error"]["message"] == f"session {sid!r} was deleted; its workspace is not browsed through it", r.text
     r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "r1", "content": "hello"})
     assert r.status_code == 202 and r.json() == {**first, "duplicate": True}, r.text
     assert await daemon.events(strong, sid) == before
