@@ -224,3 +224,35 @@ def test_dashboard_errors_list_shows_the_errors_of_the_session_in_view_and_the_p
     wait_for(lambda: one(driver, "#cred").is_displayed(), "the credential forgotten")
     wait_for(lambda: shown_errors(driver) == ["AUTH_INVALID"], "the refusal shown")
     assert console_errors(driver) == []
+
+
+def kept_errors(driver: Any) -> list[str]:
+    """The sessions of every error the list holds, shown or not, in its order."""
+    return driver.execute_script("return [...document.querySelectorAll('#errors li')].map((li) => li.dataset.session)")
+
+
+def test_dashboard_keeps_the_errors_of_the_eight_other_sessions_whose_errors_came_last(daemon: Daemon, browser: Any,
+                                                                                        tmp_path: Path) -> None:
+    """Another session's errors are kept out of sight (four of each); a page open for days across
+    many sessions kept them for every session it had seen. Those of the eight other sessions whose
+    errors came last are kept now: a ninth's error drops the oldest session's."""
+    driver = browser
+    _, first = open_session(driver, daemon, tmp_path, "dash-errors-kept")
+    sessions = [first]
+    for i in range(9):
+        one(driver, "#input").send_keys("   ")
+        click(driver, "#send")   # (a blank message: this session's own refusal, INVALID_ARGUMENT)
+        wait_for(lambda: shown_errors(driver) == ["INVALID_ARGUMENT"], f"session {i}'s error")
+        click(driver, "#new-session button")
+        wait_for(lambda: selected_session(driver) not in (None, *sessions), f"session {i + 1}")
+        wait_for(lambda: body_data(driver, "conn") == "live", f"session {i + 1} live")
+        sessions.append(selected_session(driver))
+        assert shown_errors(driver) == [], "another session's error shown"
+        # (eight kept at most: after the ninth session's error is out of sight, the first's went)
+        wait_for(lambda: kept_errors(driver) == sessions[max(0, i - 7):i + 1], f"the errors kept after session {i}")
+    click(driver, f"#sessions button[data-session-id='{sessions[1]}']")
+    wait_for(lambda: shown_errors(driver) == ["INVALID_ARGUMENT"], "the second session's error shown again")
+    click(driver, f"#sessions button[data-session-id='{first}']")
+    wait_for(lambda: selected_session(driver) == first and body_data(driver, "conn") == "live", "the first session again")
+    assert shown_errors(driver) == [], "the first session's error, past the bound, kept"
+    assert console_errors(driver) == []
