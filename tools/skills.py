@@ -493,11 +493,17 @@ def _list_text(found: Discovery, loaded: dict[str, str]) -> str:
                 + ", ".join(f"{r}/" for r in SKILL_ROOTS) + ").")
     lines = []
     names = set()
+    loadable = {s.name for s in skills if not s.problem}
     for s in skills:
-        names.add(s.name)
         if s.problem:
-            lines.append(f"- {s.name} [cannot be loaded: {s.problem}] ({s.base_dir}/)")
+            if s.name in loaded and s.name not in loadable and s.name not in names:
+                # (loaded before its SKILL.md broke: the snapshot stands until it is unloaded)
+                lines.append(f"- {s.name} [loaded; cannot be loaded again: {s.problem}] ({s.base_dir}/)")
+            else:
+                lines.append(f"- {s.name} [cannot be loaded: {s.problem}] ({s.base_dir}/)")
+            names.add(s.name)
             continue
+        names.add(s.name)
         state = "loaded" if s.name in loaded else "not loaded"
         if s.name in loaded and loaded[s.name] and loaded[s.name] != s.digest:
             state += f", {SKILL_FILE} changed since"
@@ -555,13 +561,21 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         found = next((s for s in skills if s.name == name and s.problem is None), None)
         if found is None:
             bad = next((s for s in skills if s.name == name), None)
-            if bad is not None:
-                raise ToolError("SKILL_INVALID", f"skill {name!r} ({bad.base_dir}/) cannot be loaded: {bad.problem}")
-            where = (f"not among the {MAX_SKILLS} skill directories looked at" if discovery.unread_dirs
-                     else "it is no longer in the workspace")
             if name in loaded:
+                # Its snapshot is in the context whatever became of its SKILL.md: a repeat load
+                # appends nothing, so what the file holds now does not matter until an unload.
+                if bad is not None:
+                    return ToolResult.text(
+                        f"Skill \"{name}\" is already loaded; nothing was appended. Its {SKILL_FILE} "
+                        f"({bad.base_dir}/) cannot be loaded now: {bad.problem}. The instructions loaded before "
+                        "stay in the context; once unloaded it cannot be loaded again until that is mended.",
+                        {"name": name, "status": "already_loaded", "problem": bad.problem})
+                where = (f"not among the {MAX_SKILLS} skill directories looked at" if discovery.unread_dirs
+                         else "it is no longer in the workspace")
                 return ToolResult.text(f"Skill \"{name}\" is already loaded ({where}); "
                                        "nothing was appended.", {"name": name, "status": "already_loaded"})
+            if bad is not None:
+                raise ToolError("SKILL_INVALID", f"skill {name!r} ({bad.base_dir}/) cannot be loaded: {bad.problem}")
             usable = [s.name for s in skills if s.problem is None]
             past = (f" among the first {MAX_SKILLS} skill directories, which are all that are looked at "
                     f"({discovery.unread_note()}; a skill among them cannot be loaded)" if discovery.unread_dirs else "")
