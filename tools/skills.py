@@ -486,6 +486,16 @@ def workspace_reader(pool: Respawning, project_id: str | None, call_id: str, *, 
     return read
 
 
+def _holders(skills: list[Skill]) -> dict[str, int]:
+    """name -> the index of the listed skill a load of that name is (or was) of: the loadable one,
+    else the first listed (a later directory whose name is taken is never the one loaded)."""
+    out: dict[str, int] = {}
+    for i, s in enumerate(skills):
+        if s.name not in out or (s.problem is None and skills[out[s.name]].problem is not None):
+            out[s.name] = i
+    return out
+
+
 def _list_text(found: Discovery, loaded: dict[str, str]) -> str:
     skills = found.skills
     if not skills and not loaded and not found.unread_dirs:
@@ -493,10 +503,10 @@ def _list_text(found: Discovery, loaded: dict[str, str]) -> str:
                 + ", ".join(f"{r}/" for r in SKILL_ROOTS) + ").")
     lines = []
     names = set()
-    loadable = {s.name for s in skills if not s.problem}
-    for s in skills:
+    holders = _holders(skills)
+    for i, s in enumerate(skills):
         if s.problem:
-            if s.name in loaded and s.name not in loadable and s.name not in names:
+            if s.name in loaded and holders[s.name] == i:
                 # (loaded before its SKILL.md broke: the snapshot stands until it is unloaded)
                 lines.append(f"- {s.name} [loaded; cannot be loaded again: {s.problem}] ({s.base_dir}/)")
             else:
@@ -554,8 +564,10 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         discovery = await discover(read, browse=browse, recordable=ctx.recordable, sizes=sizes)
         skills = discovery.skills
         if name is None:
+            holders = _holders(skills)
             listed = [{"name": s.name, "description": s.description, "base_dir": s.base_dir,
-                       "loaded": s.name in loaded, **({"problem": s.problem} if s.problem else {})} for s in skills]
+                       "loaded": s.name in loaded and holders[s.name] == i,
+                       **({"problem": s.problem} if s.problem else {})} for i, s in enumerate(skills)]
             return ToolResult.text(_list_text(discovery, loaded), {
                 "skills": listed, **({"unread_dirs": discovery.unread_dirs} if discovery.unread_dirs else {})})
         found = next((s for s in skills if s.name == name and s.problem is None), None)
