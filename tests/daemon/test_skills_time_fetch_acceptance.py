@@ -6,8 +6,8 @@ the other daemon tests pin is not done again here; these are the edges a user me
 
 from __future__ import annotations
 
-import json
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +179,6 @@ async def test_the_time_tools_as_a_session_sees_them(daemon_factory: DaemonFacto
     assert set(sc) == {"unix_ms", "utc", "local"} and isinstance(sc["unix_ms"], int)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", sc["utc"]), sc
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", sc["local"]), sc
-    from datetime import datetime, timezone
     utc = datetime.strptime(sc["utc"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
     local = datetime.fromisoformat(sc["local"])
     assert utc == local and int(utc.timestamp()) == sc["unix_ms"] // 1000  # one instant, three spellings
@@ -201,6 +200,8 @@ async def test_the_time_tools_as_a_session_sees_them(daemon_factory: DaemonFacto
     assert trio.current_time() - started < 5
     ended = finished(await d.events(token, sid))[-1]
     assert (ended["name"], ended["status"], ended["error_code"]) == ("sleep_milliseconds", "interrupted", "ABORTED")
+    calls = [it["call"] for it in (await d.view(token, sid))["items"] if it.get("call", {}).get("callId") == ended["call_id"]]
+    assert [c["status"] for c in calls] == ["interrupted"], calls  # the view says so too
 
 
 # --------------------------------------------------------------------------- web_fetch
