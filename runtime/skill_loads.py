@@ -159,7 +159,11 @@ class SkillLoads:
 
     async def check_input(self, state: SessionState, request_id: str, name: str) -> None:
         """Refuse a ``/skill:<name>`` input that names no loadable skill (it reads the workspace
-        under the execution-domain read lock: the actor runs it in a task of its own)."""
+        under the execution-domain read lock: the actor runs it in a task of its own). A skill the
+        main agent has loaded is not read: placing the input loads nothing (:meth:`placing`), so
+        what its SKILL.md holds now (broken, gone) does not matter; its snapshot stands."""
+        if name in loaded_skill_digests(state.agent(MAIN_AGENT)):
+            return
         await self._for_input(state, name, request_id, refuse=True)
 
     async def placing(self, state: SessionState, agent_id: str, inputs: Sequence[QueuedInput]) -> dict[str, t._Event]:

@@ -486,6 +486,16 @@ def workspace_reader(pool: Respawning, project_id: str | None, call_id: str, *, 
     return read
 
 
+def _holders(skills: list[Skill]) -> dict[str, int]:
+    """name -> the index of the listed skill a load of that name is (or was) of: the loadable one,
+    else the first listed (a later directory whose name is taken is never the one loaded)."""
+    out: dict[str, int] = {}
+    for i, s in enumerate(skills):
+        if s.name not in out or (s.problem is None and skills[out[s.name]].problem is not None):
+            out[s.name] = i
+    return out
+
+
 def _list_text(found: Discovery, loaded: dict[str, str]) -> str:
     skills = found.skills
     if not skills and not loaded and not found.unread_dirs:
@@ -493,11 +503,17 @@ def _list_text(found: Discovery, loaded: dict[str, str]) -> str:
                 + ", ".join(f"{r}/" for r in SKILL_ROOTS) + ").")
     lines = []
     names = set()
-    for s in skills:
-        names.add(s.name)
+    holders = _holders(skills)
+    for i, s in enumerate(skills):
         if s.problem:
-            lines.append(f"- {s.name} [cannot be loaded: {s.problem}] ({s.base_dir}/)")
+            if s.name in loaded and holders[s.name] == i:
+                # (loaded before its SKILL.md broke: the snapshot stands until it is unloaded)
+                lines.append(f"- {s.name} [loaded; cannot be loaded again: {s.problem}] ({s.base_dir}/)")
+            else:
+                lines.append(f"- {s.name} [cannot be loaded: {s.problem}] ({s.base_dir}/)")
+            names.add(s.name)
             continue
+        names.add(s.name)
         state = "loaded" if s.name in loaded else "not loaded"
         if s.name in loaded and loaded[s.name] and loaded[s.name] != s.digest:
             state += f", {SKILL_FILE} changed since"
@@ -548,20 +564,30 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         discovery = await discover(read, browse=browse, recordable=ctx.recordable, sizes=sizes)
         skills = discovery.skills
         if name is None:
+            holders = _holders(skills)
             listed = [{"name": s.name, "description": s.description, "base_dir": s.base_dir,
-                       "loaded": s.name in loaded, **({"problem": s.problem} if s.problem else {})} for s in skills]
+                       "loaded": s.name in loaded and holders[s.name] == i,
+                       **({"problem": s.problem} if s.problem else {})} for i, s in enumerate(skills)]
             return ToolResult.text(_list_text(discovery, loaded), {
                 "skills": listed, **({"unread_dirs": discovery.unread_dirs} if discovery.unread_dirs else {})})
         found = next((s for s in skills if s.name == name and s.problem is None), None)
         if found is None:
             bad = next((s for s in skills if s.name == name), None)
-            if bad is not None:
-                raise ToolError("SKILL_INVALID", f"skill {name!r} ({bad.base_dir}/) cannot be loaded: {bad.problem}")
-            where = (f"not among the {MAX_SKILLS} skill directories looked at" if discovery.unread_dirs
-                     else "it is no longer in the workspace")
             if name in loaded:
+                # Its snapshot is in the context whatever became of its SKILL.md: a repeat load
+                # appends nothing, so what the file holds now does not matter until an unload.
+                if bad is not None:
+                    return ToolResult.text(
+                        f"Skill \"{name}\" is already loaded; nothing was appended. Its {SKILL_FILE} "
+                        f"({bad.base_dir}/) cannot be loaded now: {bad.problem}. The instructions loaded before "
+                        "stay in the context; once unloaded it cannot be loaded again until that is mended.",
+                        {"name": name, "status": "already_loaded", "problem": bad.problem})
+                where = (f"not among the {MAX_SKILLS} skill directories looked at" if discovery.unread_dirs
+                         else "it is no longer in the workspace")
                 return ToolResult.text(f"Skill \"{name}\" is already loaded ({where}); "
                                        "nothing was appended.", {"name": name, "status": "already_loaded"})
+            if bad is not None:
+                raise ToolError("SKILL_INVALID", f"skill {name!r} ({bad.base_dir}/) cannot be loaded: {bad.problem}")
             usable = [s.name for s in skills if s.problem is None]
             past = (f" among the first {MAX_SKILLS} skill directories, which are all that are looked at "
                     f"({discovery.unread_note()}; a skill among them cannot be loaded)" if discovery.unread_dirs else "")

@@ -305,13 +305,20 @@ async def test_a_skill_command_input_loads_before_the_input_and_the_model_sees_t
         again = await sup.call(sid, Submit("r1", [t.TextPart("/skill:review please check\nfoo.py")], "followUp"))
         assert again["duplicate"] is True
         with pytest.raises(LensError) as info:
-            await sup.call(sid, Submit("r3", [t.TextPart("/skill:review go")], "followUp"))
+            await sup.call(sid, Submit("r3", [t.TextPart("/skill:lint go")], "followUp"))
         assert info.value.code == "SKILL_NOT_FOUND"
         with pytest.raises(LensError) as info:
             await sup.call(sid, Submit("r4", [t.TextPart("/skill:\nhello")], "followUp"))
         assert info.value.code == "INVALID_ARGUMENT"
         assert state.agents["main"].skills["review"].digest == hashlib.sha256(REVIEW.encode()).hexdigest()
         assert len([e for e in await events_of(store, sid) if e.kind == "input.submitted"]) == 2
+        # A loaded skill is not read again: its SKILL.md gone, a new command naming it is taken
+        # (its snapshot stands) and loads nothing.
+        await run(sup, sid, "r5", "/skill:review go")
+        events = await events_of(store, sid)
+        assert [e.kind for e in events].count("skill.loaded") == 1
+        assert len([e for e in events if e.kind == "input.submitted"]) == 3
+        assert faux.requests[-1].items[-1].text == "go" and len(skill_texts(faux.requests[-1].items)) == 1
 
 
 async def test_queued_skill_commands_load_when_placed(tmp_path: Path) -> None:
