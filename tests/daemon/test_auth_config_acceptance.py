@@ -95,6 +95,27 @@ async def test_a_pair_file_removed_refuses_everyone_and_put_back_is_honoured(dae
     await daemon.wait_accepted(strong, WITHIN)
 
 
+async def test_an_edit_in_place_that_keeps_the_size_and_the_time_is_honoured(daemon: Daemon, strong: str) -> None:
+    # An edit written into the file itself (same inode) whose size is unchanged and whose
+    # modification time is put back (`touch -r`, `cp -p`, a restore that keeps times) was never
+    # seen: the daemon took the file for unchanged and kept the old credential working.
+    good = daemon.pair_path.read_bytes()
+    data = json.loads(good)
+    old = data["clients"][0]["credentialHash"]
+    forged = good.replace(old.encode(), (("0" if old[0] != "0" else "1") + old[1:]).encode())
+    assert len(forged) == len(good) and forged != good
+    before = os.stat(daemon.pair_path)
+    with open(daemon.pair_path, "r+b") as f:
+        f.write(forged)
+    os.utime(daemon.pair_path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(daemon.pair_path).st_ino == before.st_ino
+    await daemon.wait_refused(strong, WITHIN)
+    with open(daemon.pair_path, "r+b") as f:
+        f.write(good)
+    os.utime(daemon.pair_path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    await daemon.wait_accepted(strong, WITHIN)
+
+
 async def test_a_copied_is_verified_flag_on_a_read_only_record_grants_no_write(daemon: Daemon) -> None:
     reader = await daemon.pair("reader")
     data = json.loads(daemon.pair_path.read_bytes())
