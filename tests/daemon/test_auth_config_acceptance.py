@@ -77,6 +77,27 @@ async def test_public_routes_ignore_a_credential_that_is_wrong(daemon: Daemon) -
         assert r.status == 202 and json.loads(r.body) == {"clientId": "phone", "status": "pending"}, (value, r.body)
 
 
+async def test_a_flood_of_pairing_requests_is_held_to_the_documented_bound(daemon: Daemon) -> None:
+    # server.maxPendingPairings, 32 by default (config/lens.example.jsonc, docs/http-api.md)
+    answers: dict[str, Any] = {}
+
+    async def ask(client_id: str) -> None:
+        answers[client_id] = await daemon.post("/pair/requests", body={"clientId": client_id, "name": ""})
+
+    async with trio.open_nursery() as nursery:
+        for i in range(80):
+            nursery.start_soon(ask, f"flood-{i}")
+    taken = sorted(c for c, r in answers.items() if r.status_code == 202)
+    refused = [r for r in answers.values() if r.status_code != 202]
+    assert len(taken) == 32 and len(refused) == 48, {r.status_code for r in answers.values()}
+    for r in refused:
+        assert r.status_code == 429 and error_of(r) == "PAIRING_LIMIT", r.text
+        assert 1 <= int(r.headers["retry-after"]) <= 3600, r.headers
+    assert sorted(c["clientId"] for c in json.loads(daemon.pair_path.read_text())["clients"]) == taken
+    r = await daemon.post("/pair/requests", body={"clientId": taken[0], "name": ""})  # one of them again
+    assert r.status_code == 202 and r.json() == {"clientId": taken[0], "status": "pending"}, r.text
+
+
 # --------------------------------------------------------------------------- the pair file by hand
 
 
