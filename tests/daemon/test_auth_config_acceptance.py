@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,38 @@ async def test_a_token_of_another_client_is_that_clients_and_a_revocation_touche
     await trio.to_thread.run_sync(lambda: daemon.pairs().revoke("alice"))
     await daemon.wait_refused(alice, WITHIN)
     assert await daemon.status_of(bob) == 200
+
+
+def routes_the_docs_list() -> set[tuple[str, str]]:
+    """(method, path) of every route docs/http-api.md's "Routes" lists, as written there."""
+    text = (Path(__file__).parents[2] / "docs" / "http-api.md").read_text().split("## Bounds")[0]
+    out = set()
+    for m in re.finditer(r"`((?:GET|POST|PUT|PATCH|DELETE)(?:\|(?:GET|POST|PUT|PATCH|DELETE))*) (/[^` ?]*)", text):
+        out.update((method, m.group(2)) for method in m.group(1).split("|"))
+    return out
+
+
+async def test_a_read_only_credential_is_refused_on_every_write_route_the_docs_list(daemon: Daemon, strong: str) -> None:
+    # Table-driven from the docs, not from the app's own route table: a route the docs list as
+    # taking a change is refused to a read-only client whatever the server classifies it as.
+    reader = await daemon.pair("reader")
+    project = await daemon.project(strong, "p")
+    sid = (await daemon.session(strong, project["id"]))["id"]
+    before = (await daemon.get("/health")).json()["lastSeq"]
+    routes = routes_the_docs_list()
+    writes = sorted((m, p) for m, p in routes if m != "GET" and p not in ("/pair/requests", "/history/search"))
+    writes += [("GET", "/config/files"), ("GET", "/config/files/{name}")]  # raw config: strong trust only
+    assert len(writes) >= 20 and ("PUT", "/config/files/{name}") in writes, writes
+    values = {"id": sid, "requestId": "r1", "jobId": "j1", "questionId": "q1", "name": "lens.jsonc"}
+    wrong = []
+    for method, path in writes:
+        target = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
+        r = await daemon.request(method, target, reader, json_body=None if method == "GET" else {})
+        if r.status_code != 403 or error_of(r) != "FORBIDDEN":
+            wrong.append((method, path, r.status_code, r.text[:160]))
+    assert not wrong, wrong
+    assert (await daemon.get("/health")).json()["lastSeq"] == before  # nothing was recorded
+    assert not daemon.config_path.exists()
 
 
 async def test_public_routes_ignore_a_credential_that_is_wrong(daemon: Daemon) -> None:
