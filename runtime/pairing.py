@@ -150,6 +150,9 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     if not raw.strip():  # (msgspec says "Input data was truncated", which names nothing a writer did)
         raise PairFileInvalid(f'{where} is not a valid pair file (it is empty; a pair file without clients is '
                               f'{{"version": {PAIR_FILE_VERSION}, "clients": []}})')
+    if raw.startswith(b"\xef\xbb\xbf"):  # (msgspec says "invalid character (byte 0)": an editor's save, unnamed)
+        raise PairFileInvalid(f"{where} is not a valid pair file (it starts with a byte order mark, U+FEFF; a pair "
+                              f"file is plain JSON: save it without one)")
     try:
         text = msgspec.json.decode(raw, type=_PairFileText)
         data = PairFile(version=text.version, clients=text.clients)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from .conftest import Daemon, DaemonFactory, error_of, raw_http, wait_until
+from .conftest import Daemon, DaemonFactory, error_of, raw_http, run_lens, wait_until
 
 WITHIN = 1.0  # seconds: F-API-2's bound on honouring a change of the pair file
 
@@ -167,6 +167,23 @@ async def test_an_edit_in_place_that_keeps_the_size_and_the_time_is_honoured(dae
     with open(daemon.pair_path, "r+b") as f:
         f.write(good)
     os.utime(daemon.pair_path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    await daemon.wait_accepted(strong, WITHIN)
+
+
+async def test_a_pair_file_saved_with_a_byte_order_mark_is_named_as_such(daemon: Daemon, strong: str) -> None:
+    # Decided: the pair file is plain JSON, a BOM makes it invalid. What an editor that saves one
+    # leaves the operator to read must say so ("invalid character (byte 0)" named nothing they did).
+    good = daemon.pair_path.read_bytes()
+    r = await daemon.put("/config/files/pair.json", strong, {"text": "\ufeff" + good.decode()})
+    assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+    assert "byte order mark" in r.json()["error"]["message"], r.text
+    assert daemon.pair_path.read_bytes() == good
+    replace_by_hand(daemon.pair_path, b"\xef\xbb\xbf" + good)
+    await wait_until(lambda: daemon._is(strong, 503), WITHIN, "the daemon refusing every credential")
+    out = await run_lens(daemon.root, "pair", "list", check=False)
+    assert out.returncode == 2 and "PAIR_FILE_INVALID" in out.stderr, out.stderr
+    assert "byte order mark" in out.stderr, out.stderr
+    replace_by_hand(daemon.pair_path, good)
     await daemon.wait_accepted(strong, WITHIN)
 
 
