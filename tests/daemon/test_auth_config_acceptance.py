@@ -2,8 +2,8 @@
 loopback port, raw HTTP where the exact header matters, the pair file edited the ways an operator
 edits it. Only what the auth, pairing and config-file suites do not test already is here.
 
-Each wait for the daemon to notice a pair-file change is a poll bounded by a second, the spec's
-own bound ("honours a change of the pair file within a second").
+Each wait for the daemon to notice a pair-file change is a poll bounded by the spec's own bound
+("honours a change of the pair file within a second"), with a margin for a loaded machine.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import trio
 
 from .conftest import Daemon, DaemonFactory, error_of, raw_http, run_lens, wait_until
 
-WITHIN = 1.0  # seconds: F-API-2's bound on honouring a change of the pair file
+# seconds: F-API-2's bound on honouring a change of the pair file, with half a second for a machine
+# the rest of the suite loads (as test_auth.py's re-issue test has it); the daemon takes a change
+# at the next request, in milliseconds
+WITHIN = 1.5
 
 
 def replace_by_hand(path: Path, data: bytes) -> None:
