@@ -230,6 +230,24 @@ async def test_template_names_are_matched_as_written_as_extensions_are(admin: tu
         assert (d.config_dir / name).read_text() == "{}\n"
 
 
+async def test_a_listed_file_that_holds_no_json_is_read_as_it_is_and_mended_only_with_json(
+        admin: tuple[Daemon, str]) -> None:
+    # (listed by its name, as F-API-4 has it: what a file holds is not its name; refusing to read it
+    # would leave a client no way to mend it)
+    d, token = admin
+    path = d.config_dir / "broken.json"
+    path.write_text("left half-edited: {\n")
+    assert "broken.json" in [f["name"] for f in (await d.get("/config/files", token)).json()["files"]]
+    r = await d.get("/config/files/broken.json", token)
+    assert r.status_code == 200 and r.json()["text"] == "left half-edited: {\n", r.text
+    r = await d.put("/config/files/broken.json", token, {"text": "still {", "expectDigest": r.json()["digest"]})
+    assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID" and "broken.json" in r.text, r.text
+    assert path.read_text() == "left half-edited: {\n"
+    r = await d.put("/config/files/broken.json", token, {"text": '{"mended": true}\n'})
+    assert r.status_code == 200 and r.json()["appliesAt"] == "notRead", r.text
+    assert path.read_text() == '{"mended": true}\n'
+
+
 async def test_a_valid_json_the_config_refuses_keeps_the_file_byte_for_byte(admin: tuple[Daemon, str]) -> None:
     d, token = admin
     before = d.config_path.read_bytes()
