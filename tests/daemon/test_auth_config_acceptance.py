@@ -134,6 +134,22 @@ async def test_a_flood_of_pairing_requests_is_held_to_the_documented_bound(daemo
     assert r.status_code == 202 and r.json() == {"clientId": taken[0], "status": "pending"}, r.text
 
 
+async def test_a_client_id_that_begins_with_a_dash_is_approved_as_the_usage_error_says(daemon: Daemon) -> None:
+    # Such ids are valid (docs/http-api.md: ASCII letters, digits, '.', '_' and '-'), but
+    # `--client -phone` reads as two options: the usage error said only "expected one argument".
+    await daemon.register("-phone")
+    for command in ("approve", "revoke"):
+        out = await run_lens(daemon.root, "pair", command, "--client", "-phone", check=False)
+        assert out.returncode == 2 and "USAGE_ERROR" in out.stderr, out.stderr
+        assert "--client=-phone" in out.stderr or "--client=ID" in out.stderr, out.stderr
+    out = await run_lens(daemon.root, "pair", "approve", "--client", "--strong-trust", check=False)
+    assert out.returncode == 2 and "USAGE_ERROR" in out.stderr, out.stderr  # an id forgotten: nothing approved
+    assert [(c.client_id, c.status) for c in daemon.pairs().clients()] == [("-phone", "pending")]
+    out = await run_lens(daemon.root, "pair", "approve", "--client=-phone")
+    token = out.stdout.strip().splitlines()[-1]
+    await daemon.wait_accepted(token, WITHIN)
+
+
 # --------------------------------------------------------------------------- the pair file by hand
 
 
