@@ -41,7 +41,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
         def error(self, message: str) -> NoReturn:
             self.print_usage(sys.stderr)
-            secrets = _secrets_for(_config_named(sys.argv[1:] if argv is None else argv))[0]
+            args = list(sys.argv[1:] if argv is None else argv)
+            message += _dash_value_hint(message, args)
+            secrets = _secrets_for(_config_named(args))[0]
             self.exit(2, f"{self.prog}: USAGE_ERROR: {secrets.scrub_message(message)}\n")
 
     parser = Parser(
@@ -55,6 +57,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         # told COMMAND is missing rather than that --bogus is unknown: _parse checks it after them
         commands.required = False
     return parser
+
+
+def _dash_value_hint(message: str, args: list[str]) -> str:
+    """What to write when an option's value begins with ``-`` (a pairing client id may: `-phone`),
+    which argparse takes for another option ("argument --client: expected one argument")."""
+    option = message.removeprefix("argument ").partition(":")[0]
+    if not message.endswith(": expected one argument") or option not in args:
+        return ""
+    at = args.index(option) + 1
+    if at >= len(args) or not args[at].startswith("-"):
+        return ""
+    return f" (if {args[at]!r} is its value, write {option}={args[at]})"
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction]:

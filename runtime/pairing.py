@@ -150,6 +150,9 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     if not raw.strip():  # (msgspec says "Input data was truncated", which names nothing a writer did)
         raise PairFileInvalid(f'{where} is not a valid pair file (it is empty; a pair file without clients is '
                               f'{{"version": {PAIR_FILE_VERSION}, "clients": []}})')
+    if raw.startswith(b"\xef\xbb\xbf"):  # (msgspec says "invalid character (byte 0)": an editor's save, unnamed)
+        raise PairFileInvalid(f"{where} is not a valid pair file (it starts with a byte order mark, U+FEFF; a pair "
+                              f"file is plain JSON: save it without one)")
     try:
         text = msgspec.json.decode(raw, type=_PairFileText)
         data = PairFile(version=text.version, clients=text.clients)
@@ -238,7 +241,7 @@ class PairStore:
         # (False for the CLI: each of its commands refuses an invalid file with this same message)
         self._log_problems = log_problems
         self._data = PairFile()
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
         self.valid = True
         self.problem: str | None = None  # why the file is not valid (logged once per change)
         self.generation = 0  # bumped on every reload: open streams re-check their credential
@@ -255,8 +258,10 @@ class PairStore:
         except OSError as exc:  # cannot even look: reading it fails too, and says why
             return (-1, exc.errno or 0, 0)
         # (mode and owner too: a `chmod 600` that makes the file private again changes neither
-        # its bytes nor its mtime, and must be taken without a restart)
-        return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
+        # its bytes nor its mtime, and must be taken without a restart; and the change time,
+        # which no one can set: an edit in place of the same size whose mtime was put back —
+        # `touch -r`, `cp -p`, a restore that keeps times — left every other field as it was)
+        return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
 
     def _read(self) -> tuple[bytes, PairFile]:
         """The file's bytes and what they say; raises ``OSError`` (``FileNotFoundError``…) or
