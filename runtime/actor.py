@@ -612,7 +612,7 @@ class SessionActor:
         if not self.state.created:
             raise SessionNotFound(f"no session {self.session_id!r}")
         if self.state.deleted:
-            raise SessionGone(f"session {self.session_id!r} was deleted")
+            raise SessionGone.of(self.session_id)
         if self.state.quarantined:
             raise SessionQuarantined.of(self.session_id, self.state.quarantined)
 

@@ -84,6 +84,12 @@ class AgentNotFound(LensError):
 class SessionGone(LensError):
     code = "SESSION_DELETED"
 
+    @classmethod
+    def of(cls, session_id: str, refused: str = "") -> "SessionGone":
+        """The refusal of a deleted session, worded alike on every route; ``refused``: what the
+        route adds of what is not done."""
+        return cls(f"session {session_id!r} was deleted" + (f"; {refused}" if refused else ""))
+
 
 class SessionQuarantined(LensError):
     code = "SESSION_QUARANTINED"

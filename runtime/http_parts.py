@@ -23,6 +23,7 @@ from events.reader import SEQ_MAX
 
 from . import pieces
 from .body_hints import body_hint, first_refused
+from .byte_order import UTF8_BOM, byte_order_mark
 from .errors import LensError, short_reason
 from .guard import Guard
 from .list_pages import LIST_LIMIT_MAX, ListOrder, split_page
@@ -157,9 +158,6 @@ async def receive_body() -> bytes:
                                f"{BODY_STALL_SECONDS:g} s after {got} byte(s)"
                                + (f" of the {request.content_length} announced" if request.content_length else ""))
     raise ApiError("BODY_TIMEOUT", f"the request body took longer than {BODY_SECONDS:g} s to arrive")
-
-
-UTF8_BOM = b"\xef\xbb\xbf"
 
 
 # A body of more bytes than this is decoded in a worker thread, a step at a time (below it, on the
@@ -347,7 +345,7 @@ def _not_utf8(raw: bytes) -> str | None:
     """Why a body that failed to decode is no UTF-8, when the request says so: a UTF-16 or UTF-32
     byte order mark, or a ``Content-Type`` charset other than UTF-8 (JSON between systems is
     UTF-8, RFC 8259 8.1). msgspec's reason for those ("invalid character (byte 0)") named no cause."""
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+    if byte_order_mark(raw) in ("UTF-16", "UTF-32"):
         return "JSON is sent as UTF-8, and this body starts with a UTF-16 or UTF-32 byte order mark"
     charset = request.mimetype_params.get("charset", "").strip().strip('"')
     if charset and charset.lower() not in _UTF8_NAMES:

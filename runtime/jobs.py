@@ -240,7 +240,7 @@ class SessionJobs:
         def decide_start() -> list[d.Scoped]:
             state = self._state()
             if state.deleted or self._closing is not None:
-                raise SessionGone(f"session {self.session_id!r} was deleted")
+                raise SessionGone.of(self.session_id)
             n = len(running_jobs(state))
             if n >= MAX_RUNNING_JOBS:
                 raise JobLimit(f"{n} jobs run in this session already (at most {MAX_RUNNING_JOBS} at once); "

@@ -34,6 +34,7 @@ from events.ids import SHA256_RE
 
 from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_regular_file, replace_atomically,
                          why_not_written)
+from .byte_order import byte_order_mark
 from .errors import LensError, short_reason
 from .filewatch import DirectoryWatch
 from .key_hints import UnknownKey, hinted, unknown_keys_listed
@@ -150,9 +151,9 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
     if not raw.strip():  # (msgspec says "Input data was truncated", which names nothing a writer did)
         raise PairFileInvalid(f'{where} is not a valid pair file (it is empty; a pair file without clients is '
                               f'{{"version": {PAIR_FILE_VERSION}, "clients": []}})')
-    if raw.startswith(b"\xef\xbb\xbf"):  # (msgspec says "invalid character (byte 0)": an editor's save, unnamed)
-        raise PairFileInvalid(f"{where} is not a valid pair file (it starts with a byte order mark, U+FEFF; a pair "
-                              f"file is plain JSON: save it without one)")
+    if mark := byte_order_mark(raw):  # (msgspec says "invalid character (byte 0)": an editor's save, unnamed)
+        raise PairFileInvalid(f"{where} is not a valid pair file (it starts with a {mark} byte order mark; a pair "
+                              f"file is plain JSON in UTF-8: save it as UTF-8 without one)")
     try:
         text = msgspec.json.decode(raw, type=_PairFileText)
         data = PairFile(version=text.version, clients=text.clients)

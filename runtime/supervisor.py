@@ -188,7 +188,7 @@ class Supervisor:
                 if isinstance(command, Delete):
                     return await self._delete_quarantined(session_id)
                 if await self._was_deleted(session_id):  # (as the actor answers a deleted session)
-                    raise SessionGone(f"session {session_id!r} was deleted")
+                    raise SessionGone.of(session_id)
                 raise SessionQuarantined.of(session_id, self._quarantined[session_id])
             handle = self._ensure(session_id)
             env = Envelope(command)
@@ -283,7 +283,7 @@ class Supervisor:
             if (session_id in self._deleted
                     or await self.deps.store.read_events(session_id=session_id, kinds=["session.deleted"], limit=1)):
                 self._deleted.add(session_id)
-                raise SessionGone(f"session {session_id!r} was deleted")
+                raise SessionGone.of(session_id)
             project_id = await self.deps.store.session_project(session_id)
             await self.deps.store.append(Draft(t.SessionDeleted(), project_id=project_id, session_id=session_id))
             self._deleted.add(session_id)

@@ -97,7 +97,7 @@ def add_workspace_routes(app: QuartTrio, svc: Services) -> None:
             raise SessionNotFound(f"no session {sid!r}")
         project_id, deleted = rows[0][0], bool(rows[0][1])
         if deleted and not allow_deleted:
-            raise SessionGone(f"session {sid!r} was deleted; its workspace is not browsed through it")
+            raise SessionGone.of(sid, "its workspace is not browsed through it")
         return project_id, deleted
 
     async def browse(sid: str, tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

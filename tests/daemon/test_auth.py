@@ -651,6 +651,22 @@ async def test_client_ids_and_hashes_are_checked_whole(daemon: Daemon):
         parse_pair_file(json.dumps({"version": 1, "clients": [{**good, "clientId": "caf\u00e9"}]}).encode(), "test")
 
 
+
+def test_a_pair_file_saved_with_a_byte_order_mark_names_its_encoding() -> None:
+    """Notepad's "Unicode" save is UTF-16 with its mark: it was "invalid character (byte 0)", and
+    only UTF-8's mark was named. Each mark is named with its encoding (UTF-32's little-endian mark
+    begins with UTF-16's)."""
+    text = '{"version": 1, "clients": []}'
+    for raw, encoding in [(b"\xef\xbb\xbf" + text.encode(), "UTF-8"), (text.encode("utf-16"), "UTF-16"),
+                          (text.encode("utf-16-be").join([b"\xfe\xff", b""]), "UTF-16"),
+                          (text.encode("utf-32"), "UTF-32"), (b"\x00\x00\xfe\xff" + text.encode("utf-32-be"), "UTF-32")]:
+        with pytest.raises(PairFileInvalid) as caught:
+            parse_pair_file(raw, "pair.json")
+        assert str(caught.value).endswith(f"(it starts with a {encoding} byte order mark; a pair file is plain JSON in "
+                                          "UTF-8: save it as UTF-8 without one)"), (encoding, str(caught.value))
+    assert parse_pair_file(text.encode(), "pair.json").clients == []
+
+
 async def test_a_pair_file_that_cannot_be_read_denies_everyone_and_the_daemon_lives(daemon: Daemon):
     # (An IsADirectoryError or PermissionError in the watcher took the whole daemon down.)
     token = await daemon.pair("c1", strong=True)
