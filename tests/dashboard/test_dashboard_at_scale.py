@@ -18,7 +18,7 @@ from events.store import Draft, open_store
 from events.types import ProjectCreated, SessionCreated, SessionDeleted
 from runtime.views import VIEW_AGENTS_MAX
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, browser, by_css, click, connect, console_errors, network_requests, press, texts, wait_for)
+    Daemon, attrs, browser, by_css, click, connect, console_errors, network_requests, press, texts, wait_for)
 from tests.dashboard.test_dashboard_this_round import write_sessions_with_agents
 
 FANOUTS = (VIEW_AGENTS_MAX - 1, VIEW_AGENTS_MAX)  # with the main agent: exactly the bound, one past
@@ -122,8 +122,8 @@ def test_a_session_of_hundreds_of_agents_is_read_a_page_at_a_time_with_the_focus
         press(driver, "#agents button.more", Keys.ENTER)
         wait_for(lambda: len(agent_ids(driver)) == 199, "the first page read")
         assert agent_ids(driver) == every[:100] + every[-99:]
-        items = by_css(driver, "#agents > li")
-        assert items[100].get_attribute("class") == "more"  # (between the two runs: where the left out are)
+        # (one read of the list: it is drawn again as the view's reads come back)
+        assert attrs(driver, "#agents > li", "class")[100] == ["more"]  # (between the two runs: where the left out are)
         assert texts(driver, "#agents li.more")[0].startswith("showing 199 of 251 agents: the 52 that finished after")
         assert driver.execute_script("return document.activeElement.matches('#agents button.more')")
         press(driver, "#agents button.more", Keys.ENTER)
@@ -263,11 +263,12 @@ def test_a_daemon_of_many_projects_is_polled_a_page_at_a_time_and_shows_new_ones
         wait_for(lambda: len(projects_shown(driver)) == 200 and by_css(driver, "#projects button.more"),
                  "the newest 200")
         assert projects_shown(driver) == whole[-200:]
-        items = by_css(driver, "#projects > li")
-        assert items[0].get_attribute("class") != "empty" and by_css(items[0], "button.more")  # (above: where the older are)
+        # (one read of the list each: it is drawn again at each poll) (above: where the older are)
+        assert driver.execute_script("""const li = document.querySelector('#projects > li');
+            return li !== null && li.className !== 'empty' && li.querySelector('button.more') !== null""")
         # the newest project is selected, its session listed
         wait_for(lambda: texts(driver, "#sessions button[data-session-id]") != [], "the newest project's session")
-        assert by_css(driver, "#projects button.selected")[0].get_attribute("data-project-id") == whole[-1]
+        assert attrs(driver, "#projects button.selected", "data-project-id")[:1] == [[whole[-1]]]
         # the poll: at least two more reads after the first, each of the newest page alone
         reads: list[str] = []
         wait_for(lambda: reads.extend(project_reads(driver, d.base)) or len(reads) >= 3, "two polls", timeout=20)
@@ -297,7 +298,7 @@ def test_a_daemon_of_many_projects_is_polled_a_page_at_a_time_and_shows_new_ones
 
 
 def selected_project(driver: Any) -> list[str]:
-    return [b.get_attribute("data-project-id") for b in by_css(driver, "#projects button.row.selected")]
+    return [p for [p] in attrs(driver, "#projects button.row.selected", "data-project-id")]   # (one read: polls redraw the list)
 
 
 def test_the_selected_project_keeps_its_row_and_more_projects_go_on_from_the_oldest_shown(browser: Any,
@@ -346,12 +347,12 @@ def test_the_selected_project_keeps_its_row_and_more_projects_go_on_from_the_old
         assert "prj_0250" not in whole[-200:]
         # its row stays, first (the oldest shown), the button after it (the projects between are left out)
         assert projects_shown(driver) == ["prj_0250"] + whole[-200:]
-        items = by_css(driver, "#projects > li")
-        assert by_css(items[0], "button[data-project-id='prj_0250']") and by_css(items[1], "button.more")
+        assert driver.execute_script("""const items = document.querySelectorAll('#projects > li');
+            return items.length > 1 && items[0].querySelector("button[data-project-id='prj_0250']") !== null
+                && items[1].querySelector('button.more') !== null""")
         assert selected_project(driver) == ["prj_0250"]
         assert texts(driver, "#project-id") == ["prj_0250"]
-        assert [b.get_attribute("data-session-id") for b in by_css(driver, "#sessions button[data-session-id]")] \
-            == ["ses_kept"]
+        assert attrs(driver, "#sessions button[data-session-id]", "data-session-id") == [["ses_kept"]]
         # "Show more" goes on from the oldest row of the window: the selected row is among the 200 read, once
         network_requests(driver, d.base)
         click(driver, "#projects button.more")

@@ -289,6 +289,25 @@ def attrs(driver: Any, selector: str, *names: str) -> list[list[str | None]]:
         (n) => arguments[1].map((a) => a === "textContent" ? n.textContent : n.getAttribute(a)))""", selector, list(names))
 
 
+def becomes(read: Callable[[], Any], expected: Any, what: str, timeout: float = WAIT) -> None:
+    """Waits until ``read()`` is ``expected`` (a callable: until it holds for what is read). For
+    reads of elements found by one WebDriver call and read by the next (``.text``,
+    ``.is_enabled()``, ...) on a part of the page that can still be drawn again (a run going on, a
+    view read on its way): a stale element, or a value read before the redraw that brings the
+    expected one, is read again. A mismatch still fails after ``timeout``, with the last value
+    read and the expected one in the message."""
+    seen: list[Any] = []
+
+    def check() -> bool:
+        seen.append(read())
+        return bool(expected(seen[-1]) if callable(expected) else seen[-1] == expected)
+    try:
+        wait_for(check, what, timeout)
+    except AssertionError as exc:
+        last = repr(seen[-1]) if seen else "none"
+        raise AssertionError(f"{exc}; last read: {last}; expected: {expected!r}") from None
+
+
 def connect(driver: Any, credential: str) -> None:
     field = one(driver, "#cred")
     field.clear()
@@ -591,15 +610,18 @@ def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browse
     submit(driver, "ask two questions")
     wait_for(lambda: texts(driver, "#timeline .question > .text") == ["Colour?", "Size?"], "both questions")
     click(driver, "#timeline .question button[data-option-id='red']")
-    assert one(driver, "#timeline .question button[data-option-id='red']").get_attribute("aria-pressed") == "true"
-    one(driver, "#timeline .question input").send_keys("medium-ish")
+    # (the page is still drawn again as the run's events and view reads arrive: each read is one
+    # read of the page, the text typed where the focus is, set on a fresh match)
+    assert attrs(driver, "#timeline .question button[data-option-id='red']", "aria-pressed") == [["true"]]
+    press(driver, "#timeline .question input", "medium-ish")
     assert daemon.request("POST", f"/sessions/{sid}/inputs", {"requestId": "other", "content": "a queued one"},
                           token=strong)[0] == 202
     wait_for(lambda: "a queued one" in " ".join(texts(driver, "#queue li.card .text")), "the queued input")
     assert body_data(driver, "sessionStatus") == "awaiting_answer"
-    assert one(driver, "#timeline .question input").get_attribute("value") == "medium-ish"
+    assert driver.execute_script("return Array.from(document.querySelectorAll('#timeline .question input'), n => n.value)") \
+        == ["medium-ish"]
     assert driver.execute_script("return document.activeElement && document.activeElement.getAttribute('aria-label')") == "answer"
-    assert one(driver, "#timeline .question button[data-option-id='red']").get_attribute("aria-pressed") == "true"
+    assert attrs(driver, "#timeline .question button[data-option-id='red']", "aria-pressed") == [["true"]]
     click(driver, "#timeline .question button[data-option-id='big']")
     click(driver, "#timeline .question .actions button.small:not(.secondary)")
     wait_for(lambda: not by_css(driver, "#timeline .question"), "the answered question")
@@ -631,7 +653,7 @@ def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browse
     click(driver, "#projects button")
     click(driver, f"#sessions button[data-session-id='{sid}']")
     wait_for(lambda: by_css(driver, "#timeline .msg.failed[data-code='PROVIDER_ERROR']"), "the failure after a reload")
-    assert "scripted failure" in one(driver, "#timeline .msg.failed .text").text
+    assert "scripted failure" in texts(driver, "#timeline .msg.failed .text")[0]
     wait_for(lambda: body_data(driver, "conn") == "live", "the live connection")
 
     # An answer whose request failed while it streamed keeps what had streamed, as the
@@ -642,8 +664,8 @@ def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browse
     wait_for(lambda: committed_answers(driver)[-1:] == ["(faux) Half an answer… "], "the failed answer's text kept")
     assert texts(driver, "#timeline .msg.assistant.failed-answer .who") == ["assistant · failed"]
     assert not by_css(driver, "#timeline .msg.assistant.failed")  # (not styled as the failure's notice)
-    assert one(driver, "#timeline .msg.assistant.failed-answer .who").get_attribute("title").startswith(
-        "the model request failed while this answer streamed")
+    [[title]] = attrs(driver, "#timeline .msg.assistant.failed-answer .who", "title")
+    assert title and title.startswith("the model request failed while this answer streamed"), title
 
     # A stream gone silent (the daemon stopped, the socket open) is given up and resumed; a
     # dropped stream leaves no uncaught error in the console.
@@ -940,8 +962,8 @@ def test_dashboard_long_session_keeps_the_page_bounded_and_what_the_reader_opene
     shown = len(by_css(driver, "#timeline > .tool, #timeline > .msg"))
     assert 50 <= shown < MANY, shown
     assert texts(driver, "#timeline > .msg.assistant .text")[-1].startswith("The tool answered")
-    more = one(driver, "#timeline button.more")
-    assert str(MANY + 2 - shown) in more.text
+    [more] = texts(driver, "#timeline button.more")
+    assert str(MANY + 2 - shown) in more, more
 
     # What the reader opened stays open, and the same nodes stay, while events arrive; each view
     # the page reads meanwhile holds the items it shows, not the whole session.
@@ -1446,9 +1468,12 @@ def test_dashboard_shows_a_read_only_reader_the_questions_options_and_why_it_can
 
     reopen_read_only(driver, readonly, sid)
     wait_for(lambda: texts(driver, "#timeline .question > .text") == ["Colour?", "Size?"], "both questions, read-only")
-    options = [(b.text, b.is_displayed(), b.is_enabled()) for b in by_css(driver, "#timeline .question button[data-option-id]")]
-    assert options == [("Red", True, False), ("Blue", True, False), ("Big", True, False), ("Small", True, False)], options
-    assert not any(n.is_displayed() for n in by_css(driver, "#timeline .question .actions"))
+    # (the stream, connected after the view's read, can still draw the questions again)
+    becomes(lambda: [(b.text, b.is_displayed(), b.is_enabled())
+                     for b in by_css(driver, "#timeline .question button[data-option-id]")],
+            [("Red", True, False), ("Blue", True, False), ("Big", True, False), ("Small", True, False)], "the options disabled")
+    becomes(lambda: [n.is_displayed() for n in by_css(driver, "#timeline .question .actions")], [False],
+            "the questions' actions hidden")
     note = one(driver, "#read-only-note")
     assert note.is_displayed() and "strong-trust" in note.text and "answering questions" in note.text, note.text
     assert not one(driver, "#composer").is_displayed()
@@ -1513,8 +1538,8 @@ def test_dashboard_lists_the_jobs_of_a_long_session(browser: Any, tmp_path: Path
         open_in_page(driver, daemon, token, "ses_long")
         wait_for(lambda: "make late" in texts(driver, "#jobs li.card .sub"), "the job after the 20,000th event", 20)
         assert texts(driver, "#jobs li.card .sub") == ["make early", "make late"]
-        late = one(driver, "#jobs li.card[data-job-id='late']")
-        assert "crashed" in late.text and "killed by signal 9" in late.text
+        [late] = texts(driver, "#jobs li.card[data-job-id='late']")
+        assert "crashed" in late and "killed by signal 9" in late, late
         # A job the agent starts now is listed, and its end shown, as the stream brings them.
         submit(driver, "start a job")
         wait_for(lambda: texts(driver, "#jobs li.card .sub")[2:] == ["exit 3"]
@@ -1686,9 +1711,10 @@ def test_dashboard_lists_follow_what_other_clients_make_rename_and_delete(
     # The watched session's rename arrives on its stream; the list follows it.
     assert daemon.request("PATCH", f"/sessions/{sid}", {"name": "watched, renamed"}, token=strong)[0] == 200
     wait_for(lambda: "watched, renamed" in one(driver, session_row(sid)).text, "the watched session's rename", 20)
-    # What the reader chose stays chosen.
-    assert one(driver, "#projects button.selected").get_attribute("data-project-id") == project
-    assert one(driver, "#sessions button.selected").get_attribute("data-session-id") == sid
+    # What the reader chose stays chosen. (the lists are drawn again as the reads the stream's
+    # events call for come back: one read of the page each)
+    assert attrs(driver, "#projects button.selected", "data-project-id") == [[project]]
+    assert attrs(driver, "#sessions button.selected", "data-session-id") == [[sid]]
     assert console_errors(driver) == []
 
 
@@ -1716,7 +1742,8 @@ def test_dashboard_jobs_panel_reads_a_jobs_output_and_stops_it(
     reopen_read_only(driver, readonly, sid)
     wait_for(lambda: by_css(driver, f"{card} button.job-output"), "the job's card, read-only")
     wait_for(output_reads_hello, "the job's output, read-only")
-    assert not any(b.is_displayed() for b in by_css(driver, f"{card} button.job-stop"))
+    # (the running job's card is drawn again as its output is read: a stale button is found again)
+    becomes(lambda: any(b.is_displayed() for b in by_css(driver, f"{card} button.job-stop")), False, "no Stop shown")
     assert "stopping jobs" in one(driver, "#read-only-note").text
     status, body = d.request("POST", f"/sessions/{sid}/jobs/{job_id}/stop", {}, token=readonly)
     assert status == 403, body
@@ -1795,7 +1822,7 @@ def test_dashboard_reads_a_jobs_output_once_when_read_more_is_clicked_twice(
         const more = document.querySelector('#jobs li.card button.job-more');
         more.click(); more.click();""")
     wait_for(lambda: driver.execute_script("return window.jobReads") == 2, "both reads answered")
-    shown = one(driver, f"{card} .job-out pre").get_attribute("textContent")
+    [shown] = texts(driver, f"{card} .job-out pre")   # (one read: the card is drawn again as its reads come back)
     assert shown == "".join(f"{i}\n" for i in range(1, 20001)), (len(shown), shown.count("\n19999\n"))
     assert not by_css(driver, f"{card} button.job-more")
     assert console_errors(driver) == []
@@ -1898,14 +1925,15 @@ def test_dashboard_shows_the_recorded_tail_alone_once_the_daemon_no_longer_holds
     wait_for(lambda: "exited (0)" in one(driver, card).text, "the job's end", 20)
     click(driver, f"{card} button.job-output")
     wait_for(lambda: by_css(driver, f"{card} button.job-more"), "the first part of its output, from memory")
-    assert one(driver, f"{card} .job-out pre").get_attribute("textContent").startswith("1\n2\n3\n")
+    [shown] = texts(driver, f"{card} .job-out pre")   # (one read: the card is drawn again as its reads come back)
+    assert shown.startswith("1\n2\n3\n"), shown[:40]
     d.restart()
     wait_for(lambda: body_data(driver, "conn") == "live", "the session watched again", 20)
     status, tail = d.request("GET", f"/sessions/{sid}/jobs/{job_id}?offset=0", token=strong)
     assert status == 200 and tail["source"] == "tail" and tail["eof"], tail
     click(driver, f"{card} button.job-more")
     wait_for(lambda: "log recorded" in one(driver, f"{card} .job-out").text, "the recorded tail")
-    assert one(driver, f"{card} .job-out pre").get_attribute("textContent") == tail["output"]
+    assert texts(driver, f"{card} .job-out pre") == [tail["output"]]
     assert tail["output"].endswith("19999\n20000\n")
     assert not by_css(driver, f"{card} button.job-more")
     assert not by_css(driver, "#errors li")
@@ -1932,8 +1960,9 @@ def test_dashboard_offers_no_session_control_on_a_quarantined_session_whose_view
     compact = one(driver, "#compact")
     assert compact.is_displayed() and not compact.is_enabled()
     assert compact.get_attribute("title") == note.text
-    snips = by_css(driver, "#timeline button.ctx-edit")
-    assert snips and not any(b.is_enabled() for b in snips)
+    # (the timeline can still be drawn again as the page takes the quarantine in: a stale button is found again)
+    becomes(lambda: [b.is_enabled() for b in by_css(driver, "#timeline button.ctx-edit")], lambda e: e and not any(e),
+            "the tool result's Snip disabled")
     assert console_errors(driver) == []
 
 
@@ -2132,10 +2161,13 @@ def test_dashboard_answers_a_question_once_when_its_option_is_double_clicked(
     wait_for(lambda: by_css(driver, option), "the question")
     driver.execute_script(HOLD_ANSWERS)
     network_requests(driver, d.base)
-    ActionChains(driver).double_click(one(driver, option)).perform()
+    # (the question can be drawn again as the run's events come: an option gone stale before the
+    # double click's first move is found again; no click was made with it)
+    wait_for(lambda: ActionChains(driver).double_click(one(driver, option)).perform() or True, "the double click")
     wait_for(lambda: driver.execute_script("return window.answerRequests") >= 1, "the answer asked")
-    controls = [(b.text, b.is_enabled()) for b in by_css(driver, "#timeline .question button")]
-    assert controls == [("Red", False), ("Blue", False), ("Skip", False)], controls
+    # (the answer is held: the controls are disabled by the click, not by the daemon's answer)
+    becomes(lambda: [(b.text, b.is_enabled()) for b in by_css(driver, "#timeline .question button")],
+            [("Red", False), ("Blue", False), ("Skip", False)], "the question's controls disabled")
     assert driver.execute_script("return window.answerRequests") == 1
     driver.execute_script("window.releaseAnswers()")
     wait_for(lambda: not by_css(driver, "#timeline .question"), "the answered question")

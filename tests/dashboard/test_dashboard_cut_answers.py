@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, committed_answers, console_errors, make_daemon, open_in_page, open_session,
+    Daemon, becomes, body_data, browser, by_css, committed_answers, console_errors, make_daemon, open_in_page, open_session,
     submit, texts, wait_for, with_turns)
 
 TURNS = (
@@ -60,7 +60,8 @@ def test_dashboard_says_where_the_provider_cut_an_answer(
         ["(faux) I can", "The answer was refused by the provider (category cyber): This request was declined."],
         ["(faux) Well", "The answer was refused by the provider."]]
     wait_for(lambda: notes(driver) == expected, "the notes of the three cut answers")
-    assert all(n.is_displayed() for n in by_css(driver, f"#timeline {NOTE}"))
+    # (each note shown: the timeline can still be drawn again by a view read the last events asked for)
+    becomes(lambda: [n.is_displayed() for n in by_css(driver, f"#timeline {NOTE}")], [True] * len(expected), "the notes shown")
     # (the cut call was not run: its result says so; the answers that ended as usual have no note)
     assert "so it was not run" in " ".join(texts(driver, "#timeline .tool[data-call-id] details pre"))
     assert committed_answers(driver)[2] == "(faux) I will call it again later."
@@ -121,7 +122,8 @@ def test_dashboard_says_where_a_responses_limit_on_messages_cut_an_answer(
     asked(driver, "read many files", 2)
     expected = [["call read_file", "The answer was cut at the provider's limit on messages."]]
     wait_for(lambda: notes(driver) == expected, "the note of the answer cut at the limit on messages")
-    assert all(n.is_displayed() for n in by_css(driver, f"#timeline {NOTE}"))
+    # (each note shown: the timeline can still be drawn again by a view read the last events asked for)
+    becomes(lambda: [n.is_displayed() for n in by_css(driver, f"#timeline {NOTE}")], [True] * len(expected), "the notes shown")
 
     status, view = d.request("GET", f"/sessions/{sid}", token=strong)
     assert status == 200, view

@@ -31,7 +31,7 @@ def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
     submit(driver, "/tool subagent " + json.dumps({"prompt": "/tool get_system_time {}"}))
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and texts(driver, "#timeline .tool .name") == ["subagent"]
              and by_css(driver, "#timeline .tool .pill.ok"), "the subagent call, finished")
-    call_id = one(driver, "#timeline .tool").get_attribute("data-call-id")
+    call_id = attrs(driver, "#timeline .tool", "data-call-id")[0][0]
     sub = "sub_" + call_id
     _, view = daemon.request("GET", f"/sessions/{sid}?agentId={sub}", token=strong)
     assert [it["role"] for it in view["items"]] == ["user", "tool_call", "assistant"]
@@ -84,7 +84,7 @@ def test_a_subagents_conversation_is_shown_kept_current_and_its_messages_hidden(
     # A conversation opened while its subagent runs shows its items as they change.
     submit(driver, "/tool subagent " + json.dumps({"prompt": BUSY}))
     wait_for(lambda: len(by_css(driver, "#timeline > .tool")) == 2, "the second subagent call")
-    second_id = by_css(driver, "#timeline > .tool")[1].get_attribute("data-call-id")
+    second_id = attrs(driver, "#timeline > .tool", "data-call-id")[1][0]
     second = f"#timeline > .tool[data-call-id='{second_id}'] > details.sub-convo"
     click(driver, second + " > summary")
     running = second + " .sub-items > .tool[data-status='running'] .name"
@@ -127,7 +127,7 @@ def test_a_subagents_streaming_answer_shows_in_its_open_conversation(daemon: Dae
     # Closed: the answer streams at the end of the timeline, named by its agent.
     wait_for(lambda: texts(driver, "#timeline > .msg.streaming .text") == FIRST_HALF and by_css(driver, "#timeline > .tool"),
              "the subagent's answer streaming")
-    sub = "sub_" + one(driver, "#timeline > .tool").get_attribute("data-call-id")
+    sub = "sub_" + attrs(driver, "#timeline > .tool", "data-call-id")[0][0]
     assert texts(driver, "#timeline > .msg.streaming .who") == [sub + " · streaming…"]
 
     # Open: at the end of its conversation, after its prompt, and no longer in the timeline.
@@ -136,9 +136,10 @@ def test_a_subagents_streaming_answer_shows_in_its_open_conversation(daemon: Dae
     wait_for(lambda: texts(driver, stream_in + " .text") == FIRST_HALF and not by_css(driver, "#timeline > .msg.streaming"),
              "the streaming answer inside the conversation")
     assert texts(driver, stream_in + " .who") == ["assistant · streaming…"]
-    assert one(driver, stream_in).get_attribute("aria-live") == "off"
-    assert driver.execute_script("return arguments[0].lastElementChild.classList.contains('streaming')",
-                                 one(driver, CONVO + " .sub-items"))
+    # (the answer still streams: each read is one read of the page, its parts drawn again as it comes)
+    assert attrs(driver, stream_in, "aria-live") == [["off"]]
+    assert driver.execute_script("return document.querySelector(arguments[0]).lastElementChild.classList.contains('streaming')",
+                                 CONVO + " .sub-items")
     assert texts(driver, SUB_USER + " .text") == ["stream slowly please"]
 
     # Closed again: back at the end of the timeline.
@@ -167,7 +168,7 @@ def test_the_agents_pane_opens_a_subagents_conversation_in_its_card_or_in_the_pa
     submit(driver, "/tool subagent " + json.dumps({"prompt": prompt}))
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#agents > li.card")) == 2
              and by_css(driver, "#timeline > .tool .pill.ok"), "the subagent, finished")
-    sub = "sub_" + one(driver, "#timeline > .tool").get_attribute("data-call-id")
+    sub = "sub_" + attrs(driver, "#timeline > .tool", "data-call-id")[0][0]
     # (the main agent's entry has none: its conversation is the timeline; a row is drawn again
     # when its agent's entry changes, at late events after idle too: its buttons are read in one read)
     assert attrs(driver, "#agents button.show-convo", "data-agent-id", "textContent", "aria-label") == [
@@ -248,7 +249,7 @@ def test_an_open_conversation_is_read_again_only_when_its_agent_had_events(
         submit(driver, "/tool subagent " + json.dumps({"prompt": "/tool get_system_time {}"}))
         wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#timeline > .tool .pill.ok")) == n + 1,
                  "the subagent call, finished")
-    subs = ["sub_" + t.get_attribute("data-call-id") for t in by_css(driver, "#timeline > .tool")]
+    subs = ["sub_" + c for [c] in attrs(driver, "#timeline > .tool", "data-call-id")]
     driver.execute_script(COUNT_AGENT_READS)
     for sub in subs:
         click(driver, f"details.sub-convo[data-agent-id='{sub}'] > summary")
@@ -306,7 +307,7 @@ def test_a_subagents_conversation_shows_its_earlier_items(
         submit(driver, "/tool subagent " + json.dumps({"prompt": f'"{total - 2} calls"'}))
         wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and len(by_css(driver, "#timeline > .tool .pill.ok")) == n + 1,
                  "the subagent call, finished", 60)
-    subs = ["sub_" + t.get_attribute("data-call-id") for t in by_css(driver, "#timeline > .tool")]
+    subs = ["sub_" + c for [c] in attrs(driver, "#timeline > .tool", "data-call-id")]
     convo = [f"#timeline > .tool > details.sub-convo[data-agent-id='{sub}']" for sub in subs]
     views = [d.request("GET", f"/sessions/{sid}?agentId={sub}", token=strong)[1] for sub in subs]
     assert [v["itemsTotal"] for v in views] == [200, 201]
@@ -370,7 +371,7 @@ def test_a_subagents_earlier_items_come_in_two_steps_when_more_than_a_window_is_
     submit(driver, "/tool subagent " + json.dumps({"prompt": '"408 calls"'}))
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and by_css(driver, "#timeline > .tool .pill.ok"),
              "the subagent call, finished", 60)
-    sub = "sub_" + one(driver, "#timeline > .tool").get_attribute("data-call-id")
+    sub = "sub_" + attrs(driver, "#timeline > .tool", "data-call-id")[0][0]
     convo = f"#timeline > .tool > details.sub-convo[data-agent-id='{sub}']"
     more = convo + " > .sub-items > button.sub-more"
     _, view = d.request("GET", f"/sessions/{sid}?agentId={sub}", token=strong)
