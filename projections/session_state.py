@@ -70,10 +70,13 @@ class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
 
 
 class LoadedSkill(msgspec.Struct, array_like=True, gc=False):
-    """A skill loaded for an agent: its instruction item and the SKILL.md digest it snapshotted."""
+    """A skill loaded for an agent: its instruction item, the SKILL.md digest it snapshotted and
+    the workspace-relative directory it was loaded from (``skill.loaded``'s ``base_dir``; ""
+    when the event has none)."""
 
     item_id: str
     digest: str = ""
+    base_dir: str = ""
 
 
 class CompactionFailure(msgspec.Struct, array_like=True, gc=False):
@@ -95,6 +98,16 @@ class SkillDue(msgspec.Struct, array_like=True, gc=False):
 
     call_id: str
     name: str
+    base_dir: str = ""  # the directory the call loaded (its result's ``base_dir``)
+
+
+class HeldSkill(msgspec.Struct, frozen=True, gc=False):
+    """A skill an agent holds, as the ``skill`` tool sees it: the SHA-256 of the SKILL.md loaded
+    ("" for a load due this round) and the workspace-relative directory it was loaded from (""
+    when not known: an event or tool result that did not say)."""
+
+    digest: str = ""
+    base_dir: str = ""
 
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
@@ -167,15 +180,16 @@ class AgentState(msgspec.Struct):
     images_not_sent: dict[str, str] = {}
 
 
-def loaded_skill_digests(agent: AgentState) -> dict[str, str]:
-    """name -> SKILL.md digest of the agent's loaded skills, and of those due this round ("").
+def loaded_skill_states(agent: AgentState) -> dict[str, HeldSkill]:
+    """name -> SKILL.md digest and directory of the agent's loaded skills, and of those due this
+    round (digest "").
 
     A skill whose instructions the user took out of the Working Context (a snip, a hide) is not
     loaded any more: its load must append them again rather than answer "already loaded"."""
     gone = set(agent.snipped) | set(agent.hidden)
-    out = {name: s.digest for name, s in agent.skills.items() if s.item_id not in gone}
+    out = {name: HeldSkill(s.digest, s.base_dir) for name, s in agent.skills.items() if s.item_id not in gone}
     for due in agent.skills_due:
-        out.setdefault(due.name, "")
+        out.setdefault(due.name, HeldSkill("", due.base_dir))
     return out
 
 
@@ -566,7 +580,9 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         sc = ev.structured_content
         if (ev.name == "skill" and ev.status == "ok" and isinstance(sc, dict) and sc.get("instructions_follow") is True
                 and isinstance(sc.get("name"), str)):
-            a.skills_due = [*a.skills_due, SkillDue(ev.call_id, sc["name"])]
+            base_dir = sc.get("base_dir")
+            base_dir = base_dir if isinstance(base_dir, str) else ""
+            a.skills_due = [*a.skills_due, SkillDue(ev.call_id, sc["name"], base_dir)]
     elif isinstance(ev, (t.SkillLoaded, t.InstructionAppended)):
         text = ev.instructions if isinstance(ev, t.SkillLoaded) else ev.text
         source = f"skill:{ev.name}" if isinstance(ev, t.SkillLoaded) else ev.source
@@ -575,7 +591,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
             Item(_item_id(seq), "system", seq, se.task_id, text, _own_parts(text, [t.TextPart(text)]), source=source)
         )
         if isinstance(ev, t.SkillLoaded):
-            a.skills = {**a.skills, ev.name: LoadedSkill(_item_id(seq), ev.digest)}
+            a.skills = {**a.skills, ev.name: LoadedSkill(_item_id(seq), ev.digest, ev.base_dir)}
             a.skills_due = [d for d in a.skills_due if d.call_id != ev.call_id and d.name != ev.name]
     elif isinstance(ev, t.SkillUnloaded):
         # The instructions leave the Working Context (as a snip; the Full Context keeps them);
@@ -817,7 +833,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 # 24: ``UsageTotals.total_input_tokens`` (every input token, cached or not, in one meaning for
 #     every protocol; a snapshot of 23 would decode it as unknown with nothing in ``unreported``);
 #     a count that would take a total past ``MAX_USAGE_TOTAL`` counts as not reported.
-SNAPSHOT_VERSION = 24
+# 25: ``LoadedSkill.base_dir`` and ``SkillDue.base_dir`` (the directory a skill was loaded from,
+#     which the ``skill`` listing marks loaded; a snapshot of 24 would decode it as unknown).
+SNAPSHOT_VERSION = 25
 
 
 def images_not_sent(diagnostics: dict[str, Any]) -> dict[str, str]:

@@ -25,10 +25,11 @@ from events.errors import AppendRejected
 from projections.session_state import (
     MAIN_AGENT,
     SKILL_COMMAND,
+    HeldSkill,
     QueuedInput,
     SessionState,
     SkillDue,
-    loaded_skill_digests,
+    loaded_skill_states,
     skill_command,
     text_of,
 )
@@ -93,8 +94,9 @@ class SkillLoads:
             ev = self._held.pop(d.call_id, None)
             if ev is None:
                 agent = state.agents[agent_id]
-                gone = set(agent.snipped) | set(agent.hidden)  # (as loaded_skill_digests, less the due ones)
-                loaded = {name: s.digest for name, s in agent.skills.items() if s.item_id not in gone}
+                gone = set(agent.snipped) | set(agent.hidden)  # (as loaded_skill_states, less the due ones)
+                loaded = {name: HeldSkill(s.digest, s.base_dir) for name, s in agent.skills.items()
+                           if s.item_id not in gone}
                 ctx = ToolContext(state.project_id, self._session_id, agent_id, task_id, d.call_id,
                                   agent_id == MAIN_AGENT, loaded_skills=lambda: loaded, recordable=self._recordable)
                 result = await self._tools.run("skill", json.dumps({"name": d.name}), ctx)
@@ -162,7 +164,7 @@ class SkillLoads:
         under the execution-domain read lock: the actor runs it in a task of its own). A skill the
         main agent has loaded is not read: placing the input loads nothing (:meth:`placing`), so
         what its SKILL.md holds now (broken, gone) does not matter; its snapshot stands."""
-        if name in loaded_skill_digests(state.agent(MAIN_AGENT)):
+        if name in loaded_skill_states(state.agent(MAIN_AGENT)):
             return
         await self._for_input(state, name, request_id, refuse=True)
 
@@ -175,7 +177,7 @@ class SkillLoads:
         loading: set[str] = set()
         for q in inputs:
             command = skill_command(q.content)
-            if command is None or command[0] in loading or command[0] in loaded_skill_digests(state.agent(agent_id)):
+            if command is None or command[0] in loading or command[0] in loaded_skill_states(state.agent(agent_id)):
                 continue
             loading.add(command[0])
             out[q.request_id] = await self._for_input(state, command[0], q.request_id, refuse=False)
@@ -185,6 +187,6 @@ class SkillLoads:
     def before_placing(state: SessionState, agent_id: str, q: QueuedInput, loads: dict[str, t._Event]) -> list[t._Event]:
         """``loads[q]`` unless the skill got loaded meanwhile (called under the write lock)."""
         ev = loads.get(q.request_id)
-        if isinstance(ev, t.SkillLoaded) and ev.name in loaded_skill_digests(state.agent(agent_id)):
+        if isinstance(ev, t.SkillLoaded) and ev.name in loaded_skill_states(state.agent(agent_id)):
             return []
         return [ev] if ev is not None else []

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Mapping, Sequence
 
 from events import types as t
 from events.secrets import Secrets
+from projections.session_state import HeldSkill
 
 from .integer_arguments import integers_as_int
 from .json_values import lone_surrogate, scalars
@@ -52,8 +53,9 @@ class ToolContext:
     # The session's background jobs (runtime.jobs.SessionJobs), for the ``job`` tool.
     jobs: Any = None
     # The skills loaded for this agent (and those whose load waits for the end of the round):
-    # name -> SHA-256 of the SKILL.md loaded ("" when not known). Provided by the actor.
-    loaded_skills: Callable[[], dict[str, str]] | None = None
+    # name -> the SHA-256 of the SKILL.md loaded ("" when not known) and the directory it was
+    # loaded from (``projections.session_state.HeldSkill``). Provided by the actor.
+    loaded_skills: Callable[[], Mapping[str, HeldSkill]] | None = None
     # The tools assigned to this agent (a subagent's ``tools``; None: every tool it may see) and
     # the deferred capabilities it has loaded (``capability.loaded``). Provided by the actor.
     agent_tools: Sequence[str] | None = None

@@ -28,10 +28,11 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from events import types as t
 from events.errors import AppendRejected
+from projections.session_state import HeldSkill
 from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -486,45 +487,80 @@ def workspace_reader(pool: Respawning, project_id: str | None, call_id: str, *, 
     return read
 
 
-def _holders(skills: list[Skill]) -> dict[str, int]:
-    """name -> the index of the listed skill a load of that name is (or was) of: the loadable one,
-    else the first listed (a later directory whose name is taken is never the one loaded)."""
+def _loaded_at(skills: list[Skill], loaded: Mapping[str, HeldSkill]) -> dict[str, int]:
+    """name -> the index of the listed skill a loaded skill of that name was loaded from: the one
+    of that name whose ``base_dir`` is the load's (``skill.loaded``'s ``base_dir``), loadable or
+    not; none when that directory is no longer listed under the name. A load whose directory is
+    not known (a log of an older build) is taken to be of the loadable one, else the first listed."""
     out: dict[str, int] = {}
     for i, s in enumerate(skills):
-        if s.name not in out or (s.problem is None and skills[out[s.name]].problem is not None):
+        held = loaded.get(s.name)
+        if held is None:
+            continue
+        if held.base_dir:
+            if s.base_dir == held.base_dir:
+                out[s.name] = i
+        elif s.name not in out or (s.problem is None and skills[out[s.name]].problem is not None):
             out[s.name] = i
     return out
 
 
-def _list_text(found: Discovery, loaded: dict[str, str]) -> str:
+def _list_text(found: Discovery, loaded: Mapping[str, HeldSkill]) -> str:
     skills = found.skills
     if not skills and not loaded and not found.unread_dirs:
         return ("No skills in this workspace (a skill is a directory with a SKILL.md under "
                 + ", ".join(f"{r}/" for r in SKILL_ROOTS) + ").")
     lines = []
-    names = set()
-    holders = _holders(skills)
+    at = _loaded_at(skills, loaded)
     for i, s in enumerate(skills):
+        mine = at.get(s.name) == i
         if s.problem:
-            if s.name in loaded and holders[s.name] == i:
-                # (loaded before its SKILL.md broke: the snapshot stands until it is unloaded)
+            if mine:
+                # (loaded before its SKILL.md broke, or before an earlier root's took the name: the
+                # snapshot stands until it is unloaded)
                 lines.append(f"- {s.name} [loaded; cannot be loaded again: {s.problem}] ({s.base_dir}/)")
             else:
                 lines.append(f"- {s.name} [cannot be loaded: {s.problem}] ({s.base_dir}/)")
-            names.add(s.name)
             continue
-        names.add(s.name)
-        state = "loaded" if s.name in loaded else "not loaded"
-        if s.name in loaded and loaded[s.name] and loaded[s.name] != s.digest:
+        state = "loaded" if mine else "not loaded"
+        if mine and loaded[s.name].digest and loaded[s.name].digest != s.digest:
             state += f", {SKILL_FILE} changed since"
         lines.append(f"- {s.name} [{state}]{': ' + s.description if s.description else ''} ({s.base_dir}/)")
     gone = (f"not among the {MAX_SKILLS} skill directories looked at" if found.unread_dirs
             else "no longer in the workspace")
-    for name in sorted(set(loaded) - names):
-        lines.append(f"- {name} [loaded; {gone}]")
+    for name in sorted(set(loaded) - set(at)):
+        where = f" ({loaded[name].base_dir}/)" if loaded[name].base_dir else ""
+        lines.append(f"- {name} [loaded; {gone}]{where}")
     if found.unread_dirs:
         lines.append(f"({found.unread_note()})")
     return "Skills (load one with skill {\"name\": ...}):\n" + "\n".join(lines)
+
+
+def _held_unlisted(name: str, held: HeldSkill, mine: Skill | None, current: Skill | None,
+                   discovery: Discovery) -> ToolResult:
+    """A repeat load of ``name``, loaded from a directory that is listed with a problem now
+    (``mine``) or not listed under that name at all; ``current`` is the skill a load of that name
+    would take now, if any. Nothing is appended: the snapshot stands until an unload."""
+    then = (f"once unloaded, loading {name!r} takes the skill in {current.base_dir}/." if current is not None
+            else "once unloaded it cannot be loaded again until that is mended.")
+    if mine is not None:
+        assert mine.problem is not None
+        return ToolResult.text(
+            f"Skill \"{name}\" is already loaded; nothing was appended. Its {SKILL_FILE} "
+            f"({mine.base_dir}/) cannot be loaded now: {mine.problem}. The instructions loaded before "
+            f"stay in the context; {then}",
+            {"name": name, "status": "already_loaded", "base_dir": mine.base_dir, "problem": mine.problem})
+    if discovery.unread_dirs:
+        where = f"not among the {MAX_SKILLS} skill directories looked at"
+    elif held.base_dir and (other := next((s for s in discovery.skills if s.base_dir == held.base_dir), None)):
+        where = f"its directory {held.base_dir}/ is now listed as {other.name!r}"
+    elif held.base_dir:
+        where = f"its directory {held.base_dir}/ is no longer in the workspace"
+    else:
+        where = "it is no longer in the workspace"
+    after = f" Once unloaded, loading {name!r} takes the skill in {current.base_dir}/." if current is not None else ""
+    return ToolResult.text(f"Skill \"{name}\" is already loaded ({where}); nothing was appended.{after}",
+                           {"name": name, "status": "already_loaded"})
 
 
 def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
@@ -549,7 +585,7 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         if name is not None and len(name) > MAX_NAME_CHARS:
             raise ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "
                             f"{MAX_NAME_CHARS} characters")
-        loaded = ctx.loaded_skills() if ctx.loaded_skills is not None else {}
+        loaded: Mapping[str, HeldSkill] = ctx.loaded_skills() if ctx.loaded_skills is not None else {}
         if unload:
             assert name is not None
             if name not in loaded:
@@ -564,28 +600,24 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         discovery = await discover(read, browse=browse, recordable=ctx.recordable, sizes=sizes)
         skills = discovery.skills
         if name is None:
-            holders = _holders(skills)
+            at = _loaded_at(skills, loaded)
             listed = [{"name": s.name, "description": s.description, "base_dir": s.base_dir,
-                       "loaded": s.name in loaded and holders[s.name] == i,
+                       "loaded": at.get(s.name) == i,
                        **({"problem": s.problem} if s.problem else {})} for i, s in enumerate(skills)]
             return ToolResult.text(_list_text(discovery, loaded), {
                 "skills": listed, **({"unread_dirs": discovery.unread_dirs} if discovery.unread_dirs else {})})
         found = next((s for s in skills if s.name == name and s.problem is None), None)
-        if found is None:
+        held = loaded.get(name)
+        if held is not None:
+            # Its snapshot is in the context whatever became of the directory it was loaded from:
+            # a repeat load appends nothing, so what that holds now matters only for what it says.
+            at_index = _loaded_at(skills, {name: held}).get(name)
+            mine = skills[at_index] if at_index is not None else None
+            if mine is None or mine.problem is not None:
+                return _held_unlisted(name, held, mine, found, discovery)
+            found = mine  # (the loadable one of that name)
+        elif found is None:
             bad = next((s for s in skills if s.name == name), None)
-            if name in loaded:
-                # Its snapshot is in the context whatever became of its SKILL.md: a repeat load
-                # appends nothing, so what the file holds now does not matter until an unload.
-                if bad is not None:
-                    return ToolResult.text(
-                        f"Skill \"{name}\" is already loaded; nothing was appended. Its {SKILL_FILE} "
-                        f"({bad.base_dir}/) cannot be loaded now: {bad.problem}. The instructions loaded before "
-                        "stay in the context; once unloaded it cannot be loaded again until that is mended.",
-                        {"name": name, "status": "already_loaded", "problem": bad.problem})
-                where = (f"not among the {MAX_SKILLS} skill directories looked at" if discovery.unread_dirs
-                         else "it is no longer in the workspace")
-                return ToolResult.text(f"Skill \"{name}\" is already loaded ({where}); "
-                                       "nothing was appended.", {"name": name, "status": "already_loaded"})
             if bad is not None:
                 raise ToolError("SKILL_INVALID", f"skill {name!r} ({bad.base_dir}/) cannot be loaded: {bad.problem}")
             usable = [s.name for s in skills if s.problem is None]
@@ -599,9 +631,9 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         shown = "\n".join(f"- {found.base_dir}/{p}" for p in samples) or "(none)"
         if more:
             shown += f"\n(more files not shown; list {found.base_dir}/ with read_file)"
-        if found.name in loaded:
+        if held is not None:
             note = ""
-            if loaded[found.name] and loaded[found.name] != found.digest:
+            if held.digest and held.digest != found.digest:
                 note = (f" Its {SKILL_FILE} changed since it was loaded; to take the current text, unload it "
                         "and load it again.")
             return ToolResult.text(

@@ -323,3 +323,81 @@ async def test_a_loaded_skill_whose_skill_md_broke_or_went_stays_loaded_for_the_
     await run_tool(d, token, sid, "r4", "skill", {"name": "rev", "unload": True})
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "s3", "content": "/skill:rev now"})
     assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND", r.text
+
+
+def _dup_listing(body: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], str]:
+    """The ``dup`` entries of a listing by base dir, and its text."""
+    assert not body["is_error"], body
+    return ({s["base_dir"]: s for s in body["structured_content"]["skills"] if s["name"] == "dup"},
+            body["content"][0]["text"])
+
+
+async def test_the_listing_marks_loaded_the_directory_loaded_when_it_breaks_beside_a_good_one(
+        daemon_factory: DaemonFactory) -> None:
+    # skills/dup is loaded, then breaks while .agents/skills/dup is good: the listing guessed "the
+    # loadable one" was loaded, marking .agents/skills/dup loaded "SKILL.md changed since" (a file
+    # never loaded) and skills/dup not; a repeat load said that other SKILL.md changed since.
+    d = await daemon_factory()
+    token, sid, ws = await _setup(d)
+    first = _skill(ws, "skills/dup", "---\ndescription: first\n---\nDUP-FIRST\n") / "SKILL.md"
+    _skill(ws, ".agents/skills/dup", "---\ndescription: second\n---\nDUP-SECOND\n")
+    got = await run_tool(d, token, sid, "r1", "skill", {"name": "dup"})
+    assert got["structured_content"]["base_dir"] == "skills/dup", got
+    first.write_text("---\ndescription: first\ndescription: again\n---\nDUP-FIRST-2\n")
+
+    listed, text = _dup_listing(await run_tool(d, token, sid, "r2", "skill", {}))
+    assert {b: s["loaded"] for b, s in listed.items()} == {"skills/dup": True, ".agents/skills/dup": False}, listed
+    assert "appears twice" in listed["skills/dup"]["problem"]
+    assert "- dup [loaded; cannot be loaded again: SKILL.md front matter: line 3: the key 'description' " \
+           "appears twice] (skills/dup/)" in text, text
+    assert "- dup [not loaded]: second (.agents/skills/dup/)" in text, text
+    assert "changed since" not in text, text
+
+    again = await run_tool(d, token, sid, "r3", "skill", {"name": "dup"})
+    assert not again["is_error"] and again["structured_content"]["status"] == "already_loaded", again
+    said = again["content"][0]["text"]
+    assert said.startswith('Skill "dup" is already loaded') and "nothing was appended" in said, said
+    assert "(skills/dup/) cannot be loaded now" in said and "appears twice" in said, said
+    assert "changed since" not in said, said
+    assert "once unloaded, loading 'dup' takes the skill in .agents/skills/dup/" in said, said
+
+    # its directory gone, the loaded skill marks no listed directory loaded
+    first.unlink()
+    first.parent.rmdir()
+    listed, text = _dup_listing(await run_tool(d, token, sid, "r4", "skill", {}))
+    assert {b: s["loaded"] for b, s in listed.items()} == {".agents/skills/dup": False}, listed
+    assert "- dup [not loaded]: second (.agents/skills/dup/)" in text, text
+    assert "- dup [loaded; no longer in the workspace] (skills/dup/)" in text, text
+    events = await d.events(token, sid)
+    assert [e["body"]["base_dir"] for e in events if e["kind"] == "skill.loaded"] == ["skills/dup"]
+
+
+async def test_the_listing_marks_loaded_the_later_directory_loaded_after_the_first_is_mended(
+        daemon_factory: DaemonFactory) -> None:
+    # skills/dup is broken, so a load of dup loads .agents/skills/dup; once skills/dup is mended
+    # the listing guessed "the loadable one" was loaded, marking skills/dup loaded and the one
+    # loaded as taken; a repeat load said skills/dup's SKILL.md changed since it was loaded.
+    d = await daemon_factory()
+    token, sid, ws = await _setup(d)
+    first = _skill(ws, "skills/dup", "---\ndescription: first\ndescription: again\n---\nDUP-FIRST\n") / "SKILL.md"
+    _skill(ws, ".agents/skills/dup", "---\ndescription: second\n---\nDUP-SECOND\n")
+    got = await run_tool(d, token, sid, "r1", "skill", {"name": "dup"})
+    assert got["structured_content"]["base_dir"] == ".agents/skills/dup", got
+    first.write_text("---\ndescription: first\n---\nDUP-FIRST\n")
+
+    listed, text = _dup_listing(await run_tool(d, token, sid, "r2", "skill", {}))
+    assert {b: s["loaded"] for b, s in listed.items()} == {"skills/dup": False, ".agents/skills/dup": True}, listed
+    assert "- dup [not loaded]: first (skills/dup/)" in text, text
+    assert "- dup [loaded; cannot be loaded again: the name 'dup' is taken by the skill in skills/dup/] " \
+           "(.agents/skills/dup/)" in text, text
+    assert "changed since" not in text, text
+
+    again = await run_tool(d, token, sid, "r3", "skill", {"name": "dup"})
+    assert not again["is_error"] and again["structured_content"]["status"] == "already_loaded", again
+    said = again["content"][0]["text"]
+    assert said.startswith('Skill "dup" is already loaded') and "nothing was appended" in said, said
+    assert "(.agents/skills/dup/) cannot be loaded now" in said, said
+    assert "changed since" not in said, said
+    assert "once unloaded, loading 'dup' takes the skill in skills/dup/" in said, said
+    events = await d.events(token, sid)
+    assert [e["body"]["base_dir"] for e in events if e["kind"] == "skill.loaded"] == [".agents/skills/dup"]
