@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
+from ..web.conftest import other_server, web_server  # noqa: F401 (fixtures: pages on 127.0.0.2 and 127.0.0.1)
 from ..web.server import WebServer
 from .conftest import Daemon, DaemonFactory, error_of, finished, run_tool, stop_daemon
 
@@ -206,26 +206,12 @@ async def test_the_time_tools_as_a_session_sees_them(daemon_factory: DaemonFacto
 
 
 # --------------------------------------------------------------------------- web_fetch
+# (``other_server``: pages on 127.0.0.2, the one network the daemon below is granted;
+# ``web_server``: pages on 127.0.0.1, which no grant below opens)
 
 
-@pytest.fixture
-async def intranet(nursery: trio.Nursery) -> WebServer:
-    """A page server on 127.0.0.2, the one network the daemon below is granted."""
-    server = WebServer("127.0.0.2")
-    await nursery.start(server.run)
-    return server
-
-
-@pytest.fixture
-async def loopback(nursery: trio.Nursery) -> WebServer:
-    """A page server on 127.0.0.1, which no grant below opens."""
-    server = WebServer("127.0.0.1")
-    await nursery.start(server.run)
-    return server
-
-
-async def test_web_fetch_redirects_sizes_urls_and_timeouts(daemon_factory: DaemonFactory, intranet: WebServer,
-                                                           loopback: WebServer) -> None:
+async def test_web_fetch_redirects_sizes_urls_and_timeouts(daemon_factory: DaemonFactory, other_server: WebServer,
+                                                           web_server: WebServer) -> None:
     d = await daemon_factory(config={"web": {"allowedPrivateNetworks": ["127.0.0.2/32"]}})
     token, sid, _ = await _setup(d)
     n = 0
@@ -236,56 +222,56 @@ async def test_web_fetch_redirects_sizes_urls_and_timeouts(daemon_factory: Daemo
         return await run_tool(d, token, sid, f"w{n}", "web_fetch", args)
 
     # five redirects are followed, a sixth is not requested
-    intranet.reply("/docs/end.html", "<p>see <a href='next.html'>next</a></p>")
+    other_server.reply("/docs/end.html", "<p>see <a href='next.html'>next</a></p>")
     for i in range(5):
-        intranet.redirect(f"/hop{i}", f"/hop{i + 1}" if i < 4 else "/docs/end.html")
-    body = await fetch({"url": intranet.url("/hop0")})
+        other_server.redirect(f"/hop{i}", f"/hop{i + 1}" if i < 4 else "/docs/end.html")
+    body = await fetch({"url": other_server.url("/hop0")})
     assert not body["is_error"], body
-    assert body["structured_content"]["redirects"] == [intranet.url(f"/hop{i}") for i in range(1, 5)] + [
-        intranet.url("/docs/end.html")], body
-    assert f"({intranet.url('/docs/next.html')})" in body["content"][0]["text"]  # against the final URL
-    intranet.redirect("/six", "/hop0")
-    asked = len(intranet.requests)
-    body = await fetch({"url": intranet.url("/six")})
+    assert body["structured_content"]["redirects"] == [other_server.url(f"/hop{i}") for i in range(1, 5)] + [
+        other_server.url("/docs/end.html")], body
+    assert f"({other_server.url('/docs/next.html')})" in body["content"][0]["text"]  # against the final URL
+    other_server.redirect("/six", "/hop0")
+    asked = len(other_server.requests)
+    body = await fetch({"url": other_server.url("/six")})
     assert body["error_code"] == "TOO_MANY_REDIRECTS", body
-    assert [q.path for q in intranet.requests[asked:]] == ["/six", "/hop0", "/hop1", "/hop2", "/hop3", "/hop4"]
+    assert [q.path for q in other_server.requests[asked:]] == ["/six", "/hop0", "/hop1", "/hop2", "/hop3", "/hop4"]
 
     # a relative redirect resolves against the URL that answered; links against the final URL
-    intranet.redirect("/a/b/rel", "../c/page.html")
-    intranet.reply("/a/c/page.html", "<a href='img.png'>img</a>")
-    body = await fetch({"url": intranet.url("/a/b/rel")})
-    assert body["structured_content"]["final_url"] == intranet.url("/a/c/page.html"), body
-    assert f"({intranet.url('/a/c/img.png')})" in body["content"][0]["text"], body
+    other_server.redirect("/a/b/rel", "../c/page.html")
+    other_server.reply("/a/c/page.html", "<a href='img.png'>img</a>")
+    body = await fetch({"url": other_server.url("/a/b/rel")})
+    assert body["structured_content"]["final_url"] == other_server.url("/a/c/page.html"), body
+    assert f"({other_server.url('/a/c/img.png')})" in body["content"][0]["text"], body
 
     # a redirect to an address not granted: refused before anything connects there
-    loopback.reply("/secret", "internal", "text/plain")
-    intranet.redirect("/out", loopback.url("/secret"))
-    body = await fetch({"url": intranet.url("/out")})
+    web_server.reply("/secret", "internal", "text/plain")
+    other_server.redirect("/out", web_server.url("/secret"))
+    body = await fetch({"url": other_server.url("/out")})
     assert body["error_code"] == "ADDRESS_NOT_PUBLIC", body
-    assert loopback.requests == []
+    assert web_server.requests == []
 
     # 5 MiB after gzip decompression is returned whole; one byte more is refused, nothing returned
-    intranet.gzip("/max.txt", b"a" * (5 * MIB))
-    intranet.gzip("/over.txt", b"a" * (5 * MIB + 1))
-    body = await fetch({"url": intranet.url("/max.txt")})
+    other_server.gzip("/max.txt", b"a" * (5 * MIB))
+    other_server.gzip("/over.txt", b"a" * (5 * MIB + 1))
+    body = await fetch({"url": other_server.url("/max.txt")})
     assert not body["is_error"] and body["structured_content"]["bytes"] == 5 * MIB, body["structured_content"]
-    body = await fetch({"url": intranet.url("/over.txt")})
+    body = await fetch({"url": other_server.url("/over.txt")})
     assert body["error_code"] == "RESPONSE_TOO_LARGE" and len(body["content"]) == 1, body
 
     # credentials in the URL: refused, not echoed, nothing requested
-    asked = len(intranet.requests)
-    body = await fetch({"url": intranet.url("/docs/end.html").replace("://", "://me:hunter2@")})
+    asked = len(other_server.requests)
+    body = await fetch({"url": other_server.url("/docs/end.html").replace("://", "://me:hunter2@")})
     assert body["error_code"] == "URL_CREDENTIALS" and "hunter2" not in body["content"][0]["text"], body
-    assert len(intranet.requests) == asked
+    assert len(other_server.requests) == asked
 
     # timeouts: above 0, at most 120, a number
     for value in (0, 121, "30", True, None, -1):
-        body = await fetch({"url": intranet.url("/docs/end.html"), "timeout": value})
+        body = await fetch({"url": other_server.url("/docs/end.html"), "timeout": value})
         assert body["error_code"] == "INVALID_ARGUMENT", (value, body)
         assert "timeout must be a number of seconds above 0 and at most 120" in body["content"][0]["text"], body
-    body = await fetch({"url": intranet.url("/docs/end.html"), "timeout": 120})
+    body = await fetch({"url": other_server.url("/docs/end.html"), "timeout": 120})
     assert not body["is_error"], body
-    assert len(intranet.requests) == asked + 1
+    assert len(other_server.requests) == asked + 1
 
 
 async def test_a_loaded_skill_whose_skill_md_broke_or_went_stays_loaded_for_the_tool_and_for_skill_inputs(

@@ -9,15 +9,9 @@ from typing import Any
 import pytest
 import trio
 
+from ..web.conftest import web_server  # noqa: F401 (fixture: pages on 127.0.0.1)
 from ..web.server import Request, WebServer, png, response
 from .conftest import DaemonFactory, run_tool
-
-
-@pytest.fixture
-async def web_server(nursery: trio.Nursery) -> WebServer:
-    server = WebServer("127.0.0.1")
-    await nursery.start(server.run)
-    return server
 
 
 async def test_a_session_fetches_a_page_and_an_image_with_full_access(daemon_factory: DaemonFactory,
