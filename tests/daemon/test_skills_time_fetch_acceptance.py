@@ -318,17 +318,25 @@ def _dup_listing(body: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], str]:
             body["content"][0]["text"])
 
 
+async def _dup_loaded(d: Daemon, first_text: str, loaded_from: str) -> tuple[str, str, Path]:
+    """A session whose workspace holds ``dup`` in ``skills/`` (``first_text``) and a good one in
+    ``.agents/skills/``, and whose agent has loaded ``dup`` (from ``loaded_from``): its token, id
+    and ``skills/dup/SKILL.md``."""
+    token, sid, ws = await _setup(d)
+    first = _skill(ws, "skills/dup", first_text) / "SKILL.md"
+    _skill(ws, ".agents/skills/dup", "---\ndescription: second\n---\nDUP-SECOND\n")
+    got = await run_tool(d, token, sid, "r1", "skill", {"name": "dup"})
+    assert got["structured_content"]["base_dir"] == loaded_from, got
+    return token, sid, first
+
+
 async def test_the_listing_marks_loaded_the_directory_loaded_when_it_breaks_beside_a_good_one(
         daemon_factory: DaemonFactory) -> None:
     # skills/dup is loaded, then breaks while .agents/skills/dup is good: the listing guessed "the
     # loadable one" was loaded, marking .agents/skills/dup loaded "SKILL.md changed since" (a file
     # never loaded) and skills/dup not; a repeat load said that other SKILL.md changed since.
     d = await daemon_factory()
-    token, sid, ws = await _setup(d)
-    first = _skill(ws, "skills/dup", "---\ndescription: first\n---\nDUP-FIRST\n") / "SKILL.md"
-    _skill(ws, ".agents/skills/dup", "---\ndescription: second\n---\nDUP-SECOND\n")
-    got = await run_tool(d, token, sid, "r1", "skill", {"name": "dup"})
-    assert got["structured_content"]["base_dir"] == "skills/dup", got
+    token, sid, first = await _dup_loaded(d, "---\ndescription: first\n---\nDUP-FIRST\n", "skills/dup")
     first.write_text("---\ndescription: first\ndescription: again\n---\nDUP-FIRST-2\n")
 
     listed, text = _dup_listing(await run_tool(d, token, sid, "r2", "skill", {}))
@@ -364,11 +372,8 @@ async def test_the_listing_marks_loaded_the_later_directory_loaded_after_the_fir
     # the listing guessed "the loadable one" was loaded, marking skills/dup loaded and the one
     # loaded as taken; a repeat load said skills/dup's SKILL.md changed since it was loaded.
     d = await daemon_factory()
-    token, sid, ws = await _setup(d)
-    first = _skill(ws, "skills/dup", "---\ndescription: first\ndescription: again\n---\nDUP-FIRST\n") / "SKILL.md"
-    _skill(ws, ".agents/skills/dup", "---\ndescription: second\n---\nDUP-SECOND\n")
-    got = await run_tool(d, token, sid, "r1", "skill", {"name": "dup"})
-    assert got["structured_content"]["base_dir"] == ".agents/skills/dup", got
+    token, sid, first = await _dup_loaded(d, "---\ndescription: first\ndescription: again\n---\nDUP-FIRST\n",
+                                          ".agents/skills/dup")
     first.write_text("---\ndescription: first\n---\nDUP-FIRST\n")
 
     listed, text = _dup_listing(await run_tool(d, token, sid, "r2", "skill", {}))
