@@ -28,19 +28,10 @@ def names(driver: Any, selector: str) -> list[str]:
 
 
 def names_become(driver: Any, selector: str, expected: list[str]) -> None:
-    """Waits until the names of what matches ``selector`` are ``expected``: a panel drawn again
-    between finding its buttons and reading their names (the view's read after the stream's
-    events) leaves the found ones stale, so one read is not enough. On a timeout the last names
-    read are in the message."""
-    seen: list[list[str]] = []
-
-    def read() -> bool:
-        seen.append(names(driver, selector))
-        return seen[-1] == expected
-    try:
-        wait_for(read, f"the names of {selector}")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; last read: {seen[-1] if seen else 'none'}; expected: {expected}") from None
+    """Waits until the names of what matches ``selector`` are ``expected`` (:func:`becomes`): a
+    panel drawn again between finding its buttons and reading their names (the view's read after
+    the stream's events) leaves the found ones stale, so one read is not enough."""
+    becomes(lambda: names(driver, selector), expected, f"the names of {selector}")
 
 
 def announced(driver: Any, selector: str) -> str:
