@@ -180,16 +180,16 @@ class AgentState(msgspec.Struct):
     images_not_sent: dict[str, str] = {}
 
 
-def loaded_skill_states(agent: AgentState) -> dict[str, HeldSkill]:
-    """name -> SKILL.md digest and directory of the agent's loaded skills, and of those due this
-    round (digest "").
+def loaded_skill_states(agent: AgentState, *, due: bool = True) -> dict[str, HeldSkill]:
+    """name -> SKILL.md digest and directory of the agent's loaded skills, and (``due``) of those
+    due this round (digest "").
 
     A skill whose instructions the user took out of the Working Context (a snip, a hide) is not
     loaded any more: its load must append them again rather than answer "already loaded"."""
     gone = set(agent.snipped) | set(agent.hidden)
     out = {name: HeldSkill(s.digest, s.base_dir) for name, s in agent.skills.items() if s.item_id not in gone}
-    for due in agent.skills_due:
-        out.setdefault(due.name, HeldSkill("", due.base_dir))
+    for d in agent.skills_due if due else ():
+        out.setdefault(d.name, HeldSkill("", d.base_dir))
     return out
 
 

@@ -25,7 +25,6 @@ from events.errors import AppendRejected
 from projections.session_state import (
     MAIN_AGENT,
     SKILL_COMMAND,
-    HeldSkill,
     QueuedInput,
     SessionState,
     SkillDue,
@@ -93,10 +92,7 @@ class SkillLoads:
         for d in due:
             ev = self._held.pop(d.call_id, None)
             if ev is None:
-                agent = state.agents[agent_id]
-                gone = set(agent.snipped) | set(agent.hidden)  # (as loaded_skill_states, less the due ones)
-                loaded = {name: HeldSkill(s.digest, s.base_dir) for name, s in agent.skills.items()
-                           if s.item_id not in gone}
+                loaded = loaded_skill_states(state.agents[agent_id], due=False)
                 ctx = ToolContext(state.project_id, self._session_id, agent_id, task_id, d.call_id,
                                   agent_id == MAIN_AGENT, loaded_skills=lambda: loaded, recordable=self._recordable)
                 result = await self._tools.run("skill", json.dumps({"name": d.name}), ctx)
