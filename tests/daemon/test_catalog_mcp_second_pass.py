@@ -4,7 +4,8 @@ read what a request carried), real stdio MCP servers started from the config, an
 /tools/inventory``. What ``test_catalog_acceptance.py``, ``test_mcp.py`` and ``tests/mcp/`` already
 hold is not repeated: a server crashing mid-call that its restart budget brings back, two servers
 of one tool name, a tool name of 200 characters, arguments the tool's schema does not allow, and
-a server taken out of the config between two starts while a session had loaded its tool."""
+a server taken out of the config between two starts while a session had loaded its tool, and a
+subagent calling a tool it was not given under an ``approval: warn`` policy."""
 
 from __future__ import annotations
 
@@ -175,3 +176,51 @@ async def test_a_server_taken_out_of_the_config_leaves_its_loaded_tool_unknown_a
     assert (last["call_id"], last["name"], last["content"]) == ("c5", dotted, [{"type": "text", "text": "some.tool ran"}])
     assert (await inventory(d, token, sid))["loaded"] == [dotted]
     assert not [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"][1:]
+
+
+SUB_SCRIPT = [
+    {"when": "DELEGATE", "toolCalls": [{"name": "subagent", "arguments": {
+        "prompt": "SUB-SEARCH", "tools": ["capability_search", "get_system_time"]}}]},
+    {"when": "SUB-SEARCH", "toolCalls": [{"name": "capability_search", "arguments": {"query": "echo text"}}]},
+    {"when": "No deferred capability", "toolCalls": [
+        {"name": "mcp__t__echo", "arguments": {"text": "from the subagent"}}]},
+    {"when": "MAIN-ONLY", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUB-ASKS"}}]},
+    {"when": "SUB-ASKS", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [{"id": "q", "text": "?"}]}}]},
+    {"when": "LOAD", "toolCalls": [{"name": "capability_search", "arguments": {"query": "echo text", "limit": 1}}]},
+    {"when": "Loaded mcp__t__echo", "toolCalls": [{"name": "mcp__t__echo", "arguments": {"text": "from main"}}]},
+]
+
+
+async def test_a_tool_not_given_to_a_subagent_is_neither_found_nor_run_and_carries_no_approval_note(
+        daemon_factory: DaemonFactory) -> None:
+    # A subagent whose tools list names capability_search but not the deferred mcp__t__echo: its
+    # search finds nothing (it ranks what is assigned to it), its call of the tool answers
+    # TOOL_UNKNOWN, and a subagent's call of a main-only tool TOOL_MAIN_ONLY. Nothing ran, so under `approval: warn`
+    # neither carries the note "this call was not confirmed by a person" (as TOOL_NOT_LOADED and
+    # the other refusals do not). The main agent then loads the tool and calls it on its next
+    # request: it runs, with the note.
+    d = await daemon_factory(config={**faux(SUB_SCRIPT), "mcpServers": {"t": mcp_server()},
+                                     "tools": {"deferred": ["mcp__*"], "policy": {"*": {"approval": "warn"}}}})
+    token = await d.pair("second-pass", strong=True)
+    sid = await new_session(d, token)
+    for rid, text in (("r1", "DELEGATE"), ("r2", "MAIN-ONLY")):
+        await d.submit(token, sid, rid, text)
+        await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    sub = {e["body"]["name"]: e["body"] for e in events if e["kind"] == "tool.finished" and e["agent_id"] != "main"}
+    assert sub["capability_search"]["structured_content"]["matches"] == [], sub["capability_search"]
+    assert sub["mcp__t__echo"]["error_code"] == "TOOL_UNKNOWN" and sub["ask_user"]["error_code"] == "TOOL_MAIN_ONLY"
+    for name in ("mcp__t__echo", "ask_user"):
+        assert [p["text"] for p in sub[name]["content"]] == [
+            f"TOOL_UNKNOWN: no tool named '{name}' is available to this agent" if name == "mcp__t__echo"
+            else f"TOOL_MAIN_ONLY: {name} is available to the main agent only"], sub[name]
+    assert "policy warning" in sub["capability_search"]["content"][-1]["text"]  # (it ran)
+    assert not [e for e in events if e["kind"] == "capability.loaded"]
+
+    await d.submit(token, sid, "r3", "LOAD")
+    await d.wait_idle(token, sid)
+    main = [b for b in finished(await d.events(token, sid)) if b["name"] == "mcp__t__echo"]
+    assert main[-1]["status"] == "ok" and main[-1]["content"][0] == {"type": "text", "text": "echo: from main"}
+    assert "policy warning: mcp__t__echo runs under approval 'warn'" in main[-1]["content"][-1]["text"]
+    inv = await inventory(d, token, sid)
+    assert inv["loaded"] == ["mcp__t__echo"]
