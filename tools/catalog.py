@@ -64,9 +64,12 @@ POLICY_FIELDS = ("enabled", "approval", "workspaceAllowlist", "paramRestrictions
 POLICY_DEFAULTS: dict[str, Any] = {"enabled": True, "approval": "none", "workspaceAllowlist": None,
                                    "paramRestrictions": {}}
 MAX_POLICY_ENTRIES = 1000  # tool names or patterns in one policy map (config or session)
-# The error codes of calls the planes refused before the tool ran (no policy warning is added).
+# The error codes of calls refused before the tool ran, by the planes or by the registry (a tool
+# the calling agent was not given, a main-only tool called by a subagent, arguments past their
+# size limit): no policy warning is added, nothing ran.
 REFUSALS = frozenset({"TOOL_NOT_LOADED", "TOOL_DISABLED", "PATH_NOT_ALLOWED", "PARAM_NOT_ALLOWED",
-                      "TOOL_NOT_NATIVE", "PTC_TOOL_NOT_ALLOWED"})
+                      "TOOL_NOT_NATIVE", "PTC_TOOL_NOT_ALLOWED", "TOOL_UNKNOWN", "TOOL_MAIN_ONLY",
+                      "TOOL_ARGUMENTS_TOO_LARGE"})
 
 
 class _C(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
