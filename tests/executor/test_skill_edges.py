@@ -367,3 +367,27 @@ async def test_bad_arguments_of_the_skill_tool_are_named_in_the_refusal(args: di
     assert info.value.code == "INVALID_ARGUMENT"
     assert says in info.value.message, info.value.message
     assert '{"name": "..."} (load)' in info.value.message  # (what it takes, still said)
+
+
+async def test_blanks_after_the_colon_of_a_skill_command_are_skipped(tmp_path: Path) -> None:
+    # `/skill: review` (a space after the colon) names the skill `review`, as a user typing it
+    # means; a name on a later line is no name: the input is refused, saying where it goes.
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
+    async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        for request_id, text in [("n1", "/skill: \nreview"), ("n2", "/skill:   "), ("n3", "/skill:\t\n")]:
+            with pytest.raises(LensError) as info:
+                await sup.call(sid, Submit(request_id, [t.TextPart(text)], "followUp"))
+            assert info.value.code == "INVALID_ARGUMENT", (text, info.value)
+            assert "a skill name after it, on its line: /skill:<name> [text]" in info.value.message, info.value.message
+        assert "input.submitted" not in [e.kind for e in await events_of(store, sid)]
+        await run(sup, sid, "r1", "/skill: review go")
+        assert faux.requests[-1].items[-1].text == "go"
+        await run(sup, sid, "r2", "/skill:\t lint")
+        assert faux.requests[-1].items[-1].text == 'Use the skill "lint".'
+        events = await events_of(store, sid)
+        assert [e.event.name for e in events if e.kind == "skill.loaded"] == ["review", "lint"]
+        assert [e.event.content[0].text for e in events if e.kind == "input.submitted"] == [
+            "/skill: review go", "/skill:\t lint"]  # (recorded as typed)
