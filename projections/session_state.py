@@ -332,7 +332,9 @@ SKILL_COMMAND = "/skill:"
 
 def skill_command(content: list[t.ContentPart]) -> tuple[str, list[t.ContentPart]] | None:
     """An input ``/skill:<name> args`` (its first part a text starting so): (name, the content the
-    model sees: the args, then any further parts; a short default text when that is empty).
+    model sees: the args, then any further parts; a short default text when that is empty). The
+    name is the first word of the command's line, blanks after the colon skipped (``/skill: rev``
+    names ``rev``); a line with no word names none (``None``, which the actor refuses).
     ``None`` for any other input. The input is recorded as submitted; the actor refuses a
     command naming no loadable skill, and loads the skill when placing the input."""
     first = content[0] if content else None

@@ -40,6 +40,7 @@ from .jobs_api import add_job_routes
 from .models_api import add_model_routes
 from .pairing import PairingLimit
 from .pairing_api import add_pairing_routes
+from .path_words import MethodNotTaken, Reading, SlashInPlaceholder, read_words
 from .projects_api import add_project_routes
 from .route_hints import API_PREFIX, near_route, under_the_api
 from .server_answers import refuse
@@ -124,6 +125,24 @@ def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
     return message, {}
 
 
+def _as_written_answer(reading: Reading, raw_path: bytes) -> Response:
+    """The answer to a path one of whose words holds an encoded slash (runtime/path_words.py):
+    400 ``INVALID_ARGUMENT`` naming the placeholder that holds it and its value, or the 404 / 405
+    of the path as written (never those of the path the slash would make)."""
+    method = request.method if len(request.method) <= 20 else request.method[:20] + "…"
+    shown = _shown_path(raw_path.decode("latin-1"))
+    if isinstance(reading, SlashInPlaceholder):
+        return error_response("INVALID_ARGUMENT", f"the path's {reading.what} {_shown_path(reading.value)} holds a "
+                                                  f"slash (%2F in the path {shown}); no {reading.what} holds one")
+    if isinstance(reading, MethodNotTaken):
+        resp = error_response("METHOD_NOT_ALLOWED", f"{method} is not allowed on {shown}; it takes "
+                                                    f"{', '.join(reading.allowed)}")
+        resp.headers["Allow"] = ", ".join(reading.allowed)
+        return resp
+    return error_response("NOT_FOUND", f"no route {method} {shown}: a %2F is a slash inside a word of the "
+                                       f"path, and no route has one there")
+
+
 def create_app(svc: Services) -> QuartTrio:
     app = _App(__name__, static_folder=None)
     # `/sessions//events` is no route (an empty id), not a redirect to `/sessions/events`.
@@ -147,11 +166,17 @@ def create_app(svc: Services) -> QuartTrio:
         svc.guard.check_origin(origins[0] if origins else None)
         if request.method == "OPTIONS" and request.scope.get("raw_path") == b"*":  # (the asterisk form: no route, no credential)
             return options_response(ALLOWED_METHODS)
+        # A word of the path holding an encoded slash is answered by the path as written: outside
+        # the API at once (as any path there), under it once the credential is checked.
+        raw_path = request.scope.get("raw_path") or b""
+        as_written = read_words(current_app.url_map, raw_path, request.method)
+        if as_written is not None and not raw_path.startswith(API_PREFIX.encode() + b"/"):
+            return _as_written_answer(as_written, raw_path)
         if not path.startswith(API_PREFIX + "/"):
             # (no route is there but the dashboard's `/`: a path outside the API, also one under
             # another `/api/` prefix, is answered 404 naming the route meant, no credential asked)
             return None
-        if path in Guard.PUBLIC_PATHS:
+        if path in Guard.PUBLIC_PATHS and as_written is None:
             # (any method: a wrong one is 405, not "this route needs a credential" — it does not)
             _check_body(svc.config.server.max_body_bytes)
             return None
@@ -165,6 +190,8 @@ def create_app(svc: Services) -> QuartTrio:
         # The credential first, as for a body that is read: a client without one was told its
         # body was too large (413), and then, once it had made it smaller, that it needs one.
         _check_body(svc.config.server.max_body_bytes)
+        if as_written is not None:
+            return _as_written_answer(as_written, raw_path)
         return None
 
     @app.after_request

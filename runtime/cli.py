@@ -61,14 +61,19 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def _dash_value_hint(message: str, args: list[str]) -> str:
     """What to write when an option's value begins with ``-`` (a pairing client id may: `-phone`),
-    which argparse takes for another option ("argument --client: expected one argument")."""
+    which argparse takes for another option ("argument --client: expected one argument"). The
+    option may be written abbreviated, as argparse takes it (`--cli -phone`); the hint names it
+    in full. The first place it is written with such a value is named."""
     option = message.removeprefix("argument ").partition(":")[0]
-    if not message.endswith(": expected one argument") or option not in args:
+    if not message.endswith(": expected one argument"):
         return ""
-    at = args.index(option) + 1
-    if at >= len(args) or not args[at].startswith("-"):
-        return ""
-    return f" (if {args[at]!r} is its value, write {option}={args[at]})"
+    for at, arg in enumerate(args[:-1], 1):
+        if arg == "--":  # (what follows is no option)
+            break
+        written = arg == option or (len(arg) > 2 and arg.startswith("--") and option.startswith(arg))
+        if written and args[at].startswith("-"):
+            return f" (if {args[at]!r} is its value, write {option}={args[at]})"
+    return ""
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction]:

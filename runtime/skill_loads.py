@@ -145,14 +145,15 @@ class SkillLoads:
 
     @staticmethod
     def command_name(content: list[t.ContentPart]) -> str | None:
-        """The skill a ``/skill:`` input names (``None`` for other inputs); ``INVALID_ARGUMENT``
-        for ``/skill:`` without a name. Reads nothing."""
+        """The skill a ``/skill:`` input names (``None`` for other inputs): the first word of its
+        line, blanks after the colon skipped (``/skill: review`` names ``review``);
+        ``INVALID_ARGUMENT`` for ``/skill:`` without a name on its line. Reads nothing."""
         first = content[0] if content else None
         if not isinstance(first, t.TextPart) or not first.text.startswith(SKILL_COMMAND):
             return None
         command = skill_command(content)
         if command is None:
-            raise InvalidCommand("/skill: needs a skill name: /skill:<name> [text]")
+            raise InvalidCommand("/skill: needs a skill name after it, on its line: /skill:<name> [text]")
         return command[0]
 
     async def check_input(self, state: SessionState, request_id: str, name: str) -> None:

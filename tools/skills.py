@@ -177,6 +177,7 @@ class Skill:
     problem: str | None = None
     body: str = ""
     digest: str = ""  # SHA-256 hex of SKILL.md's bytes
+    declared: str = ""  # the name its front matter gives, when longer than the listed one (cut)
 
 
 async def _listing(read: Read, path: str) -> list[str]:
@@ -238,13 +239,14 @@ def _skill_of(base_dir: str, dir_name: str, text: str) -> Skill:
     if len(description) > MAX_DESCRIPTION_CHARS:
         description = description[:MAX_DESCRIPTION_CHARS - 1] + "…"
     problem = None
+    declared = ""
     if len(name) > MAX_NAME_CHARS or not NAME_RE.fullmatch(name):
         problem = (f"the skill name {name[:80]!r} is not valid: 1 to {MAX_NAME_CHARS} characters of ASCII letters, "
                    "digits, '.', '_' and '-', starting with a letter or digit")
-        name = name[:MAX_NAME_CHARS]
+        name, declared = name[:MAX_NAME_CHARS], (name if len(name) > MAX_NAME_CHARS else "")
     elif not body.strip():
         problem = f"{SKILL_FILE} holds no instructions after its front matter"
-    return Skill(name, base_dir, description, problem, body.strip("\r\n"), digest)
+    return Skill(name, base_dir, description, problem, body.strip("\r\n"), digest, declared)
 
 
 @dataclass(frozen=True)
@@ -318,7 +320,8 @@ async def discover(read: Read, *, browse: Read | None = None,
                 skill = Skill(skill.name, base, skill.description, why, digest=skill.digest)
             if skill.name in seen:
                 skill = Skill(skill.name, base, skill.description,
-                              f"the name {skill.name!r} is taken by the skill in {seen[skill.name]}/")
+                              f"the name {skill.name!r} is taken by the skill in {seen[skill.name]}/",
+                              declared=skill.declared)
             elif skill.problem is None:
                 seen[skill.name] = base  # only a loadable skill claims its name; a broken one is listed with its problem
             found.append(skill)
@@ -563,6 +566,19 @@ def _held_unlisted(name: str, held: HeldSkill, mine: Skill | None, current: Skil
                            {"name": name, "status": "already_loaded"})
 
 
+def _too_long(name: str) -> ToolError:
+    """A name no skill is listed under: longer than :data:`MAX_NAME_CHARS` (echoed cut)."""
+    return ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "
+                                        f"{MAX_NAME_CHARS} characters")
+
+
+def _named_otherwise(skills: list[Skill], name: str) -> str:
+    """What a failed load by ``name`` adds when a skill directory is called that but its front
+    matter names the skill otherwise: a skill is named by its front matter, not its directory."""
+    held = next((s for s in skills if s.base_dir.rpartition("/")[2] == name and s.name != name), None)
+    return "" if held is None else f" ({held.base_dir}/ holds the skill named {held.name!r}, its front matter's name)"
+
+
 def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
     """The ``skill`` tool; ``sizes`` (a new one when not given) keeps its discoveries' size verdicts."""
     sizes = SkillSizes() if sizes is None else sizes
@@ -582,9 +598,9 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         if problem is not None:
             raise ToolError("INVALID_ARGUMENT", f'{problem}; skill takes {{}} (list), {{"name": "..."}} (load) '
                                                 f'or {{"name": "...", "unload": true}}')
-        if name is not None and len(name) > MAX_NAME_CHARS:
-            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "
-                            f"{MAX_NAME_CHARS} characters")
+        too_long = name is not None and len(name) > MAX_NAME_CHARS
+        if too_long and unload:  # (such a name is never loaded: nothing to unload, nothing to read)
+            raise _too_long(name)
         loaded: Mapping[str, HeldSkill] = ctx.loaded_skills() if ctx.loaded_skills is not None else {}
         if unload:
             assert name is not None
@@ -606,6 +622,14 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
                        **({"problem": s.problem} if s.problem else {})} for i, s in enumerate(skills)]
             return ToolResult.text(_list_text(discovery, loaded), {
                 "skills": listed, **({"unread_dirs": discovery.unread_dirs} if discovery.unread_dirs else {})})
+        if too_long:
+            # A SKILL.md that gives this name is listed under it cut, with its problem: named as
+            # for the cut name (below), not as a skill that does not exist.
+            bad = next((s for s in skills if s.declared == name), None)
+            if bad is None:
+                raise _too_long(name)
+            raise ToolError("SKILL_INVALID", f"skill {name[:MAX_NAME_CHARS]!r}… ({bad.base_dir}/) cannot be loaded: "
+                                             f"{bad.problem}")
         found = next((s for s in skills if s.name == name and s.problem is None), None)
         held = loaded.get(name)
         if held is not None:
@@ -623,8 +647,8 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
             usable = [s.name for s in skills if s.problem is None]
             past = (f" among the first {MAX_SKILLS} skill directories, which are all that are looked at "
                     f"({discovery.unread_note()}; a skill among them cannot be loaded)" if discovery.unread_dirs else "")
-            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}{past}; available: "
-                            f"{', '.join(usable[:50]) if usable else 'none'}")
+            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}{past}{_named_otherwise(skills, name)}; "
+                            f"available: {', '.join(usable[:50]) if usable else 'none'}")
         samples, more = await resource_samples(browse, found.base_dir)
         structured = {"name": found.name, "base_dir": found.base_dir, "resources": samples,
                       "more_resources": more, "digest": found.digest}

@@ -107,3 +107,22 @@ def test_revoked_records_are_kept_up_to_a_bound_the_latest_revocations(tmp_path:
     with pytest.raises(ClientNotFound):
         store.approve("old-0", strong=True)
     assert store.register("old-0", "back again", max_pending=32) == "pending"
+
+
+@pytest.mark.parametrize("written", ["--client", "--cli", "--cl"])
+def test_a_dash_led_client_id_after_the_option_abbreviated_gets_the_same_hint(tmp_path: Path, written: str):
+    # argparse takes `--cli` for `--client` (every lens command takes an unambiguous abbreviation),
+    # but only `--client -phone` was told to write `--client=-phone`.
+    pair = tmp_path / "config" / "pair.json"
+    PairStore(pair).register("-phone", "phone", max_pending=32)
+    for command in ("approve", "revoke"):
+        proc = subprocess.run([*lens_command(), "pair", command, written, "-phone"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and "USAGE_ERROR" in err and proc.stdout == b"", err
+        assert "(if '-phone' is its value, write --client=-phone)" in err, err
+    assert PairStore(pair).find("-phone").status == "pending"
+    proc = subprocess.run([*lens_command(), "pair", "approve", f"{written}=-phone"], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert PairStore(pair).find("-phone").status == "approved"

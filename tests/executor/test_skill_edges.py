@@ -15,7 +15,7 @@ from events.codec import Codec
 from runtime.actor import MAX_KEPT_CALL_ID, Answer, GetState, Submit, WaitIdle, recordable_call_id
 from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
-from tools.skills import CALL_ID_ROOM, Skill, SkillSizes, instructions_text, prompt_skills, skill_tool
+from tools.skills import CALL_ID_ROOM, MAX_NAME_CHARS, Skill, SkillSizes, instructions_text, prompt_skills, skill_tool
 
 from .conftest import agent_runtime, run_to_idle as run
 from .test_skills import REVIEW, events_of, harness, results_of, skill_texts, write
@@ -367,3 +367,69 @@ async def test_bad_arguments_of_the_skill_tool_are_named_in_the_refusal(args: di
     assert info.value.code == "INVALID_ARGUMENT"
     assert says in info.value.message, info.value.message
     assert '{"name": "..."} (load)' in info.value.message  # (what it takes, still said)
+
+
+async def test_blanks_after_the_colon_of_a_skill_command_are_skipped(tmp_path: Path) -> None:
+    # `/skill: review` (a space after the colon) names the skill `review`, as a user typing it
+    # means; a name on a later line is no name: the input is refused, saying where it goes.
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
+    async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        for request_id, text in [("n1", "/skill: \nreview"), ("n2", "/skill:   "), ("n3", "/skill:\t\n")]:
+            with pytest.raises(LensError) as info:
+                await sup.call(sid, Submit(request_id, [t.TextPart(text)], "followUp"))
+            assert info.value.code == "INVALID_ARGUMENT", (text, info.value)
+            assert "a skill name after it, on its line: /skill:<name> [text]" in info.value.message, info.value.message
+        assert "input.submitted" not in [e.kind for e in await events_of(store, sid)]
+        await run(sup, sid, "r1", "/skill: review go")
+        assert faux.requests[-1].items[-1].text == "go"
+        await run(sup, sid, "r2", "/skill:\t lint")
+        assert faux.requests[-1].items[-1].text == 'Use the skill "lint".'
+        events = await events_of(store, sid)
+        assert [e.event.name for e in events if e.kind == "skill.loaded"] == ["review", "lint"]
+        assert [e.event.content[0].text for e in events if e.kind == "input.submitted"] == [
+            "/skill: review go", "/skill:\t lint"]  # (recorded as typed)
+
+
+async def test_a_skill_whose_name_is_too_long_is_refused_for_it_however_it_is_asked_for(tmp_path: Path) -> None:
+    # A front-matter name of 65 characters is listed cut to 64 with its problem. Asked for by the
+    # name its SKILL.md gives, it was "no skill named …" (SKILL_NOT_FOUND) while the cut name was
+    # SKILL_INVALID naming the problem: both now name the problem. Its directory name is not its
+    # name (the front matter's is), so that is SKILL_NOT_FOUND, saying which name the directory
+    # holds.
+    long = "a" * (MAX_NAME_CHARS + 1)
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "longdir" / "SKILL.md", f"---\nname: {long}\n---\nLONG-STEPS\n")
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    asked = {"LIST": {}, "FULL": {"name": long}, "CUT": {"name": long[:MAX_NAME_CHARS]}, "DIR": {"name": "longdir"},
+             "NONE": {"name": "b" * (MAX_NAME_CHARS + 1)}, "DROP": {"name": long, "unload": True}}
+    script = [FauxTurn(when=when, tool_calls=[FauxToolCall("skill", args)]) for when, args in asked.items()]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        answers = {}
+        for when in asked:
+            await run(sup, sid, when.lower(), when)
+            answers[when] = results_of(await events_of(store, sid))[-1]
+        listed = answers["LIST"].structured_content["skills"]
+        assert [(s["name"], s["base_dir"]) for s in listed] == [(long[:MAX_NAME_CHARS], "skills/longdir"),
+                                                                 ("review", "skills/review")]
+        assert "is not valid: 1 to 64 characters" in listed[0]["problem"]
+        for when in ("FULL", "CUT"):
+            text = answers[when].content[0].text
+            assert answers[when].error_code == "SKILL_INVALID", (when, text)
+            assert "(skills/longdir/) cannot be loaded" in text and "is not valid: 1 to 64 characters" in text, text
+        text = answers["DIR"].content[0].text
+        assert answers["DIR"].error_code == "SKILL_NOT_FOUND", text
+        assert "no skill named 'longdir'" in text and f"skills/longdir/ holds the skill named {long[:MAX_NAME_CHARS]!r}" \
+            in text, text
+        text = answers["NONE"].content[0].text
+        assert answers["NONE"].error_code == "SKILL_NOT_FOUND" and "at most 64 characters" in text, text
+        assert "b" * (MAX_NAME_CHARS + 1) not in text  # (echo capped)
+        assert answers["DROP"].error_code == "SKILL_NOT_FOUND"  # (never loaded: no unload to make)
+        assert "skill.loaded" not in [e.kind for e in await events_of(store, sid)]
+        # a /skill: input is the same check
+        with pytest.raises(LensError) as info:
+            await sup.call(sid, Submit("s1", [t.TextPart(f"/skill:{long} go")], "followUp"))
+        assert info.value.code == "SKILL_INVALID" and "skills/longdir/" in info.value.message, info.value
