@@ -29,7 +29,7 @@ from .test_commands import BOUND_S, collect, reaping
 
 
 async def _run_and_stop(client: ExecutorClient, command: str, run_id: str, groups: list[int], *,
-                        before_stop: Any = None) -> tuple[bytes, pb.CommandExit, bool]:
+                        before_stop: Any = None) -> tuple[bytes, pb.CommandExit, pb.StopReply]:
     """Run ``command`` (which prints ``$$`` then ``ready``), stop it once ``ready`` came, and read
     its stream to the end: the output, the exit, and what ``Stop`` answered."""
     found = None
@@ -51,7 +51,8 @@ async def _run_and_stop(client: ExecutorClient, command: str, run_id: str, group
 async def test_a_stopped_command_s_stream_ends_with_its_exit_killed_by_sigterm(client: ExecutorClient) -> None:
     with reaping() as groups:
         out, exit_, found = await _run_and_stop(client, "echo $$; echo ready; sleep 600", "stop-1", groups)
-        assert found is True
+        # (the answer comes once the command has ended, with the exit its stream sent)
+        assert (found.found, found.ended, found.exit) == (True, True, exit_), found
         assert (exit_.exit_code, exit_.stopped, exit_.timed_out) == (-15, True, False), exit_
         assert out.endswith(b"ready\n"), out
         assert wait_group_gone(groups[0]) == []
@@ -64,7 +65,7 @@ async def test_a_stopped_command_that_traps_the_signal_ends_with_its_own_code_an
     with reaping() as groups:
         out, exit_, found = await _run_and_stop(
             client, "trap 'echo cleaning up; exit 3' TERM; echo $$; sleep 600 & echo ready; wait", "stop-2", groups)
-        assert found is True
+        assert (found.found, found.ended, found.exit) == (True, True, exit_), found
         assert (exit_.exit_code, exit_.stopped) == (3, True), (exit_, out)
         assert out.endswith(b"ready\ncleaning up\n"), out
 
@@ -87,17 +88,18 @@ async def test_a_command_whose_shell_had_exited_by_itself_is_not_said_stopped(cl
                                                     f"stop-3-{attempt}", groups, before_stop=shell_gone)
             assert (exit_.exit_code, exit_.stopped) == (3, False), exit_
             assert wait_group_gone(groups[0]) == []
-        founds.append(found)
-        if found:
+        founds.append(found.found)
+        if found.found:
+            assert (found.ended, found.exit) == (True, exit_), found
             break
     assert founds[-1] is True, founds
 
 
 async def test_stop_of_no_running_command_finds_none(client: ExecutorClient) -> None:
-    assert await client.stop("never-ran", BOUND_S) is False
+    assert (await client.stop("never-ran", BOUND_S)).found is False
     _, _, exit_ = await collect(client, "exit 0", run_id="ran-and-ended")
     assert (exit_.exit_code, exit_.stopped) == (0, False)
-    assert await client.stop("ran-and-ended", BOUND_S) is False
+    assert (await client.stop("ran-and-ended", BOUND_S)).found is False
 
 
 @pytest.mark.parametrize("length", [MAX_RUN_ID_CHARS, MAX_RUN_ID_CHARS + 1])
