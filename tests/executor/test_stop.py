@@ -19,6 +19,7 @@ import trio
 from proto import executor_pb2 as pb
 from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
 from tools.command_output import StreamJoin
+from tools.executor.commands import KILL_GRACE_S
 from tools.executor.runs import MAX_RUN_ID_CHARS
 from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S, stop_and_drain
 
@@ -221,6 +222,54 @@ async def test_the_wait_for_the_exit_counts_from_the_executor_s_answer_on_a_slow
         assert out.endswith(b"ready\ncleaning up\n"), out
         assert 0.6 <= took[0] < ABORT_STOP_ANSWER_WAIT_S, took
         assert wait_group_gone(groups[0]) == []
+
+
+# A command whose cleanup on SIGTERM takes longer than ABORT_OUTPUT_WAIT_S (the trap's own
+# ``sleep``: the command's length, not an ordering of the test), well within the executor's grace.
+SLOW_CLEANUP_S = 0.75
+SLOW_TRAP = (f"trap 'sleep {SLOW_CLEANUP_S}; echo cleaning up; exit 3' TERM; echo $$; "
+             "sleep 600 & echo ready; wait")
+
+
+async def _timed_stop(client: ExecutorClient, command: str, run_id: str) -> tuple[bytes, Any, float]:
+    """Run ``command`` under ``run_id`` and, once it is ready, stop and read it as an abort does
+    (shielded, its own bounds only): the output, what the stop-and-read returned, how long it took."""
+    took: list[float] = []
+
+    async def aborted(events: Any, join: StreamJoin) -> Any:
+        began = trio.current_time()
+        with trio.CancelScope(shield=True):
+            ended = await stop_and_drain(client, run_id, events, join)
+        took.append(trio.current_time() - began)
+        return ended
+
+    with reaping() as groups:
+        out, ended = await _until_ready(client, command, run_id, groups, aborted)
+        assert wait_group_gone(groups[0]) == []
+    return out, ended, took[0]
+
+
+async def test_a_command_whose_cleanup_outlasts_the_output_wait_is_read_to_its_own_exit(
+        client: ExecutorClient) -> None:
+    """The command's trap takes longer than ``ABORT_OUTPUT_WAIT_S`` to end it: the executor
+    answers ``Stop`` once the command has ended, so its own exit 3 and last line are read (before,
+    the answer came at once and the read gave up 0.25 s later with no exit)."""
+    assert ABORT_OUTPUT_WAIT_S < SLOW_CLEANUP_S < KILL_GRACE_S
+    out, ended, took = await _timed_stop(client, SLOW_TRAP, "slow-cleanup")
+    assert ended is not None, (out, took)
+    assert (ended.exit_code, ended.stopped) == (3, True), ended
+    assert out.endswith(b"ready\ncleaning up\n"), out
+    assert SLOW_CLEANUP_S <= took < ABORT_STOP_ANSWER_WAIT_S, took
+
+
+async def test_a_command_that_ignores_sigterm_is_read_to_its_sigkill_after_the_grace(client: ExecutorClient) -> None:
+    """A command that ignores SIGTERM is killed ``KILL_GRACE_S`` after the stop: the abort waits
+    that long, no longer than its bound, and gets the SIGKILL exit (before: none, after 0.25 s)."""
+    out, ended, took = await _timed_stop(client, "trap '' TERM; echo $$; sleep 600 & echo ready; wait", "ignores-term")
+    assert ended is not None, (out, took)
+    assert (ended.exit_code, ended.stopped) == (-signal.SIGKILL, True), ended
+    assert out.endswith(b"ready\n"), out
+    assert KILL_GRACE_S <= took < ABORT_STOP_ANSWER_WAIT_S, took
 
 
 async def test_an_executor_that_never_answers_the_stop_holds_the_abort_no_longer_than_its_bound(
