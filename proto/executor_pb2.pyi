@@ -102,10 +102,14 @@ class StopRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class StopReply(_message.Message):
-    __slots__ = ("found",)
+    __slots__ = ("found", "ended", "exit")
     FOUND_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_FIELD_NUMBER: _ClassVar[int]
     found: bool
-    def __init__(self, found: _Optional[bool] = ...) -> None: ...
+    ended: bool
+    exit: CommandExit
+    def __init__(self, found: _Optional[bool] = ..., ended: _Optional[bool] = ..., exit: _Optional[_Union[CommandExit, _Mapping]] = ...) -> None: ...
 
 class ProbeRequest(_message.Message):
     __slots__ = ("path", "sha256")

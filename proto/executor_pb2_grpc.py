@@ -97,6 +97,8 @@ class ExecutorServicer:
         """Stop the running command a Run named with `run_id`: its group gets SIGTERM (SIGKILL after a
         grace), and its stream ends with the exit as usual, `stopped` set. Added within protocol 8:
         an executor built before it answers UNIMPLEMENTED (Core then cancels the stream, as before).
+        The answer comes once the command's run is over (`ended`, with the exit its stream sent),
+        or, past the call's deadline less a moment, without it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

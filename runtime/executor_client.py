@@ -249,12 +249,13 @@ class ExecutorClient:
         reply = await self._unary(self._stub.Probe, pb.ProbeRequest(path=path, sha256=sha256), CONNECT_TIMEOUT_S)
         return bool(reply.seen)
 
-    async def stop(self, run_id: str, timeout: float) -> bool:
+    async def stop(self, run_id: str, timeout: float) -> pb.StopReply:
         """Ask the executor to stop the command it runs under ``run_id`` (see :meth:`run`): its
-        stream then ends with the exit, ``stopped`` set. False when it runs none by that id.
+        stream then ends with the exit, ``stopped`` set. The answer's ``found`` is false when it
+        runs none by that id; ``ended``: it answered once the command's run was over, with the
+        exit its stream sent in ``exit`` (an executor built before ``ended`` answers at once).
         Raises :class:`ExecutorError` (an executor built before ``Stop``: UNIMPLEMENTED)."""
-        reply = await self._unary(self._stub.Stop, pb.StopRequest(run_id=run_id), timeout)
-        return bool(reply.found)
+        return await self._unary(self._stub.Stop, pb.StopRequest(run_id=run_id), timeout)
 
     @asynccontextmanager
     async def run(self, command: str, *, timeout_ms: int = 0, max_output_bytes: int = 0,

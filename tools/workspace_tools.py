@@ -33,15 +33,17 @@ EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
 # How long an aborted run_command waits for its command's end once the executor has answered
-# ``Stop`` (it has the command's stop by then: the group is being signalled): it reads the output
-# still on its way until the exit, which says how the command ended; past this the stream is
-# cancelled (and the group killed) with no exit known. The abort stays prompt.
+# ``Stop`` without it (an executor built before it answered with the end, or no running command
+# by that id: its exit, if any, is on its way), or from the ``Stop`` sent when ``Stop`` failed
+# (an executor built before ``Stop``, unreachable): it reads the output still on its way until
+# the exit; past this the stream is cancelled (and the group killed) with no exit known.
 ABORT_OUTPUT_WAIT_S = 0.25
-# The most an abort waits, from the ``Stop`` sent, for the executor's answer and the exit: a slow
-# host (the executor not yet run when the stop came) still gets its exit read, and an executor
-# that never answers (stopped, hung) holds the abort no longer than this. As long as the
-# executor's grace between SIGTERM and SIGKILL (``tools.executor.commands.KILL_GRACE_S``).
-ABORT_STOP_ANSWER_WAIT_S = 2.0
+# The most an abort waits, from the ``Stop`` sent, for the executor's answer and the exit. The
+# executor answers once the command has ended, at most its grace between SIGTERM and SIGKILL
+# (``tools.executor.commands.KILL_GRACE_S``, 2 s) after it got the stop for a command that
+# ignores SIGTERM; this leaves as long again for a loaded host. An executor that never answers
+# (stopped, hung) holds the abort no longer than this.
+ABORT_STOP_ANSWER_WAIT_S = 4.0
 
 
 def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
@@ -68,27 +70,37 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
     """Ask the executor to stop the command run under ``run_id`` and read its stream to the
     exit, which is returned (None: the stream ended or failed first, or the wait ran out).
 
-    The wait lasts :data:`ABORT_OUTPUT_WAIT_S` from the executor's answer to ``Stop``, and at most
-    :data:`ABORT_STOP_ANSWER_WAIT_S` from the ``Stop`` sent. An executor that cannot stop the
-    command (built before ``Stop``, unreachable) changes nothing: the output on its way is read
-    for :data:`ABORT_OUTPUT_WAIT_S` from the ``Stop`` sent, as it was before ``Stop``. Call it
-    shielded (an abort's cancellation is under way): it bounds itself."""
+    The executor answers ``Stop`` once the command's run is over (``ended``): its exit and the
+    output before it were sent on the stream by then, and the answer carries the exit too. The
+    stream is read to its exit, at most :data:`ABORT_STOP_ANSWER_WAIT_S` from the ``Stop`` sent;
+    the answer's exit stands in when the stream's has not come by then. No timed wait races the
+    command's own end. An answer without the end (an executor built before ``ended``, no command
+    running by that id) leaves :data:`ABORT_OUTPUT_WAIT_S` from the answer, and an executor that
+    cannot stop the command (built before ``Stop``, unreachable) the same from the ``Stop`` sent,
+    for the output on its way, as before. Call it shielded (an abort's cancellation is under way):
+    it bounds itself."""
     sent = trio.current_time()
     got: list[Any] = []
+    answered: list[Any] = []
     with trio.CancelScope(deadline=sent + ABORT_STOP_ANSWER_WAIT_S) as waiting:
         async with trio.open_nursery() as nursery:
             async def ask() -> None:
                 try:
-                    await client.stop(run_id, ABORT_STOP_ANSWER_WAIT_S)
+                    reply = await client.stop(run_id, ABORT_STOP_ANSWER_WAIT_S)
                 except EXECUTOR_FAILURES:
                     waiting.deadline = min(waiting.deadline, sent + ABORT_OUTPUT_WAIT_S)
-                else:
+                    return
+                if reply.ended and reply.HasField("exit"):
+                    answered.append(reply.exit)  # (the stream's exit, sent before: read on to it)
+                else:  # (no end in the answer: the output on its way is read for a moment, as before)
                     waiting.deadline = min(waiting.deadline, trio.current_time() + ABORT_OUTPUT_WAIT_S)
 
             nursery.start_soon(ask)
             got.append(await drain_rest(events, join))
             nursery.cancel_scope.cancel()
-    return got[0] if got else None
+    if got and got[0] is not None:
+        return got[0]
+    return answered[0] if answered else None
 
 
 def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,
@@ -403,12 +415,12 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                         exit_info = await drain(events, join)
                     except trio.Cancelled:
                         if ctx.cut_output is not None:  # (an abort: what it printed is kept with it)
-                            # The executor is asked to stop the command, and the output still on
-                            # its way (the executor's read, gRPC, the pump) is read up to the exit,
-                            # which says how it ended: waited for ABORT_OUTPUT_WAIT_S from the
-                            # executor's answer, at most ABORT_STOP_ANSWER_WAIT_S in all, so the
-                            # abort stays prompt; the stream is then cancelled, which ends the
-                            # command's group on the executor if the stop did not.
+                            # The executor is asked to stop the command and answers once the
+                            # command has ended; the output still on its way (the executor's read,
+                            # gRPC, the pump) is read up to the exit, which says how it ended, at
+                            # most ABORT_STOP_ANSWER_WAIT_S in all, so the abort stays bounded; the
+                            # stream is then cancelled, which ends the command's group on the
+                            # executor if the stop did not.
                             ended = None
                             with trio.CancelScope(shield=True):
                                 ended = await stop_and_drain(ex.client, run_id, events, join)

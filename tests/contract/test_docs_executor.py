@@ -133,8 +133,11 @@ def test_the_command_and_connection_numbers_of_the_executor_page_are_the_code_s(
     kib, passing = one_match(r"A command is at most (\d+) KiB of UTF-8\s+\(([\d,]+) bytes pass, one more is `COMMAND_TOO_LONG`",
                         commands_text).groups()
     assert int(kib) * 1024 == int(passing.replace(",", "")) == workspace_tools.MAX_COMMAND_BYTES
-    assert float(one_match(r"Core waits for the exit at most ([\d.]+) s\s+\(`ABORT_OUTPUT_WAIT_S`\)",
+    assert float(one_match(r"leaves ([\d.]+) s\s+\(`ABORT_OUTPUT_WAIT_S`\) from the answer",
                       commands_text).group(1)) == workspace_tools.ABORT_OUTPUT_WAIT_S
+    room, most_s = one_match(r"most until ([\d.]+) s before the call's deadline \((\d+) s without one\)",
+                             commands_text).groups()
+    assert (float(room), float(most_s)) == (server.STOP_ANSWER_ROOM_S, server.STOP_ANSWER_MAX_S)
     assert float(one_match(r"at most ([\d.]+) s \(`ABORT_STOP_ANSWER_WAIT_S`\) from the `Stop` sent",
                       commands_text).group(1)) == workspace_tools.ABORT_STOP_ANSWER_WAIT_S
     assert float(one_match(r"leaves ([\d.]+) s from the `Stop` sent", commands_text).group(1)

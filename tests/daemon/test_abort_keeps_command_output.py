@@ -22,6 +22,7 @@ import trio
 
 from runtime.decide import ABORTED_TEXT
 from tests.procfs import read_proc
+from tools.executor.commands import KILL_GRACE_S
 from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S
 
 from ..providers.servers.anthropic import message_stream
@@ -235,6 +236,56 @@ async def test_an_aborted_command_that_ends_with_its_own_code_is_recorded_with_i
         f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
     assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
                                           "killed_by_abort": True}, body
+
+
+# How long the command's cleanup on SIGTERM takes in the test below (the trap's own ``sleep``, the
+# command's length, not an ordering of the test): longer than the abort's old wait for the exit
+# after the executor's answer, well within the executor's grace before SIGKILL.
+SLOW_CLEANUP_S = 0.75
+
+
+async def test_an_aborted_command_whose_cleanup_outlasts_the_output_wait_is_recorded_with_its_own_code(
+        daemon_factory: DaemonFactory) -> None:
+    """The command traps the abort's SIGTERM and takes longer than ``ABORT_OUTPUT_WAIT_S`` to
+    print its last line and exit 3: the executor answers ``Stop`` once the command has ended, so
+    the result still says the abort stopped it with exit 3 and keeps that line (before: the
+    answer came at once, and 0.25 s later the call was recorded ``[killed by the abort]``)."""
+    assert ABORT_OUTPUT_WAIT_S < SLOW_CLEANUP_S < KILL_GRACE_S
+    d, token, sid, ws = await _session(daemon_factory, "abort-slow-trap")
+    command = (f"trap 'sleep {SLOW_CLEANUP_S}; echo cleaning up; exit 3' TERM; {PRINT_MARKER}; "
+               "sleep 600 & touch printed; wait")
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await _abort_once_printed(d, token, sid, ws)
+    body = await _aborted_result(d, token, sid)
+    assert body["content"][0]["text"] == (
+        f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
+    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
+                                          "killed_by_abort": True}, body
+
+
+async def test_an_aborted_command_that_ignores_sigterm_is_killed_after_the_grace_and_recorded_so(
+        daemon_factory: DaemonFactory) -> None:
+    """The command ignores SIGTERM: the executor kills it ``KILL_GRACE_S`` after the stop, the
+    abort answers within its bound, and the result names the SIGKILL."""
+    d, token, sid, ws = await _session(daemon_factory, "abort-ignores-term")
+    command = f"trap '' TERM; {PRINT_MARKER}; sleep 600 & touch printed; wait"
+    await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+    await d.wait_running_call(token, sid)
+
+    async def printed() -> bool:
+        return (ws / "printed").exists()
+
+    await wait_until(printed, what="printed made by the running command")
+    began = trio.current_time()
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    took = trio.current_time() - began
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    assert KILL_GRACE_S <= took < ABORT_STOP_ANSWER_WAIT_S + 2, took
+    body = await _aborted_result(d, token, sid)
+    assert body["content"][0]["text"] == (
+        f"{MARKER}\n\n[killed by the abort: signal 9 (SIGKILL)]\n{ABORTED_TEXT}"), body
+    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": -9,
+                                          "signal": "SIGKILL", "killed_by_abort": True}, body
 
 
 async def test_a_command_that_had_ended_by_itself_when_the_abort_came_is_not_said_killed(

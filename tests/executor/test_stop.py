@@ -19,6 +19,7 @@ import trio
 from proto import executor_pb2 as pb
 from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
 from tools.command_output import StreamJoin
+from tools.executor.commands import KILL_GRACE_S
 from tools.executor.runs import MAX_RUN_ID_CHARS
 from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S, stop_and_drain
 
@@ -29,7 +30,7 @@ from .test_commands import BOUND_S, collect, reaping
 
 
 async def _run_and_stop(client: ExecutorClient, command: str, run_id: str, groups: list[int], *,
-                        before_stop: Any = None) -> tuple[bytes, pb.CommandExit, bool]:
+                        before_stop: Any = None) -> tuple[bytes, pb.CommandExit, pb.StopReply]:
     """Run ``command`` (which prints ``$$`` then ``ready``), stop it once ``ready`` came, and read
     its stream to the end: the output, the exit, and what ``Stop`` answered."""
     found = None
@@ -51,7 +52,8 @@ async def _run_and_stop(client: ExecutorClient, command: str, run_id: str, group
 async def test_a_stopped_command_s_stream_ends_with_its_exit_killed_by_sigterm(client: ExecutorClient) -> None:
     with reaping() as groups:
         out, exit_, found = await _run_and_stop(client, "echo $$; echo ready; sleep 600", "stop-1", groups)
-        assert found is True
+        # (the answer comes once the command has ended, with the exit its stream sent)
+        assert (found.found, found.ended, found.exit) == (True, True, exit_), found
         assert (exit_.exit_code, exit_.stopped, exit_.timed_out) == (-15, True, False), exit_
         assert out.endswith(b"ready\n"), out
         assert wait_group_gone(groups[0]) == []
@@ -64,7 +66,7 @@ async def test_a_stopped_command_that_traps_the_signal_ends_with_its_own_code_an
     with reaping() as groups:
         out, exit_, found = await _run_and_stop(
             client, "trap 'echo cleaning up; exit 3' TERM; echo $$; sleep 600 & echo ready; wait", "stop-2", groups)
-        assert found is True
+        assert (found.found, found.ended, found.exit) == (True, True, exit_), found
         assert (exit_.exit_code, exit_.stopped) == (3, True), (exit_, out)
         assert out.endswith(b"ready\ncleaning up\n"), out
 
@@ -87,17 +89,18 @@ async def test_a_command_whose_shell_had_exited_by_itself_is_not_said_stopped(cl
                                                     f"stop-3-{attempt}", groups, before_stop=shell_gone)
             assert (exit_.exit_code, exit_.stopped) == (3, False), exit_
             assert wait_group_gone(groups[0]) == []
-        founds.append(found)
-        if found:
+        founds.append(found.found)
+        if found.found:
+            assert (found.ended, found.exit) == (True, exit_), found
             break
     assert founds[-1] is True, founds
 
 
 async def test_stop_of_no_running_command_finds_none(client: ExecutorClient) -> None:
-    assert await client.stop("never-ran", BOUND_S) is False
+    assert (await client.stop("never-ran", BOUND_S)).found is False
     _, _, exit_ = await collect(client, "exit 0", run_id="ran-and-ended")
     assert (exit_.exit_code, exit_.stopped) == (0, False)
-    assert await client.stop("ran-and-ended", BOUND_S) is False
+    assert (await client.stop("ran-and-ended", BOUND_S)).found is False
 
 
 @pytest.mark.parametrize("length", [MAX_RUN_ID_CHARS, MAX_RUN_ID_CHARS + 1])
@@ -219,6 +222,54 @@ async def test_the_wait_for_the_exit_counts_from_the_executor_s_answer_on_a_slow
         assert out.endswith(b"ready\ncleaning up\n"), out
         assert 0.6 <= took[0] < ABORT_STOP_ANSWER_WAIT_S, took
         assert wait_group_gone(groups[0]) == []
+
+
+# A command whose cleanup on SIGTERM takes longer than ABORT_OUTPUT_WAIT_S (the trap's own
+# ``sleep``: the command's length, not an ordering of the test), well within the executor's grace.
+SLOW_CLEANUP_S = 0.75
+SLOW_TRAP = (f"trap 'sleep {SLOW_CLEANUP_S}; echo cleaning up; exit 3' TERM; echo $$; "
+             "sleep 600 & echo ready; wait")
+
+
+async def _timed_stop(client: ExecutorClient, command: str, run_id: str) -> tuple[bytes, Any, float]:
+    """Run ``command`` under ``run_id`` and, once it is ready, stop and read it as an abort does
+    (shielded, its own bounds only): the output, what the stop-and-read returned, how long it took."""
+    took: list[float] = []
+
+    async def aborted(events: Any, join: StreamJoin) -> Any:
+        began = trio.current_time()
+        with trio.CancelScope(shield=True):
+            ended = await stop_and_drain(client, run_id, events, join)
+        took.append(trio.current_time() - began)
+        return ended
+
+    with reaping() as groups:
+        out, ended = await _until_ready(client, command, run_id, groups, aborted)
+        assert wait_group_gone(groups[0]) == []
+    return out, ended, took[0]
+
+
+async def test_a_command_whose_cleanup_outlasts_the_output_wait_is_read_to_its_own_exit(
+        client: ExecutorClient) -> None:
+    """The command's trap takes longer than ``ABORT_OUTPUT_WAIT_S`` to end it: the executor
+    answers ``Stop`` once the command has ended, so its own exit 3 and last line are read (before,
+    the answer came at once and the read gave up 0.25 s later with no exit)."""
+    assert ABORT_OUTPUT_WAIT_S < SLOW_CLEANUP_S < KILL_GRACE_S
+    out, ended, took = await _timed_stop(client, SLOW_TRAP, "slow-cleanup")
+    assert ended is not None, (out, took)
+    assert (ended.exit_code, ended.stopped) == (3, True), ended
+    assert out.endswith(b"ready\ncleaning up\n"), out
+    assert SLOW_CLEANUP_S <= took < ABORT_STOP_ANSWER_WAIT_S, took
+
+
+async def test_a_command_that_ignores_sigterm_is_read_to_its_sigkill_after_the_grace(client: ExecutorClient) -> None:
+    """A command that ignores SIGTERM is killed ``KILL_GRACE_S`` after the stop: the abort waits
+    that long, no longer than its bound, and gets the SIGKILL exit (before: none, after 0.25 s)."""
+    out, ended, took = await _timed_stop(client, "trap '' TERM; echo $$; sleep 600 & echo ready; wait", "ignores-term")
+    assert ended is not None, (out, took)
+    assert (ended.exit_code, ended.stopped) == (-signal.SIGKILL, True), ended
+    assert out.endswith(b"ready\n"), out
+    assert KILL_GRACE_S <= took < ABORT_STOP_ANSWER_WAIT_S, took
 
 
 async def test_an_executor_that_never_answers_the_stop_holds_the_abort_no_longer_than_its_bound(

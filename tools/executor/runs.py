@@ -2,16 +2,20 @@
 
 A :class:`StopLatch` is set once, from the ``Stop`` handler's thread; its file descriptor turns
 readable then, so the command's read loop (blocked in ``select``) wakes at once rather than at its
-next poll. The registry holds the latches of the commands running now; it is the service's, made
-by it (no global state).
+next poll. The ``Stop`` handler then waits on the same latch for the command's run to be over
+(:meth:`StopLatch.wait_over`): its group ended and its exit sent on its stream, which the run says
+with :meth:`StopLatch.over`. The registry holds the latches of the commands running now; it is the
+service's, made by it (no global state).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, Callable
 
 MAX_RUN_ID_CHARS = 128
 
@@ -26,13 +30,16 @@ class RunIdRefused(Exception):
 
 
 class StopLatch:
-    """Set by ``Stop``; :meth:`fileno` is readable once it is. Closed by its command's run."""
+    """Set by ``Stop``; :meth:`fileno` is readable once it is. Closed by its command's run, which
+    first says it is over (:meth:`over`), with the exit it sent when it sent one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._read, self._write = os.pipe()
         self._set = False
         self._closed = False
+        self._over = threading.Event()
+        self._exit: Any = None
 
     def set(self) -> None:
         with self._lock:  # (never writes to a descriptor closed, and maybe reused, meanwhile)
@@ -46,6 +53,25 @@ class StopLatch:
 
     def fileno(self) -> int:
         return self._read
+
+    def over(self, exit_: Any = None) -> None:
+        """The command's run is over: its group has ended, and ``exit_`` (None: none was sent,
+        the stream was given up) was sent on its stream. The first call counts."""
+        with self._lock:
+            if not self._over.is_set():
+                self._exit = exit_
+                self._over.set()
+
+    def wait_over(self, timeout: float, given_up: Callable[[], bool] = lambda: False) -> tuple[bool, Any]:
+        """Wait at most ``timeout`` seconds for :meth:`over` (``given_up()`` true, read every
+        tenth of a second, ends the wait early): whether it came, and the exit it gave."""
+        deadline = time.monotonic() + timeout
+        while not self._over.is_set() and not given_up():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._over.wait(min(remaining, 0.1))
+        return self._over.is_set(), self._exit
 
     def close(self) -> None:
         with self._lock:
@@ -81,12 +107,14 @@ class RunRegistry:
         finally:
             with self._lock:
                 del self._runs[run_id]
+            latch.over()  # (a run that sent no exit, given up or failed: a Stop waits no longer)
             latch.close()
 
-    def stop(self, run_id: str) -> bool:
-        """Set the latch of the command running under ``run_id``; False when none is."""
+    def stop(self, run_id: str) -> StopLatch | None:
+        """Set the latch of the command running under ``run_id`` and return it (to wait on for
+        the run's end); None when none is."""
         with self._lock:
             latch = self._runs.get(run_id)
             if latch is not None:
                 latch.set()
-        return latch is not None
+        return latch

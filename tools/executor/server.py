@@ -33,8 +33,8 @@ from tools.files.ignore_cache import IgnoreCache
 from tools.files.workspace import Workspace
 
 from . import PROTOCOL_VERSION, split_host_port, token_fault
-from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk, CommandNotStarted, Exit,
-                       run_command)
+from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, KILL_GRACE_S, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk,
+                       CommandNotStarted, Exit, run_command)
 from .groups import GroupRegistry
 from .runs import RunIdRefused, RunRegistry, StopLatch
 
@@ -76,6 +76,11 @@ TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 # file and holds nothing.
 TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
 EXECUTOR_VERSION = "0.1.0"
+# The longest ``Stop`` waits for the command's run to end before it answers without the end: the
+# group's SIGTERM, SIGKILL after KILL_GRACE_S and the wait for it, with room. A caller's deadline
+# shortens it, less STOP_ANSWER_ROOM_S so the answer still reaches the caller in time.
+STOP_ANSWER_MAX_S = KILL_GRACE_S + 6.0
+STOP_ANSWER_ROOM_S = 0.2
 
 
 def hold_at(hold: Path | None, point: str) -> None:
@@ -362,13 +367,26 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                 watch.sending()
                 yield event
                 watch.sent()
+                if stop is not None and isinstance(item, Exit):
+                    stop.over(event.exit)  # (sent: a Stop waiting for the end answers with it)
         finally:
             watch.close()
             items.close()  # (the command's group is ended here when the stream is given up)
 
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopReply:
-        # (the command's own Run ends its group and sends its exit: this only asks it to)
-        return pb.StopReply(found=self.running.stop(request.run_id))
+        # The command's own Run ends its group (SIGTERM, SIGKILL after KILL_GRACE_S) and sends its
+        # exit; this asks it to, then answers once it has, with that exit: the caller learns how
+        # the command ended with no race against the command's own end. The wait ends before the
+        # caller's deadline (so the answer still reaches it) and when the caller goes away.
+        latch = self.running.stop(request.run_id)
+        if latch is None:
+            return pb.StopReply(found=False)
+        remaining = context.time_remaining()
+        bound = STOP_ANSWER_MAX_S if remaining is None else min(STOP_ANSWER_MAX_S, remaining - STOP_ANSWER_ROOM_S)
+        over, exit_ = latch.wait_over(bound, lambda: not context.is_active())
+        if not over:
+            return pb.StopReply(found=True)
+        return pb.StopReply(found=True, ended=True, exit=exit_) if exit_ is not None else pb.StopReply(found=True, ended=True)
 
     def Probe(self, request: pb.ProbeRequest, context: grpc.ServicerContext) -> pb.ProbeReply:
         try:
