@@ -71,7 +71,7 @@ TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 # (bound, its "listening on" line not yet printed) or ``before_hello`` (a Hello received, not yet
 # answered), or ``call:<tool>`` (a Call of that tool received, not yet run: a read, say). The first
 # editing call (or start, Hello, Call) to reach that point removes the file, writes ``<file>.held``
-# (this process's pid) and blocks there until the process is killed: tests kill an executor at an
+# (this process's pid, whole) and blocks there until the process is killed: tests kill an executor at an
 # exact point of a call or of its start. An executor started later over the same setting finds no
 # file and holds nothing.
 TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
@@ -94,7 +94,10 @@ def hold_at(hold: Path | None, point: str) -> None:
         hold.unlink()  # (claimed: one call holds)
     except OSError:
         return
-    Path(f"{hold}.held").write_text(str(os.getpid()))
+    # Written whole, then renamed into place: a test that sees ``.held`` reads the pid, never an
+    # empty file.
+    Path(f"{hold}.held.part").write_text(str(os.getpid()))
+    os.replace(f"{hold}.held.part", f"{hold}.held")
     while True:
         time.sleep(1)
 
