@@ -7,6 +7,7 @@ found and what to do. See docs/storage-format.md.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -194,6 +195,25 @@ def data_dir_problem(value: str) -> str | None:
     return None
 
 
+def _not_a_directory_on_the_way(data_dir: Path) -> str | None:
+    """What stands on the way to ``data_dir`` where a directory should (``FILE/sub``: the file;
+    ``LOOP/sub``: a loop of links), or ``None``. Such a path names no directory: neither a missing
+    one a reader could be told to create, nor one the writer could make."""
+    try:
+        os.stat(data_dir)
+        return None
+    except NotADirectoryError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            return None  # (missing, or not ours to judge here: the checks below name it)
+        return f"a symbolic link on its path is in a loop of links ({exc.strerror})"
+    for above in reversed(data_dir.parents):
+        if above.exists() and not above.is_dir():
+            return f"{above} is {'a file' if above.is_file() else 'not a directory'}"
+    return "a part of its path is not a directory"
+
+
 def _check_data_dir(data_dir: Path, create: bool) -> Path:
     try:
         str(data_dir).encode("utf-8")
@@ -204,6 +224,9 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
             f"data directory {data_dir} is a symbolic link to {os.readlink(data_dir)}, which does not "
             f"lead to a directory (missing, or a loop of links); point it at one, or remove it"
         )
+    blocked = _not_a_directory_on_the_way(data_dir)
+    if blocked is not None:
+        raise StoreOpenError(f"data directory {data_dir} is not a directory: {blocked}; pass --data with a directory")
     if not data_dir.exists():
         if not create:
             raise DataDirMissing(
