@@ -1,16 +1,27 @@
 """`lens log decode | verify | rebuild | stats` driven as the installed script, on the cases the
-other log CLI tests do not list: a data directory path that names no directory (a loop of links,
-a path through a file).
+other log CLI tests do not list: a data directory reached through a link (a loop of links, a
+path through a file), committed events still in the WAL, a data directory that cannot be
+written, `--raw` with every filter, and an empty log through each command.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import trio
+
+from events.store import Draft, open_store
+from events.types import InputSubmitted, ProjectCreated, SessionCreated, TextPart
 
 from tests.cli.lens_script import lens_script
+from tests.rawlog import log_rows, log_with_its_wal
+from tests.unwritable import unwritable
 
 COMMANDS = ("decode", "verify", "stats", "rebuild")
 
@@ -28,6 +39,33 @@ def refused(res: subprocess.CompletedProcess[str], code: str) -> str:
     (line,) = res.stderr.splitlines()
     assert line.startswith(f"lens: {code}: "), line
     return line
+
+
+def digests(data: Path) -> dict[str, str]:
+    """SHA-256 of ``events.db`` and of an ``events.db-wal`` with content (a reader may leave an empty
+    one behind; ``-shm`` is SQLite's index, not data: docs/storage-format.md)."""
+    return {name: hashlib.sha256((data / name).read_bytes()).hexdigest()
+            for name in ("events.db", "events.db-wal") if (data / name).exists() and (data / name).stat().st_size}
+
+
+def write_small_log(data: Path) -> None:
+    """A project, two sessions, one input of session ``s1`` (seq 1 … 4)."""
+    async def write() -> None:
+        async with open_store(data, synchronous="OFF") as store:
+            await store.append(Draft(ProjectCreated(name="p", workspace="/ws"), project_id="p"))
+            await store.append(Draft(SessionCreated(model="a/b"), project_id="p", session_id="s1"))
+            await store.append(Draft(InputSubmitted(content=[TextPart("hi")]), project_id="p", session_id="s1",
+                                     request_id="r1"))
+            await store.append(Draft(SessionCreated(model="a/b"), project_id="p", session_id="s2"))
+
+    trio.run(write)
+
+
+@pytest.fixture(scope="module")
+def small_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("small") / "data"
+    write_small_log(data)
+    return data
 
 
 # ------------------------------------------------------------ data directories that are no directory
@@ -56,6 +94,13 @@ def test_a_data_path_through_a_file_is_named(tmp_path: Path, command: str) -> No
     assert (tmp_path / "file").read_bytes() == b"x"
 
 
+def test_a_data_path_below_a_loop_of_links_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    line = refused(lens("log", "decode", "--data", str(tmp_path / "a" / "sub")), "STORE_OPEN_FAILED")
+    assert f"data directory {tmp_path / 'a' / 'sub'} is not a directory: a symbolic link on its path is in a loop" in line
+
+
 @pytest.mark.parametrize("how", ["loop", "through a file"])
 def test_the_writer_names_such_a_data_dir_too(tmp_path: Path, how: str) -> None:
     if how == "loop":
@@ -70,3 +115,118 @@ def test_the_writer_names_such_a_data_dir_too(tmp_path: Path, how: str) -> None:
     assert res.returncode == 2 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-800:])
     assert f"lens: STORE_OPEN_FAILED: data directory {data} " in res.stderr, res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made
+
+
+def test_a_link_to_a_data_dir_is_read_as_that_directory(small_log: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(small_log)
+    res = lens("log", "verify", "--data", str(link))
+    assert (res.returncode, res.stdout, res.stderr) == (0, "ok: 4 event(s) verified\n", "")
+    res = lens("log", "decode", "--data", str(link), "--session", "s1")
+    assert [json.loads(line)["seq"] for line in res.stdout.splitlines()] == [2, 3], res.stderr
+
+
+# ------------------------------------------------------------ committed events still in the WAL
+
+
+def test_events_still_in_the_wal_are_read_and_left_where_they_are(tmp_path: Path) -> None:
+    # A log copied while its writer ran: 30 commits sit in events.db-wal, none checkpointed.
+    # Every command sees all of them, and none checkpoints them into events.db or changes a byte.
+    data = tmp_path / "data"
+    trio.run(log_with_its_wal, tmp_path / "writer", data, 30)
+    assert (data / "events.db-wal").stat().st_size > 0
+    before = digests(data)
+    assert set(before) == {"events.db", "events.db-wal"}
+
+    res = lens("log", "decode", "--data", str(data))
+    assert res.returncode == 0, res.stderr
+    assert [json.loads(line)["seq"] for line in res.stdout.splitlines()] == list(range(1, 31))
+    res = lens("log", "decode", "--data", str(data), "--raw", "--from", "30")
+    (last,) = [json.loads(line) for line in res.stdout.splitlines()]
+    assert base64.b64decode(last["body"]) == log_rows(tmp_path / "writer", "SELECT body FROM events WHERE seq = 30")[0][0]
+    res = lens("log", "verify", "--data", str(data))
+    assert (res.returncode, res.stdout) == (0, "ok: 30 event(s) verified\n"), res.stderr
+    res = lens("log", "stats", "--data", str(data), "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["total"]["events"] == 30, res.stderr
+    res = lens("log", "rebuild", "--data", str(data))
+    assert res.returncode == 0 and res.stdout.endswith(" from 30 event(s)\n"), res.stderr
+    assert digests(data) == before
+
+
+# ------------------------------------------------------------ filters
+
+
+def test_raw_takes_every_filter(small_log: Path) -> None:
+    stored = dict(log_rows(small_log, "SELECT seq, body FROM events"))
+    res = lens("log", "decode", "--data", str(small_log), "--raw", "--session", "s1", "--kind", "input.submitted",
+               "--from", "2", "--to", "3")
+    assert res.returncode == 0, res.stderr
+    (line,) = [json.loads(line) for line in res.stdout.splitlines()]
+    assert (line["seq"], line["kind"], line["request_id"], line["body_encoding"]) == (
+        3, "input.submitted", "r1", "zstd+msgpack;base64")
+    assert base64.b64decode(line["body"]) == stored[3]
+    res = lens("log", "decode", "--data", str(small_log), "--raw", "--kind", "session.created", "--to", "3")
+    assert [json.loads(line)["seq"] for line in res.stdout.splitlines()] == [2]
+
+
+def test_a_session_the_log_does_not_hold_prints_nothing(small_log: Path) -> None:
+    res = lens("log", "decode", "--data", str(small_log), "--session", "nosuch")
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
+
+
+# ------------------------------------------------------------ an empty log
+
+
+def test_an_empty_log_through_each_command(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+
+    async def create() -> None:
+        async with open_store(data, synchronous="OFF"):
+            pass
+
+    trio.run(create)
+    before = digests(data)
+    assert lens("log", "decode", "--data", str(data)).stdout == ""
+    res = lens("log", "verify", "--data", str(data))
+    assert (res.returncode, res.stdout) == (0, "ok: 0 event(s) verified\n"), res.stderr
+    res = lens("log", "rebuild", "--data", str(data), "--projection", "sessions")
+    assert (res.returncode, res.stdout) == (0, "rebuilt sessions from 0 event(s)\n"), res.stderr
+    assert digests(data) == before
+
+
+# ------------------------------------------------------------ a data directory that cannot be written
+
+
+def test_a_log_in_a_directory_that_cannot_be_written_is_read_in_place(small_log: Path, tmp_path: Path) -> None:
+    # Readers open such a log as an immutable file: decode and verify read it, stats computes in
+    # memory and says so, rebuild (which writes projections.db) is refused; nothing is made there.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    shutil.copyfile(small_log / "events.db", data / "events.db")
+    before = digests(data)
+    with unwritable(data):
+        res = lens("log", "decode", "--data", str(data))
+        assert (res.returncode, len(res.stdout.splitlines()), res.stderr) == (0, 4, "")
+        res = lens("log", "verify", "--data", str(data))
+        assert (res.returncode, res.stdout) == (0, "ok: 4 event(s) verified\n"), res.stderr
+        res = lens("log", "stats", "--data", str(data), "--json")
+        assert res.returncode == 0 and json.loads(res.stdout)["total"]["events"] == 4, res.stderr
+        assert "computed in memory" in res.stderr, res.stderr
+        line = refused(lens("log", "rebuild", "--data", str(data)), "DATA_DIR_NOT_WRITABLE")
+        assert f"{data / 'projections.db'}" in line
+    assert sorted(p.name for p in data.iterdir()) == ["events.db"]
+    assert digests(data) == before
+
+
+def test_committed_events_in_the_wal_of_a_directory_that_cannot_be_written_are_named(tmp_path: Path) -> None:
+    # Reading them needs a -shm file beside the log: each command says so (STORE_WAL_UNREADABLE,
+    # with what to do) instead of printing the log without its last commits.
+    data = tmp_path / "data"
+    trio.run(log_with_its_wal, tmp_path / "writer", data, 5)
+    before = digests(data)
+    with unwritable(data):
+        for command in COMMANDS:
+            line = refused(lens("log", command, "--data", str(data)), "STORE_WAL_UNREADABLE")
+            assert "committed events are still in events.db-wal" in line and "copy the data directory" in line
+    assert sorted(p.name for p in data.iterdir()) == ["events.db", "events.db-wal"]
+    assert digests(data) == before
