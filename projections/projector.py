@@ -161,6 +161,12 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
     path = ":memory:" if memory else str(data_dir / PROJECTIONS_DB)
     made = not memory and not (data_dir / PROJECTIONS_DB).exists()
     if not memory:
+        link = data_dir / PROJECTIONS_DB
+        if link.is_symlink() and not link.exists():
+            # (SQLite would follow it and make the file it names 0644, with what the history index
+            # holds of every conversation; create_private makes no file through a link)
+            raise ProjectionsDamaged(path, f"it is a symbolic link to {os.readlink(link)}, which does not lead to a "
+                                           f"file")
         if (data_dir / PROJECTIONS_DB).exists() and not (data_dir / PROJECTIONS_DB).is_file():
             # (SQLite says "unable to open database file", which read as a directory not writable)
             raise ProjectionsDamaged(path, "it is a directory or another special file, not a database file")

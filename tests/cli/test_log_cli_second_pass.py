@@ -1,7 +1,8 @@
 """`lens log decode | verify | rebuild | stats` driven as the installed script, on the cases the
 other log CLI tests do not list: a data directory reached through a link (a loop of links, a
 path through a file), committed events still in the WAL, a data directory that cannot be
-written, `--raw` with every filter, and an empty log through each command.
+written, a `projections.db` that is a link to nothing, `--raw` with every filter, and an empty
+log through each command.
 """
 
 from __future__ import annotations
@@ -230,3 +231,27 @@ def test_committed_events_in_the_wal_of_a_directory_that_cannot_be_written_are_n
             assert "committed events are still in events.db-wal" in line and "copy the data directory" in line
     assert sorted(p.name for p in data.iterdir()) == ["events.db", "events.db-wal"]
     assert digests(data) == before
+
+
+# ------------------------------------------------------------ projections.db a link to nothing
+
+
+@pytest.mark.parametrize("command", ["stats", "rebuild", "serve"])
+def test_a_projections_db_link_to_nothing_is_named_not_followed(small_log: Path, tmp_path: Path,
+                                                                command: str) -> None:
+    # SQLite followed the link and made its target 0644 (the history index, every conversation's
+    # text, readable by all), where Lens makes projections.db 0600; a link to nothing is a
+    # projections.db that is not a file, as a directory in its place is (PROJECTIONS_DAMAGED).
+    data = tmp_path / "data"
+    shutil.copytree(small_log, data)
+    (data / "projections.db").symlink_to("elsewhere.db")
+    before = sorted(p.name for p in data.iterdir() if p.name not in ("events.db-wal", "events.db-shm"))
+    args = ["serve", "--data", str(data), "--port", "0"] if command == "serve" else ["log", command, "--data", str(data)]
+    res = lens(*args, cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-800:])
+    assert (f"lens: PROJECTIONS_DAMAGED: {data / 'projections.db'} does not match the projections of this Lens "
+            f"(it is a symbolic link to elsewhere.db, which does not lead to a file)") in res.stderr, res.stderr
+    assert res.stdout == "" or command == "serve"
+    assert not (data / "elsewhere.db").exists()
+    after = sorted(p.name for p in data.iterdir() if p.name not in ("events.db-wal", "events.db-shm"))
+    assert after == before  # (a reader of the log may leave its -shm and an empty -wal behind)
