@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -255,3 +256,28 @@ def test_a_projections_db_link_to_nothing_is_named_not_followed(small_log: Path,
     assert not (data / "elsewhere.db").exists()
     after = sorted(p.name for p in data.iterdir() if p.name not in ("events.db-wal", "events.db-shm"))
     assert after == before  # (a reader of the log may leave its -shm and an empty -wal behind)
+
+
+@pytest.mark.parametrize("side", ["-wal a link to nothing", "-shm a FIFO", "-journal a directory"])
+@pytest.mark.parametrize("command", ["stats", "rebuild"])
+def test_a_projections_side_file_that_is_not_a_file_is_named(small_log: Path, tmp_path: Path, command: str,
+                                                              side: str) -> None:
+    # A dangling link as projections.db-wal was "DATA_DIR_NOT_WRITABLE: … projections need a
+    # writable data directory" from rebuild (stats: "not writable here", in memory) of a directory
+    # it could write, and left a new projections.db behind; a FIFO as its -shm was "deleted while
+    # another process (a running `lens serve`) still has it open". events.db's side files are
+    # named for what they are (STORE_OPEN_FAILED); so are projections.db's now.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    shutil.copyfile(small_log / "events.db", data / "events.db")
+    suffix = side.split()[0]
+    path = data / f"projections.db{suffix}"
+    if "link" in side:
+        path.symlink_to("elsewhere")
+    elif "FIFO" in side:
+        os.mkfifo(path, 0o600)
+    else:
+        path.mkdir(mode=0o700)
+    line = refused(lens("log", command, "--data", str(data)), "STORE_OPEN_FAILED")
+    assert f"{path} is not a regular file, so SQLite cannot use it beside projections.db" in line
+    assert not (data / "projections.db").exists() and not (data / "elsewhere").exists()
