@@ -1,8 +1,8 @@
 """`lens log decode | verify | rebuild | stats` driven as the installed script, on the cases the
 other log CLI tests do not list: a data directory reached through a link (a loop of links, a
 path through a file), committed events still in the WAL, a data directory that cannot be
-written, a `projections.db` that is a link to nothing, `--raw` with every filter, and an empty
-log through each command.
+written, `projections.db` or its side files that are no file, zstd bombs measured from outside,
+`--raw` with every filter, and an empty log through each command.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import apsw
 import pytest
 import trio
+import zstandard
 
 from events.store import Draft, open_store
 from events.types import InputSubmitted, ProjectCreated, SessionCreated, TextPart
@@ -281,3 +284,60 @@ def test_a_projections_side_file_that_is_not_a_file_is_named(small_log: Path, tm
     line = refused(lens("log", command, "--data", str(data)), "STORE_OPEN_FAILED")
     assert f"{path} is not a regular file, so SQLite cannot use it beside projections.db" in line
     assert not (data / "projections.db").exists() and not (data / "elsewhere").exists()
+
+
+# ------------------------------------------------------------ zstd bombs, measured from outside
+
+
+def zeros_frame(size: int, content_size: bool) -> bytes:
+    """One checksummed zstd frame of ``size`` zero bytes (a few KiB per hundred MiB)."""
+    if content_size:
+        return zstandard.ZstdCompressor(write_checksum=True).compress(bytes(size))
+    stream = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compressobj()
+    chunk = bytes(1 << 20)
+    return b"".join([*(stream.compress(chunk) for _ in range(size >> 20)), stream.flush()])
+
+
+def peak_rss_of(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``lens ARGS`` run from a fresh interpreter that reports its child's peak resident set
+    (bytes): this process's own children would share one high-water mark."""
+    probe = ("import resource, subprocess, sys; "
+             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=60); "
+             "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + '\\n' + r.stdout); "
+             "sys.stderr.write(r.stderr); sys.exit(r.returncode)")
+    res = subprocess.run([sys.executable, "-c", probe, str(lens_script()), *args], capture_output=True, text=True,
+                         timeout=90)
+    peak, _, stdout = res.stdout.partition("\n")
+    return subprocess.CompletedProcess(res.args, res.returncode, stdout, res.stderr), int(peak) * 1024
+
+
+def test_zstd_bombs_are_refused_by_every_command_in_bounded_memory(small_log: Path, tmp_path: Path) -> None:
+    # A 1 GiB frame that declares no size (seq 3) and one declaring 900 MiB (seq 4), each a few
+    # KiB stored: decode, verify and rebuild name the rows and exit 1 (stats reads no body), and
+    # each process stays far below either size (the maximum event size is 32 MiB); nothing changes.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    shutil.copyfile(small_log / "events.db", data / "events.db")
+    edit = apsw.Connection(str(data / "events.db"))
+    edit.execute("UPDATE events SET body = ? WHERE seq = 3", (zeros_frame(1 << 30, content_size=False),))
+    edit.execute("UPDATE events SET body = ? WHERE seq = 4", (zeros_frame(900 << 20, content_size=True),))
+    edit.close()
+    before = digests(data)
+    limit = 200 << 20
+    res, peak = peak_rss_of("log", "verify", "--data", str(data))
+    assert res.returncode == 1 and peak < limit, (peak, res.stdout, res.stderr)
+    assert res.stdout.splitlines() == [
+        "seq 3: EVENT_TOO_LARGE: frame of unknown size decompresses past the maximum event size of 33554432 bytes",
+        "seq 4: EVENT_TOO_LARGE: frame declares 943718400 bytes, over the maximum event size of 33554432 bytes",
+        "FAILED: 2 problem(s) in 4 event(s)"]
+    res, peak = peak_rss_of("log", "decode", "--data", str(data))
+    assert res.returncode == 1 and peak < limit, (peak, res.stderr)
+    assert [json.loads(line)["seq"] for line in res.stdout.splitlines()] == [1, 2]
+    assert [line.split(": ")[1:3] for line in res.stderr.splitlines()] == [
+        ["EVENT_TOO_LARGE", "seq 3"], ["EVENT_TOO_LARGE", "seq 4"]]
+    res, peak = peak_rss_of("log", "rebuild", "--data", str(data))
+    assert res.returncode == 1 and res.stdout == "" and peak < limit, (peak, res.stderr)
+    assert res.stderr.startswith("lens: EVENT_TOO_LARGE: seq 3: ") and "changed nothing" in res.stderr, res.stderr
+    res, peak = peak_rss_of("log", "stats", "--data", str(data), "--json")  # (counts the stored columns only)
+    assert res.returncode == 0 and json.loads(res.stdout)["total"]["events"] == 4 and peak < limit, res.stderr
+    assert digests(data) == before
