@@ -341,3 +341,23 @@ def test_zstd_bombs_are_refused_by_every_command_in_bounded_memory(small_log: Pa
     res, peak = peak_rss_of("log", "stats", "--data", str(data), "--json")  # (counts the stored columns only)
     assert res.returncode == 0 and json.loads(res.stdout)["total"]["events"] == 4 and peak < limit, res.stderr
     assert digests(data) == before
+
+
+# ------------------------------------------------------------ stats
+
+
+def test_a_ratio_that_rounds_to_zero_is_printed_not_shown_as_missing(small_log: Path, tmp_path: Path) -> None:
+    # The table wrote `-` (no stored bytes to divide by) for a ratio of 0.0, which --json gives as
+    # 0.0: a row whose stored body is thousands of times its raw size (edited, or a bomb).
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    shutil.copyfile(small_log / "events.db", data / "events.db")
+    edit = apsw.Connection(str(data / "events.db"))
+    edit.execute("UPDATE events SET body = ?, raw_size = 1 WHERE seq = 1", (os.urandom(4096),))
+    edit.close()
+    res = lens("log", "stats", "--data", str(data), "--json")
+    (created,) = [k for k in json.loads(res.stdout)["kinds"] if k["kind"] == "project.created"]
+    assert (created["raw_bytes"], created["stored_bytes"], created["compression_ratio"]) == (1, 4096, 0.0)
+    res = lens("log", "stats", "--data", str(data))
+    (line,) = [line for line in res.stdout.splitlines() if line.startswith("project.created ")]
+    assert line.split() == ["project.created", "1", "4096", "1", "0.00"], line
