@@ -488,6 +488,7 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
     path = data_dir / EVENTS_DB
     check_path_length(path)
     check_side_files(path)
+    refuse_empty_beside_a_wal(path)
     refuse_foreign_early(path)
     create_private(path)
     try:
@@ -529,6 +530,30 @@ def _empty_file(path: Path, *, missing: bool = False) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
+def refuse_empty_beside_a_wal(path: Path) -> None:
+    """:class:`StoreCorrupt` when ``path`` is a file of 0 bytes and its ``-wal`` holds something.
+
+    SQLite deletes the WAL of a database file of 0 bytes when it opens it (read-only too, where
+    the directory can be written), so the commits in it would be gone before any check could see
+    them, and the writer would start a new log in their place. No Lens log looks like that (the
+    file gets its first page when the log is made, before anything is written to the WAL): it was
+    cut short or replaced, and both files are left as they are for the user to restore."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        if not _empty_file(path):
+            return
+        size = os.stat(wal).st_size
+    except OSError:
+        return
+    if size > 0:
+        raise StoreCorrupt(
+            f"{path} is empty, but {wal.name} beside it holds {size} bytes of the log's writes: the "
+            f"database file was cut short or replaced, and SQLite would delete that WAL (every commit "
+            f"still in it) on opening an empty database. Nothing was changed; restore {path.name} from "
+            f"a backup, keeping {wal.name} as it is"
+        )
+
+
 def open_read_connection(data_dir: Path) -> apsw.Connection:
     """Open ``events.db`` read-only; works on a read-only directory too."""
     path = data_dir / EVENTS_DB
@@ -536,6 +561,7 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
         raise DataDirNotReadable(f"cannot read {path} (permission denied)")
     check_path_length(path)
     check_side_files(path)
+    refuse_empty_beside_a_wal(path)
     if _empty_file(path) and _empty_file(data_dir / (EVENTS_DB + "-wal"), missing=True):
         # (the daemon makes the file empty first: it stopped before writing the log's tables)
         raise DataDirMissing(

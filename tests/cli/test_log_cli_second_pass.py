@@ -361,3 +361,44 @@ def test_a_ratio_that_rounds_to_zero_is_printed_not_shown_as_missing(small_log: 
     res = lens("log", "stats", "--data", str(data))
     (line,) = [line for line in res.stdout.splitlines() if line.startswith("project.created ")]
     assert line.split() == ["project.created", "1", "4096", "1", "0.00"], line
+
+
+# ------------------------------------------------------------ an empty events.db beside a WAL
+
+
+@pytest.fixture(scope="module")
+def wal_of_30(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The events.db-wal of a log whose 30 commits are all still in it."""
+    root = tmp_path_factory.mktemp("wal30")
+    trio.run(log_with_its_wal, root / "writer", root / "copy", 30)
+    return (root / "copy" / "events.db-wal").read_bytes()
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, "serve"])
+def test_an_empty_events_db_beside_a_wal_with_commits_keeps_the_wal(wal_of_30: bytes, tmp_path: Path,
+                                                                     command: str) -> None:
+    # SQLite deletes the WAL of a database file of 0 bytes when it opens it, read-only or not:
+    # every `lens log` command deleted the 30 commits beside an events.db cut to nothing (then
+    # said STORE_FOREIGN, "tables found: none"), and `lens serve` started a new log in their
+    # place. The file is damage to name, as a log cut short is (STORE_CORRUPT), with both files
+    # left as they were.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "events.db").touch(mode=0o600)
+    (data / "events.db-wal").write_bytes(wal_of_30)
+    os.chmod(data / "events.db-wal", 0o600)
+    if command == "serve":
+        res = lens("serve", "--data", str(data), "--port", "0", cwd=tmp_path)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-800:])
+        said = res.stderr
+    elif command == "verify":
+        res = lens("log", "verify", "--data", str(data))
+        assert res.returncode == 1 and "Traceback" not in res.stderr, (res.stdout, res.stderr)
+        problem, summary = res.stdout.splitlines()
+        assert problem.startswith("log: STORE_CORRUPT: ") and summary == "FAILED: the log cannot be read", res.stdout
+        said = problem
+    else:
+        said = refused(lens("log", command, "--data", str(data)), "STORE_CORRUPT")
+    assert f"{data / 'events.db'} is empty, but events.db-wal beside it holds {len(wal_of_30)} bytes" in said, said
+    assert (data / "events.db-wal").read_bytes() == wal_of_30
+    assert (data / "events.db").stat().st_size == 0
