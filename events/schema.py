@@ -7,6 +7,7 @@ found and what to do. See docs/storage-format.md.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -194,6 +195,25 @@ def data_dir_problem(value: str) -> str | None:
     return None
 
 
+def _not_a_directory_on_the_way(data_dir: Path) -> str | None:
+    """What stands on the way to ``data_dir`` where a directory should (``FILE/sub``: the file;
+    ``LOOP/sub``: a loop of links), or ``None``. Such a path names no directory: neither a missing
+    one a reader could be told to create, nor one the writer could make."""
+    try:
+        os.stat(data_dir)
+        return None
+    except NotADirectoryError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            return None  # (missing, or not ours to judge here: the checks below name it)
+        return f"a symbolic link on its path is in a loop of links ({exc.strerror})"
+    for above in reversed(data_dir.parents):
+        if above.exists() and not above.is_dir():
+            return f"{above} is {'a file' if above.is_file() else 'not a directory'}"
+    return "a part of its path is not a directory"
+
+
 def _check_data_dir(data_dir: Path, create: bool) -> Path:
     try:
         str(data_dir).encode("utf-8")
@@ -204,6 +224,9 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
             f"data directory {data_dir} is a symbolic link to {os.readlink(data_dir)}, which does not "
             f"lead to a directory (missing, or a loop of links); point it at one, or remove it"
         )
+    blocked = _not_a_directory_on_the_way(data_dir)
+    if blocked is not None:
+        raise StoreOpenError(f"data directory {data_dir} is not a directory: {blocked}; pass --data with a directory")
     if not data_dir.exists():
         if not create:
             raise DataDirMissing(
@@ -465,6 +488,7 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
     path = data_dir / EVENTS_DB
     check_path_length(path)
     check_side_files(path)
+    refuse_empty_beside_a_wal(path)
     refuse_foreign_early(path)
     create_private(path)
     try:
@@ -506,6 +530,30 @@ def _empty_file(path: Path, *, missing: bool = False) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
+def refuse_empty_beside_a_wal(path: Path) -> None:
+    """:class:`StoreCorrupt` when ``path`` is a file of 0 bytes and its ``-wal`` holds something.
+
+    SQLite deletes the WAL of a database file of 0 bytes when it opens it (read-only too, where
+    the directory can be written), so the commits in it would be gone before any check could see
+    them, and the writer would start a new log in their place. No Lens log looks like that (the
+    file gets its first page when the log is made, before anything is written to the WAL): it was
+    cut short or replaced, and both files are left as they are for the user to restore."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        if not _empty_file(path):
+            return
+        size = os.stat(wal).st_size
+    except OSError:
+        return
+    if size > 0:
+        raise StoreCorrupt(
+            f"{path} is empty, but {wal.name} beside it holds {size} bytes of the log's writes: the "
+            f"database file was cut short or replaced, and SQLite would delete that WAL (every commit "
+            f"still in it) on opening an empty database. Nothing was changed; restore {path.name} from "
+            f"a backup, keeping {wal.name} as it is"
+        )
+
+
 def open_read_connection(data_dir: Path) -> apsw.Connection:
     """Open ``events.db`` read-only; works on a read-only directory too."""
     path = data_dir / EVENTS_DB
@@ -513,6 +561,7 @@ def open_read_connection(data_dir: Path) -> apsw.Connection:
         raise DataDirNotReadable(f"cannot read {path} (permission denied)")
     check_path_length(path)
     check_side_files(path)
+    refuse_empty_beside_a_wal(path)
     if _empty_file(path) and _empty_file(data_dir / (EVENTS_DB + "-wal"), missing=True):
         # (the daemon makes the file empty first: it stopped before writing the log's tables)
         raise DataDirMissing(

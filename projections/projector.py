@@ -24,7 +24,14 @@ import zstandard
 
 from events.errors import CorruptEvent, DataDirNotWritable, LogError, StoreCorrupt, StoreOpenError
 from events.reader import LogReader, StoredEvent, StoredRow, row_problem
-from events.schema import BUSY_TIMEOUT_MS, EVENTS_DB, PROJECTIONS_DB, create_private, store_busy
+from events.schema import (
+    BUSY_TIMEOUT_MS,
+    EVENTS_DB,
+    PROJECTIONS_DB,
+    check_side_files,
+    create_private,
+    store_busy,
+)
 
 Progress = Callable[[int, int], None]
 BATCH = 2000
@@ -161,9 +168,18 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
     path = ":memory:" if memory else str(data_dir / PROJECTIONS_DB)
     made = not memory and not (data_dir / PROJECTIONS_DB).exists()
     if not memory:
+        link = data_dir / PROJECTIONS_DB
+        if link.is_symlink() and not link.exists():
+            # (SQLite would follow it and make the file it names 0644, with what the history index
+            # holds of every conversation; create_private makes no file through a link)
+            raise ProjectionsDamaged(path, f"it is a symbolic link to {os.readlink(link)}, which does not lead to a "
+                                           f"file")
         if (data_dir / PROJECTIONS_DB).exists() and not (data_dir / PROJECTIONS_DB).is_file():
             # (SQLite says "unable to open database file", which read as a directory not writable)
             raise ProjectionsDamaged(path, "it is a directory or another special file, not a database file")
+        # (a -wal, -shm or -journal that is no file read as a directory not writable, or as a file
+        # deleted under a daemon, and a FIFO there could block the open: named before anything is made)
+        check_side_files(data_dir / PROJECTIONS_DB)
         create_private(data_dir / PROJECTIONS_DB)
     conn: apsw.Connection | None = None
     try:

@@ -7,6 +7,7 @@ says why each rule is what it is."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -55,8 +56,12 @@ def loose_directory_above(directory: Path) -> tuple[Path, str] | None:
     for above in directories_above(directory):
         try:
             st = os.stat(above)
-        except FileNotFoundError:
-            continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # (a path through a file names no directory: the store says so)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # (nor does one through a loop of links)
+                continue
+            raise
         why = others_can_swap(st)
         if why is not None:
             return above, why
@@ -95,9 +100,11 @@ def check_private_data_dir(data_dir: Path) -> list[str]:
                                 f"or keep the data directory under directories of this user alone")
     try:
         st = os.stat(data_dir)
-    except FileNotFoundError:
-        return []
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # (nothing there to judge; a path through a file is the store's to name)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a loop of links: no directory at all, which the store names
+            return []
         raise DataDirNotPrivate(f"cannot check the data directory {data_dir}: {exc.strerror}") from None
     why = others_can_change(st)
     if why is not None:
