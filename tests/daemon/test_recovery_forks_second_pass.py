@@ -22,7 +22,8 @@ configuration sent while a request is in flight). Here:
 - a fork at a call's ``tool.finished`` holds what that result recorded with it (todo list, file
   edit, loaded tools);
 - ``PATCH`` and ``POST /sessions`` with a model of a disabled provider, of a provider without its
-  key, of no provider: each its own code, nothing recorded.
+  key, of no provider: each its own code, nothing recorded; a model and thinking level sent while
+  a request was in flight apply to that request asked again after a restart (attempt 2).
 
 Every wait is a bounded poll of what the log, the view or the stream shows (conftest
 ``wait_until``); nothing sleeps for ordering.
@@ -37,7 +38,7 @@ from typing import Any
 
 import trio
 
-from .conftest import Daemon, error_of, run_tool, serving, wait_until
+from .conftest import Daemon, error_of, run_tool, serving, stop_daemon, wait_until
 
 NAP = 600_000  # ms: longer than the test; only an abort ends it
 SCRIPT = {"providers": [{"id": "faux", "protocol": "faux", "script": [
@@ -182,6 +183,36 @@ async def test_a_model_no_provider_can_serve_is_refused_by_its_code_at_patch_and
     assert await d.events(token, sid) == before
     assert len((await d.get("/sessions", token)).json()["sessions"]) == sessions
     assert (await d.view(token, sid))["model"] == "faux/m1"
+
+
+HELD = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1"}, {"id": "m2"}], "script": [
+    {"when": "hold", "text": "held", "delayMs": NAP}]}], "defaultModel": "faux/m1"}
+
+
+async def test_a_request_asked_again_after_a_restart_takes_the_configuration_sent_while_it_was_in_flight(
+        daemon_factory):
+    # "applies from the next model request": the request cut by the stop is asked again at the
+    # next start as a request of its own (attempt 2), so a change sent while it was in flight
+    # applies to it; the cut one stays as it was sent.
+    d = await daemon_factory(config=HELD)
+    token = await d.pair("held", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "hold")
+
+    async def requested(daemon: Daemon, count: int) -> list[dict[str, Any]] | None:
+        asked = _of(await daemon.events(token, sid), "model.requested")
+        return asked if len(asked) == count else None
+
+    await wait_until(lambda: requested(d, 1), what="the request in flight")
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/m2", "thinkingLevel": "high"})
+    assert r.status_code == 200, r.text
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=HELD, root=d.root)
+    asked = await wait_until(lambda: requested(d2, 2), what="the request asked again")
+    assert [(e["body"]["attempt"], e["body"]["model"], e["body"]["thinking_level"]) for e in asked] == [
+        (1, "m1", None), (2, "m2", "high")]
+    r = await d2.post(f"/sessions/{sid}/abort", token)
+    assert r.json() == {"aborted": True, "withdrawn": []}
 
 
 # --------------------------------------------------------------------------- F-ACT-7
