@@ -14,9 +14,9 @@ configuration sent while a request is in flight). Here:
   its seq, and a withdraw, a steer and an abort act on them as before the kill;
 - a kill while a model answer streams: the request is asked again (attempt 2); what streamed
   before the kill is not kept, what the second attempt streamed is, once, when it is aborted;
-- a kill while a command (not replay-safe) runs with a steer and two follow-ups queued: the call
-  is interrupted, the steer goes into that task after the round, each follow-up runs a task of
-  its own, in submission order;
+- a kill while a command (not replay-safe) runs with a follow-up, a steer and a follow-up
+  re-queued as a steer: the call is interrupted, both steers go into that task after the round
+  (in submission order), the follow-up runs a task of its own;
 - a fork made inside the replay-safe call before the kill stays idle across the restart: the
   call it inherited is interrupted in it and never run again;
 - a fork at a call's ``tool.finished`` holds what that result recorded with it (todo list, file
@@ -89,6 +89,8 @@ async def test_a_kill_inside_a_replay_safe_call_a_streaming_answer_and_a_command
         await d.submit(token, cmd, "run", "run the slow one")
         await d.wait_running_call(token, cmd)
         cmd_seqs = await _queue_three(d, token, cmd)
+        r = await d.post(f"/sessions/{cmd}/inputs/f2/steer", token)  # re-queued as a steer before the kill
+        assert r.json() == {"requestId": "f2", "status": "queued", "whenBusy": "steer"}
 
         async with d.sse(token, params={"session": slow}) as stream:
             await d.submit(token, slow, "slow", "answer slowly")
@@ -138,8 +140,8 @@ async def test_a_kill_inside_a_replay_safe_call_a_streaming_answer_and_a_command
         assert [(it["role"], it["text"], it.get("status")) for it in view["items"]] == [
             ("user", "answer slowly", None), ("assistant", "alpha ", "aborted")]
 
-        # The command is interrupted (not run again); the steer goes into its task after the
-        # round, then each follow-up runs a task of its own, in the order they were sent.
+        # The command is interrupted (not run again); the steers (one re-queued as a steer before
+        # the kill) go into its task after the round, then the follow-up runs a task of its own.
         await d.wait_idle(token, cmd, timeout=20)
         events = await d.events(token, cmd)
         [done] = _of(events, "tool.finished")
@@ -149,8 +151,8 @@ async def test_a_kill_inside_a_replay_safe_call_a_streaming_answer_and_a_command
         assert {rid: submitted[rid] for rid in cmd_seqs} == cmd_seqs
         placed = [(e["body"]["input_request_id"], e["task_id"]) for e in _of(events, "input.placed")]
         tasks = [e["task_id"] for e in _of(events, "task.started")]
-        assert placed == [("run", tasks[0]), ("s1", tasks[0]), ("f1", tasks[1]), ("f2", tasks[2])]
-        assert done["seq"] < [e for e in _of(events, "input.placed")][1]["seq"]
+        assert placed == [("run", tasks[0]), ("s1", tasks[0]), ("f2", tasks[0]), ("f1", tasks[1])]
+        assert done["seq"] < _of(events, "input.placed")[1]["seq"]
         assert not (cwd / "workspaces" / "q" / "done.txt").exists()
 
 
