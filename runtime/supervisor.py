@@ -33,6 +33,11 @@ from .working_context import DescribeContext
 log = logging.getLogger("lens.supervisor")
 
 MAILBOX = 64
+# What a call's result records with its tool.finished, in the same write, naming the call (a
+# fork at the tool.finished is made after them: `Supervisor._end_of_result`). A `skill.loaded`
+# is not among them: a load due at a fork point is appended before the fork's first input.
+RESULT_RECORDS = (t.TodoUpdated, t.FileEdited, t.FileReverted, t.CapabilityLoaded, t.SkillUnloaded)
+RESULT_LOOKBACK = 16  # events read on either side of a fork point for that write (an edit stores 2 copies)
 
 # What reading a broken session's log raises: its damage (a body that does not decode, damaged
 # pages: the log's own errors, with their seq) or a failure of the storage under it. Anything
@@ -144,12 +149,47 @@ class Supervisor:
         if await self._fork_depth(source_session_id) >= MAX_FORK_DEPTH:
             raise ForkTooDeep(f"session {source_session_id!r} is a fork of a fork {MAX_FORK_DEPTH} levels deep, the "
                               "most there may be: fork a session earlier in that chain, or start a new one")
+        seq = await self._end_of_result(source_session_id, seq)
         project_id = await store.session_project(source_session_id)
         session_id = self.deps.new_id("ses")
         # (its model and thinking level are the source's as of seq: the actor reads them there)
         await self.call(session_id, Create(project_id, name=name,
                                            forked_from_session=source_session_id, forked_from_seq=seq))
         return session_id
+
+    async def _end_of_result(self, session_id: str, seq: int) -> int:
+        """Where a fork asked at ``seq`` is made: ``seq``, or, when ``seq`` is a call's
+        ``tool.finished`` (or one of the file copies stored with it), the last of the events its
+        result recorded with it in the same write (:data:`RESULT_RECORDS` of that call, and the
+        ``artifact.stored`` copies before a ``file.edited``). The log never held the call's result
+        without them, so a fork between them would start from a state the session never had: the
+        call answered ``ok`` while its todo list, file edit or loaded tools were missing."""
+        store = self.deps.store
+        try:
+            at = await store.read_events(after=seq - 1, limit=1, session_id=session_id)
+            if not at or at[0].seq != seq:
+                return seq
+            first = at[0].event
+            if isinstance(first, t.ArtifactStored):  # inside a write: whose result is it?
+                before = await store.read_events(session_id=session_id, to=seq - 1, after_session_seq=max(
+                    (at[0].session_seq or 0) - RESULT_LOOKBACK - 1, 0))
+                finished = next((se.event for se in reversed(before)
+                                 if not isinstance(se.event, t.ArtifactStored)), None)
+            else:
+                finished = first
+            if not isinstance(finished, t.ToolFinished):
+                return seq
+            end = seq
+            for se in await store.read_events(after=seq, limit=RESULT_LOOKBACK, session_id=session_id):
+                if isinstance(se.event, t.ArtifactStored):
+                    continue  # (a copy an edit stored: part of the write if a record of the call follows)
+                if isinstance(se.event, RESULT_RECORDS) and se.event.call_id == finished.call_id:
+                    end = se.seq
+                    continue
+                break
+            return end
+        except LogError:
+            return seq  # (a damaged event there is named by the fork's own read of the source)
 
     async def _fork_depth(self, session_id: str) -> int:
         """How many forks deep ``session_id`` is (0: no fork), counted up to MAX_FORK_DEPTH: each

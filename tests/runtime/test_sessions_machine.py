@@ -115,6 +115,25 @@ TOOLS = {
     "skill": FauxToolCall("skill", {"name": "review"}),
 }
 MAIN_ONLY = ("subagent", "todo")
+
+
+def fork_point(events: list[StoredEvent], seq: int) -> int:
+    """Where a fork asked at ``seq`` is made (docs/http-api.md): at a call's ``tool.finished``, or
+    a file copy stored with it, after the records its result wrote with it, naming that call."""
+    at = next(i for i, e in enumerate(events) if e.seq == seq)
+    finished = next((e.event for e in reversed(events[:at + 1]) if not isinstance(e.event, t.ArtifactStored)), None)
+    if not isinstance(finished, t.ToolFinished):
+        return seq
+    end = seq
+    for e in events[at + 1:]:
+        if isinstance(e.event, t.ArtifactStored):
+            continue
+        if (isinstance(e.event, (t.TodoUpdated, t.FileEdited, t.FileReverted, t.CapabilityLoaded, t.SkillUnloaded))
+                and e.event.call_id == finished.call_id):
+            end = e.seq
+            continue
+        break
+    return end
 # No round kept as written (a manual compaction of a short conversation has something to
 # replace); automatic compaction on at the default 80 % of a window the conversations reach in a
 # few rounds; pruning on, of every result older than the last response. A session's saved
@@ -450,13 +469,15 @@ class SessionsMachine(RuntimeMachine):
         level are the source's as of that event; it is then given a model of its own name."""
         source = pick(data, self.sessions)
         events = self.of(source.sid)
-        seq = pick(data, events).seq
+        seq = pick_seq = pick(data, events).seq
         if len(self.sessions) >= MAX_SESSIONS:
             return
+        seq = fork_point(events, seq)  # (a call's result is forked with what it recorded)
         expected = self.fresh_state(source.sid, seq)
-        fork_sid = self.host.run(self.rt.sup.fork_session, source.sid, seq)
+        fork_sid = self.host.run(self.rt.sup.fork_session, source.sid, pick_seq)
         got = self.state(fork_sid)
         assert got.forked_from_session == source.sid and got.forked_from_seq == seq
+        assert got.todos == expected.todos
         assert got.project_id == source.project and not got.deleted
         assert (got.model, got.thinking_level) == (expected.model, expected.thinking_level)
         assert set(got.agents) == set(expected.agents)
