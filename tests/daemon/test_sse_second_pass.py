@@ -7,13 +7,15 @@ frames, the filters and their limits, every resume position, heartbeats, revocat
 clients and restarts already. This module covers what they leave:
 
 - the stream over HTTP/2 (prior knowledge): the same bytes as over HTTP/1.1, resumed with a
-  ``last-event-id`` field, a multi-MiB data line and a command's output holding CRLF and a lone
-  CR, then live events on two streams of one connection;
+  ``last-event-id`` field (which wins over ``?after=``), multi-MiB data lines and a command's
+  output holding CRLF and a lone CR, replayed and live, on three streams of one connection;
 - two hundred subscribers at once, each given the same live event, then all gone: the daemon's
   trio tasks and stream bodies are back to what they were;
 - a client that reads nothing while 10,000 events are written with the default buffer: the
   writer's acknowledgements keep their pace, the client is dropped with ``stream.dropped`` naming
   the last seq it got, and a resume from there gets every later event once, in order.
+- a fork's events on the streams of its session and its project, never on its parent's;
+- a strong credential's trust lowered by hand in the pair file while its stream is open.
 
 Nothing sleeps for ordering: every wait is on an observable condition with a deadline.
 """
@@ -30,7 +32,8 @@ import h2.connection
 import h2.events
 import trio
 
-from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, parse_block, run_tool
+from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, error_of, parse_block, run_tool
+from .test_auth import edit_pair_file, record
 from .test_sse import chunked_events, open_slow_stream, read_response
 from .test_sse_acceptance import raw_stream
 from .test_sse_write_stall import open_streams
@@ -49,9 +52,9 @@ def task_names() -> list[str]:
     return out
 
 
-def frames(body: bytes) -> list[bytes]:
+def frames(body: bytes | bytearray) -> list[bytes]:
     """The event blocks of a stream's payload (comment blocks left out; a cut last block too)."""
-    return [b for b in body.split(b"\n\n")[:-1] if b and not b.startswith(b":")]
+    return [bytes(b) for b in body.split(b"\n\n")[:-1] if b and not b.startswith(b":")]
 
 
 class H2Client:
@@ -61,20 +64,20 @@ class H2Client:
         self.stream, self.port = stream, port
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.initiate_connection()
-        self.data: dict[int, bytes] = {}
+        self.data: dict[int, bytearray] = {}
         self.status: dict[int, str] = {}
         self.resets: set[int] = set()
         self.changed = trio.Event()
 
     def get(self, stream_id: int, path: str, token: str, **fields: str) -> None:
-        self.data[stream_id] = b""
+        self.data[stream_id] = bytearray()
         self.conn.send_headers(stream_id, [(":method", "GET"), (":path", f"{API}{path}"), (":scheme", "http"),
                                            (":authority", f"127.0.0.1:{self.port}"),
                                            ("authorization", f"Bearer {token}"), *fields.items()], end_stream=True)
 
     async def run(self) -> None:
         await self.stream.send_all(self.conn.data_to_send())
-        while data := await self.stream.receive_some(1 << 16):
+        while data := await self.stream.receive_some(1 << 20):
             for ev in self.conn.receive_data(data):
                 if isinstance(ev, h2.events.ResponseReceived):
                     self.status[ev.stream_id] = dict(ev.headers)[b":status"].decode()
@@ -129,14 +132,18 @@ async def test_over_http2_the_stream_is_the_same_bytes_resumes_and_goes_live(dae
         assert frames(client.data[1]) == h1_frames  # byte for byte what HTTP/1.1 carries
         assert frames(client.data[3]) == [f for f in h1_frames if parse_block(f).id > mid]
         assert frames(client.data[5]) == []
-        more = (await d.submit(token, sid, "after", "one more\r\n"))["seq"]
+        more = (await d.submit(token, sid, "after", "live\r" + BIG_TEXT))["seq"]  # live, multi-MiB too
 
-        def has_more(s: int) -> bool:
-            return more in [parse_block(f).id for f in frames(client.data[s])]
-        await client.until(lambda: all(has_more(s) for s in (1, 3, 5)))
+        def has_more(s: int) -> bool:  # (its frame whole)
+            head = f"id: {more}\n".encode()
+            return head in client.data[s] and b"\n\n" in client.data[s].rpartition(head)[2]
+        await client.until(lambda: all(has_more(s) for s in (1, 3, 5)), timeout=60)
         for s in (1, 3, 5):
-            ids = [parse_block(f).id for f in frames(client.data[s])]
+            blocks = [parse_block(f) for f in frames(client.data[s])]
+            ids = [m.id for m in blocks if m.id is not None]  # (model.delta frames carry no id)
             assert ids == sorted(set(ids)) and ids[-1] >= more, (s, ids[-5:])
+            text = next(m for m in blocks if m.id == more).json()["body"]["content"][0]["text"]
+            assert text == "live\r" + BIG_TEXT, s
         assert not client.resets
         nursery.cancel_scope.cancel()
 
@@ -275,3 +282,50 @@ async def test_a_client_reading_nothing_through_10000_events_is_dropped_and_resu
         assert got + again.seqs == acks
     for sid in sids:
         await daemon.post(f"/sessions/{sid}/abort", strong)
+
+
+async def test_a_fork_streams_under_its_own_session_and_its_project(daemon: Daemon, strong: str):
+    """A fork is a session of its own: its events (from its ``session.created`` on) are on a stream
+    of its id and of its project, never on one of the session it was forked from."""
+    p = await daemon.project(strong, "p")
+    sid = (await daemon.session(strong, p["id"]))["id"]
+    await daemon.submit(strong, sid, "r1", "before the fork")
+    await daemon.wait_idle(strong, sid)
+    parent = [e["seq"] for e in await daemon.events(strong, sid)]
+    async with daemon.sse(strong, params={"session": sid}, last_event_id=0) as of_parent, \
+            daemon.sse(strong, params={"project": p["id"]}, last_event_id=0) as of_project:
+        r = await daemon.post(f"/sessions/{sid}/fork", strong, {"seq": parent[-1]})
+        assert r.status_code == 201, r.text
+        fid = r.json()["id"]
+        await daemon.submit(strong, fid, "r2", "in the fork")
+        await daemon.wait_idle(strong, fid)
+        fork = [e["seq"] for e in await daemon.events(strong, fid)]
+        assert fork[0] > parent[-1]
+        await daemon.submit(strong, sid, "r3", "after the fork")  # (the parent's stream reads on past the fork)
+        await daemon.wait_idle(strong, sid)
+        parent = [e["seq"] for e in await daemon.events(strong, sid)]
+        await of_parent.until(lambda m: m.id == parent[-1])
+        await of_project.until(lambda m: m.id == max(parent[-1], fork[-1]))
+        assert of_parent.seqs == parent
+        assert of_project.seqs == sorted([p["seq"], *parent, *fork])
+    async with daemon.sse(strong, params={"session": fid}, last_event_id=0) as of_fork:
+        await of_fork.until(lambda m: m.id == fork[-1])
+        assert of_fork.seqs == fork
+        assert of_fork.messages[1].event == "session.created"
+
+
+async def test_trust_lowered_by_hand_in_the_pair_file_ends_the_open_stream_at_once(daemon: Daemon, strong: str):
+    """A strong credential's record edited to read-only trust matches no credential any more (a
+    credential is bound to the trust it was issued with): its open stream ends with the code a
+    request with it now gets, and it cannot resume."""
+    token = await daemon.pair("lowered", strong=True)
+    p = await daemon.project(strong, "p")
+    async with daemon.sse(token, last_event_id=0) as stream:
+        await stream.until(lambda m: m.id == p["seq"])
+        edit_pair_file(daemon, lambda data: record(data, "lowered").update(trust="read"))
+        end = await stream.until(lambda m: m.event is not None and m.id is None)
+        assert end.event == "stream.end"
+        assert end.json() == {"reason": "credential revoked", "code": "AUTH_INVALID", "lastEventId": p["seq"]}
+        assert await stream.to_end() == []
+    r = await daemon.get("/events/stream", token, headers={"Last-Event-ID": str(p["seq"])})
+    assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
