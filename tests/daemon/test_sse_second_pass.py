@@ -15,7 +15,9 @@ clients and restarts already. This module covers what they leave:
   writer's acknowledgements keep their pace, the client is dropped with ``stream.dropped`` naming
   the last seq it got, and a resume from there gets every later event once, in order.
 - a fork's events on the streams of its session and its project, never on its parent's;
-- a strong credential's trust lowered by hand in the pair file while its stream is open.
+- a strong credential's trust lowered by hand in the pair file while its stream is open;
+- one frame larger than the 32 MiB a client may fall behind, read as it comes over HTTP/2;
+- a deleted session's stream: its events up to ``session.deleted``, then heartbeats.
 
 Nothing sleeps for ordering: every wait is on an observable condition with a deadline.
 """
@@ -235,9 +237,9 @@ def p99(xs: list[float]) -> float:
 
 async def test_a_client_reading_nothing_through_10000_events_is_dropped_and_resumes_exactly(
         daemon_factory: DaemonFactory):
-    # The writes take longer than the 30 s after which a client that takes no byte is reset
-    # without a final event (docs/http-api.md); that bound is lifted here so the drop is what
-    # this client meets.
+    # On a loaded machine the writes take longer than the 30 s after which a client that takes no
+    # byte is reset without a final event (docs/http-api.md); that bound is lifted here so the
+    # drop is what this client meets.
     daemon = await daemon_factory(write_stall_seconds=600)
     strong = await daemon.pair("c", strong=True)
     p = await daemon.project(strong)
@@ -329,3 +331,53 @@ async def test_trust_lowered_by_hand_in_the_pair_file_ends_the_open_stream_at_on
         assert await stream.to_end() == []
     r = await daemon.get("/events/stream", token, headers={"Last-Event-ID": str(p["seq"])})
     assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
+
+
+async def test_one_frame_larger_than_the_byte_bound_reaches_an_http2_reader_that_keeps_up(
+        daemon_factory: DaemonFactory):
+    """A client is dropped when it is 32 MiB behind; one event whose frame alone is past that (6 MiB
+    of a control character, escaped as ``\\u0001`` in the JSON: 36 MiB) is no lateness for a reader
+    taking it as it comes. On the path where the stream's task writes (HTTP/2) it gets the frame
+    whole and the next event after it, with no ``stream.dropped``."""
+    d = await daemon_factory(config={"server": {"maxBodyBytes": 64 * 1024 * 1024}})
+    token = await d.pair("c", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "busy", BUSY)  # the run holds: each input below is one event
+    await d.wait_running_call(token, sid)
+    text = "\x01" * (6 * 1024 * 1024)
+    async with await trio.open_tcp_stream("127.0.0.1", d.port) as tcp, trio.open_nursery() as nursery:
+        client = H2Client(tcp, d.port)
+        client.get(1, f"/events/stream?session={sid}", token)
+        nursery.start_soon(client.run)
+        await client.until(lambda: b": lens stream\n\n" in client.data[1])
+        r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "big", "content": text}, timeout=60)
+        assert r.status_code == 202, r.text
+        big = r.json()["seq"]
+        small = (await d.submit(token, sid, "small", "small"))["seq"]
+
+        def ended() -> bool:  # (the tail alone: the body is tens of MB)
+            tail = bytes(client.data[1][-4096:])
+            return f"id: {small}\n".encode() in tail and tail.endswith(b"\n\n") or b"\nevent: stream." in tail
+        await client.until(ended, timeout=60)
+        blocks = [parse_block(b) for b in frames(client.data[1])]
+        assert [(m.id, m.event) for m in blocks] == [(big, "input.submitted"), (small, "input.submitted")]
+        assert len(blocks[0].data) > 32 * 1024 * 1024
+        assert blocks[0].json()["body"]["content"][0]["text"] == text
+        assert not client.resets
+        nursery.cancel_scope.cancel()
+    await d.post(f"/sessions/{sid}/abort", token)
+
+
+async def test_a_deleted_sessions_stream_replays_to_its_deletion_and_stays_open(daemon_factory: DaemonFactory):
+    d = await daemon_factory(config={"server": {"heartbeatSeconds": 0.2}})
+    token = await d.pair("c", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    r = await d.request("DELETE", f"/sessions/{sid}", token, json_body={})
+    assert r.status_code == 200, r.text
+    logged = [e["seq"] for e in await d.events(token, sid)]
+    async with d.sse(token, params={"session": sid}, last_event_id=0) as stream:
+        last = await stream.until(lambda m: m.id == logged[-1])
+        assert last.event == "session.deleted" and stream.seqs == logged
+        assert (await stream.next()).comment == "ping"  # open, and quiet but for heartbeats
