@@ -27,6 +27,9 @@ from tools.artifacts import ArtifactStore
 from tools.executor.commands import MAX_OUTPUT, MAX_TIMEOUT_MS
 from tools.workspace_tools import workspace_tools
 
+from tests.daemon.conftest import Daemon, daemon, daemon_factory, run_tool  # noqa: F401  (fixtures)
+from tests.files.sample_images import JPEG
+
 from .conftest import ExecutorProcess, running_pool
 from .test_tools import CoreTools, core, fails, sub  # noqa: F401  (core and sub are fixtures)
 
@@ -256,3 +259,54 @@ async def test_an_edit_waits_for_a_write_holding_the_domain_and_a_read_for_that_
                     assert order == [] and f.read_text() == "before\n"
         assert sorted(order) == ["edit", "read"]
         assert read_text == ["after\n"]  # the read ran once the edit had written
+
+
+# ---------------------------------------------------------------------------- through the daemon
+
+
+async def test_through_the_daemon_edits_revert_newest_first_and_refusals_keep_their_codes(daemon: Daemon) -> None:
+    """The faux model calls the tools (``/tool NAME ARGS``) in a session of a real daemon whose
+    default config spawns the project's executor: what a client reads is ``tool.finished``."""
+    token = await daemon.pair("second-pass", strong=True)
+    project = await daemon.project(token)
+    sid = (await daemon.session(token, project["id"]))["id"]
+    ws = Path(project["workspace"])
+    n = iter(range(100))
+
+    async def call(name: str, args: dict) -> dict:
+        return await run_tool(daemon, token, sid, f"r{next(n)}", name, args)
+
+    made = await call("edit_file", {"path": "d/a.txt", "mode": "create", "content": "v0\n"})
+    assert made["structured_content"] == {"path": "d/a.txt", "changed": True, "units_applied": 1, "bytes_written": 3}
+    patched = await call("patch_file", {"path": "d/a.txt", "patch": "@@\n-v0\n+v1\n"})
+    assert patched["structured_content"]["bytes_written"] == 3 and (ws / "d/a.txt").read_text() == "v1\n"
+
+    refused = await call("revert_call", {"call_id": made["call_id"]})
+    assert refused["error_code"] == "CONFLICT" and "d/a.txt: the file changed since that call" in \
+        refused["content"][0]["text"]
+    assert (ws / "d/a.txt").read_text() == "v1\n"
+    assert not (await call("revert_call", {"call_id": patched["call_id"]}))["is_error"]
+    assert (ws / "d/a.txt").read_text() == "v0\n"
+    assert not (await call("revert_call", {"call_id": made["call_id"]}))["is_error"]
+    assert not (ws / "d/a.txt").exists()
+
+    (ws / "d/many.txt").write_text("".join(f"l{i}\n" for i in range(200)))
+    for name, args, code, says in [
+            ("read_file", {"path": "d/many.txt", "offset": 0, "start_line": 1}, "INVALID_ARGUMENT",
+             "give start_line or offset, not both"),
+            ("patch_file", {"path": "d/many.txt", "patch": "".join(f"@@\n-l{i}\n+L{i}\n" for i in range(129))},
+             "TOO_MANY_UNITS", "more than 128 hunks"),
+            ("edit_file", {"path": "d/many.txt", "mode": "edit",
+                           "edits": [{"old_string": f"l{i}\n", "new_string": "x"} for i in range(129)]},
+             "TOO_MANY_UNITS", "129 edits; at most 128"),
+            ("read_file", {"path": "../outside.txt"}, "PATH_OUTSIDE_WORKSPACE", "../outside.txt")]:
+        body = await call(name, args)
+        assert (body["status"], body["error_code"]) == ("error", code), (name, body)
+        assert body["structured_content"]["error"]["code"] == code and says in body["content"][0]["text"], body
+    assert (ws / "d/many.txt").read_text() == "".join(f"l{i}\n" for i in range(200))
+
+    # an image is known by its bytes, not its name: JPEG bytes named .png are a JPEG
+    (ws / "d/photo.png").write_bytes(JPEG)
+    seen = await call("view_image", {"path": "d/photo.png"})
+    assert not seen["is_error"], seen
+    assert (seen["structured_content"]["mime"], seen["structured_content"]["size"]) == ("image/jpeg", len(JPEG))
