@@ -319,8 +319,15 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                             written_path=_fs_bytes(out.written))
 
     def Run(self, request: pb.CommandRequest, context: grpc.ServicerContext) -> Any:
-        timeout = min(request.timeout_ms or DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)
-        cap = min(request.max_output_bytes or DEFAULT_MAX_OUTPUT, MAX_OUTPUT)
+        # A bound past its most is refused, not lowered: a command run under a shorter timeout or
+        # a smaller cap than asked would end "timed out" or "truncated" with nothing saying why.
+        for name, value, most in (("timeout_ms", request.timeout_ms, MAX_TIMEOUT_MS),
+                                  ("max_output_bytes", request.max_output_bytes, MAX_OUTPUT)):
+            if value > most:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"INVALID_ARGUMENT: {name} {value} is past the most, {most} (0: the default)")
+        timeout = request.timeout_ms or DEFAULT_TIMEOUT_MS
+        cap = request.max_output_bytes or DEFAULT_MAX_OUTPUT
         if "\0" in request.command or "\0" in request.cwd or "\0" in request.cwd_leads_to:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT: command and cwd cannot hold NUL characters")
         try:
