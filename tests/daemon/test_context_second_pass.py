@@ -1,0 +1,152 @@
+"""SPEC §3 F-CTX-1 … F-CTX-5 (with §4 F-MOD-2) driven over HTTP as a client who has read only the
+spec, README and docs/: the edges the earlier context tests leave out — an edit repeated, an id of
+another session, a compaction asked twice, one of a fork, history search over what a compaction
+replaced, and the Anthropic wire of an instruction added later."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..providers.servers import anthropic as an
+from ..providers.servers import openai_chat as oc
+from ..providers.servers.base import ScriptedServer
+from .conftest import error_of
+from .keyleaks import loop_config
+
+KEY_ENV = "LENS_TEST_CTX2_KEY"
+
+
+async def _loop_daemon(daemon_factory, nursery, monkeypatch, **more: Any):
+    monkeypatch.setenv(KEY_ENV, "sk-test-ctx2-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config=loop_config(url, KEY_ENV, **more))
+    token = await d.pair("c", strong=True)
+    return loop, d, token
+
+
+async def _turn(d, token: str, sid: str, loop: ScriptedServer, rid: str, text: str, *replies: Any) -> dict[str, Any]:
+    loop.push(*replies)
+    await d.submit(token, sid, rid, text)
+    view = await d.wait_idle(token, sid)
+    assert view["status"] == "idle", view
+    return loop.bodies[-1]
+
+
+async def test_repeated_and_foreign_snips_then_include_then_compact_twice_and_search_what_it_replaced(
+        daemon_factory, nursery, monkeypatch):
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch,
+                                        context={"compaction": {"keepRecentTokens": 0}})
+    project = await d.project(token)
+    (Path(project["workspace"]) / "a.txt").write_text("OKAPI-CONTENT " * 40)
+    sid = (await d.session(token, project["id"]))["id"]
+    other = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r1", "read a.txt", oc.chat_stream(calls=[("call_a", "read_file", {"path": "a.txt"})]),
+                oc.chat_stream(text="read it"))
+    await _turn(d, token, other, loop, "o1", "hello other", oc.chat_stream(text="other answer"))
+    [call] = [it for it in (await d.view(token, sid))["items"] if it["role"] == "tool_call"]
+    result_id = call["result"]["itemId"]
+    other_ids = [it["id"] for it in (await d.view(token, other))["items"]]
+
+    # The same snip twice: the second changes nothing, records nothing.
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [result_id]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    n = len(await d.events(token, sid))
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [result_id]})
+    assert r.status_code == 200 and r.json()["changed"] is False, r.text
+    assert (r.json()["seq"], r.json()["itemIds"], r.json()["items"]) == (None, [], []), r.text
+    assert len(await d.events(token, sid)) == n
+
+    # An item of another session of the same project is not this session's: 404 naming it, nothing
+    # written, and the other session's item is untouched.
+    for path, body in (("context/snip", {"itemIds": [other_ids[0]]}), ("context/include", {"itemId": other_ids[0]}),
+                       ("context/hide", {"itemIds": [other_ids[0]]})):
+        r = await d.post(f"/sessions/{sid}/{path}", token, body)
+        assert r.status_code == 404 and error_of(r) == "CONTEXT_ITEM_NOT_FOUND", (path, r.text)
+        assert other_ids[0] in r.json()["error"]["message"], r.text
+    assert len(await d.events(token, sid)) == n
+    assert all(it["context"] == "visible" for it in (await d.view(token, other))["items"])
+
+    # Include Result of the snipped result, by its item id: back whole in the next request.
+    r = await d.post(f"/sessions/{sid}/context/include", token, {"itemId": result_id})
+    assert r.status_code == 200 and r.json()["items"] == [{"id": result_id, "context": "included"}], r.text
+    body = await _turn(d, token, sid, loop, "r2", "again", oc.chat_stream(text="second"))
+    [sent] = [m["content"] for m in body["messages"] if m.get("tool_call_id") == "call_a"]
+    assert sent.count("OKAPI-CONTENT") == 40, sent[:200]
+
+    # Compact, then compact again at once: the second has nothing to replace.
+    loop.push(oc.chat_stream(text="SUMMARY: a.txt was read."))
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    n = len(await d.events(token, sid))
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 409 and error_of(r) == "NOTHING_TO_COMPACT", r.text
+    assert len(await d.events(token, sid)) == n and len(loop.bodies) == 5  # (no second summary asked for)
+
+    # The Working Context lost the result; the Full Context did not: history search finds it.
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert result_id not in context["workingItemIds"], context["workingItemIds"]
+    r = await d.post("/history/search", token, {"projectId": project["id"], "query": "OKAPI-CONTENT", "sessionId": sid})
+    assert r.status_code == 200, r.text
+    assert result_id in [x["contextItemId"] for x in r.json()["results"]], r.json()
+    body = await _turn(d, token, sid, loop, "r3", "third", oc.chat_stream(text="third answer"))
+    assert "OKAPI-CONTENT" not in json.dumps(body["messages"])
+
+
+async def test_a_fork_compacts_its_own_context_and_the_source_keeps_its_items(daemon_factory, nursery, monkeypatch):
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch,
+                                        context={"compaction": {"keepRecentTokens": 0}})
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r1", "my wombat is Bo", oc.chat_stream(text="noted WOMBAT"))
+    await _turn(d, token, sid, loop, "r2", "and my emu is Jo", oc.chat_stream(text="noted EMU"))
+    last = (await d.events(token, sid))[-1]["seq"]
+    r = await d.post(f"/sessions/{sid}/fork", token, {"seq": last})
+    assert r.status_code == 201, r.text
+    fork = r.json()["id"]
+    source_before = (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"]
+
+    loop.push(oc.chat_stream(text="SUMMARY: wombat Bo, emu Jo."))
+    r = await d.post(f"/sessions/{fork}/compact", token)
+    assert r.status_code == 200, r.text
+    assert "noted WOMBAT" in json.dumps(loop.bodies[-1])  # (the fork's inherited items were summarized)
+    fork_ctx = (await d.get(f"/sessions/{fork}/context", token)).json()
+    assert len(fork_ctx["workingItemIds"]) == 1, fork_ctx
+    assert (await d.get(f"/sessions/{sid}/context", token)).json()["workingItemIds"] == source_before
+    marks = {it["id"]: it["context"] for it in (await d.view(token, sid))["items"]}
+    assert set(marks.values()) == {"visible"}, marks
+
+    body = await _turn(d, token, sid, loop, "r3", "names?", oc.chat_stream(text="Bo and Jo"))
+    texts = [m.get("content") for m in body["messages"][1:]]
+    assert texts == ["my wombat is Bo", "noted WOMBAT", "and my emu is Jo", "noted EMU", "names?"], texts
+    body = await _turn(d, token, fork, loop, "f1", "names?", oc.chat_stream(text="Bo and Jo"))
+    assert "noted WOMBAT" not in json.dumps(body["messages"]) and "SUMMARY: wombat Bo" in json.dumps(body["messages"])
+
+
+async def test_anthropic_gets_a_later_skill_as_a_marked_user_block_and_the_log_keeps_it_unmarked(
+        daemon_factory, nursery, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-test-ctx2-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config={"providers": [
+        {"id": "loop", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": KEY_ENV, "maxRetries": 0,
+         "models": [{"id": "m"}]}], "defaultModel": "loop/m"})
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    skill = Path(project["workspace"], "skills", "review")
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-DESC\n---\nREVIEW-STEPS: read twice.\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r1", "first", an.message_stream(text="one"))
+    body = await _turn(d, token, sid, loop, "r2", "/skill:review second", an.message_stream(text="two"))
+    blocks = [(m["role"], b) for m in body["messages"]
+              for b in ([{"type": "text", "text": m["content"]}] if isinstance(m["content"], str) else m["content"])]
+    [(role, block)] = [(r, b) for r, b in blocks if "REVIEW-STEPS" in b.get("text", "")]
+    assert role == "user" and block["text"].startswith("Lens instruction update:"), block
+    assert "REVIEW-STEPS" not in json.dumps(body["system"])
+    logged = json.dumps([e for e in await d.events(token, sid)])
+    assert "REVIEW-STEPS" in logged and "Lens instruction update" not in logged
+    view = json.dumps((await d.view(token, sid))["items"])
+    assert "Lens instruction update" not in view
