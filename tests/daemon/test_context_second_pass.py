@@ -9,10 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from ..providers.servers import anthropic as an
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
-from .conftest import error_of
+from .conftest import error_of, wait_until
 from .keyleaks import loop_config
 
 KEY_ENV = "LENS_TEST_CTX2_KEY"
@@ -150,3 +152,79 @@ async def test_anthropic_gets_a_later_skill_as_a_marked_user_block_and_the_log_k
     assert "REVIEW-STEPS" in logged and "Lens instruction update" not in logged
     view = json.dumps((await d.view(token, sid))["items"])
     assert "Lens instruction update" not in view
+
+
+async def test_a_snip_while_the_task_runs_applies_to_its_next_request(daemon_factory, nursery, monkeypatch):
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r1", "SNIP-WHILE-RUNNING first", oc.chat_stream(text="first answer"))
+    first = (await d.view(token, sid))["items"][0]
+    gate = trio.Event()
+    held = oc.chat_stream(calls=[("call_t", "get_system_time", {})])
+    held.gate = gate
+    loop.push(held, oc.chat_stream(text="done"))
+    await d.submit(token, sid, "r2", "what time is it?")
+    await wait_until(lambda: _n_requests(loop, 2), what="the held request")
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [first["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    gate.set()
+    await d.wait_idle(token, sid)
+    asked, after = loop.bodies[-2], loop.bodies[-1]
+    assert "SNIP-WHILE-RUNNING" in json.dumps(asked["messages"])  # (sent before the snip)
+    assert "SNIP-WHILE-RUNNING" not in json.dumps(after["messages"]), after["messages"]
+    assert [m.get("tool_call_id") for m in after["messages"] if m["role"] == "tool"] == ["call_t"]
+
+
+async def _n_requests(loop: ScriptedServer, n: int) -> bool:
+    return len(loop.requests) >= n
+
+
+async def test_a_fork_from_before_a_compaction_sends_what_the_compaction_replaced(daemon_factory, nursery, monkeypatch):
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch,
+                                        context={"compaction": {"keepRecentTokens": 0}})
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r1", "my gecko is Zed", oc.chat_stream(text="noted GECKO"))
+    before = (await d.events(token, sid))[-1]["seq"]
+    loop.push(oc.chat_stream(text="SUMMARY: gecko Zed."))
+    assert (await d.post(f"/sessions/{sid}/compact", token)).status_code == 200
+    r = await d.post(f"/sessions/{sid}/fork", token, {"seq": before})
+    assert r.status_code == 201, r.text
+    fork = r.json()["id"]
+    marks = {it["id"]: it["context"] for it in (await d.view(token, fork))["items"]}
+    assert set(marks.values()) == {"visible"}, marks
+    body = await _turn(d, token, fork, loop, "f1", "gecko?", oc.chat_stream(text="Zed"))
+    assert [m.get("content") for m in body["messages"][1:]] == ["my gecko is Zed", "noted GECKO", "gecko?"]
+    body = await _turn(d, token, sid, loop, "r2", "gecko?", oc.chat_stream(text="Zed"))
+    assert "noted GECKO" not in json.dumps(body["messages"]) and "SUMMARY: gecko Zed." in json.dumps(body["messages"])
+
+
+async def test_anthropic_after_a_compaction_starts_with_a_user_turn_and_keeps_the_later_skill_marked(
+        daemon_factory, nursery, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-test-ctx2-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config={"providers": [
+        {"id": "loop", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": KEY_ENV, "maxRetries": 0,
+         "models": [{"id": "m"}]}], "defaultModel": "loop/m", "context": {"compaction": {"keepRecentTokens": 0}}})
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    skill = Path(project["workspace"], "skills", "review")
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-DESC\n---\nREVIEW-STEPS: read twice.\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r1", "first", an.message_stream(text="one"))
+    await _turn(d, token, sid, loop, "r2", "/skill:review second", an.message_stream(text="two"))
+    loop.push(an.message_stream(text="SUMMARY-TEXT: asked twice."))
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    body = await _turn(d, token, sid, loop, "r3", "third", an.message_stream(text="three"))
+    msgs = body["messages"]
+    assert msgs[0]["role"] == "user", msgs
+    roles = [m["role"] for m in msgs]
+    assert all(a != b for a, b in zip(roles, roles[1:])), roles  # (turns alternate)
+    text = json.dumps(msgs)
+    assert "SUMMARY-TEXT" in text and "REVIEW-STEPS" in text and '"one"' not in text, msgs
+    assert text.index("SUMMARY-TEXT") < text.index("REVIEW-STEPS") < text.index("third"), msgs
+    assert "REVIEW-STEPS" not in json.dumps(body["system"])
