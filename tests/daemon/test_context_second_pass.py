@@ -228,3 +228,54 @@ async def test_anthropic_after_a_compaction_starts_with_a_user_turn_and_keeps_th
     assert "SUMMARY-TEXT" in text and "REVIEW-STEPS" in text and '"one"' not in text, msgs
     assert text.index("SUMMARY-TEXT") < text.index("REVIEW-STEPS") < text.index("third"), msgs
     assert "REVIEW-STEPS" not in json.dumps(body["system"])
+
+
+async def test_a_pruned_result_is_kept_in_the_view_and_history_and_once_included_is_not_pruned_again(
+        daemon_factory, nursery, monkeypatch):
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch, context={
+        "pruneToolResults": {"enabled": True, "minTokens": 1, "keepRecentRounds": 1}})
+    project = await d.project(token)
+    (Path(project["workspace"]) / "big.txt").write_text("PANGOLIN-LINE\n" * 300)
+    sid = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r0", "read big.txt", oc.chat_stream(calls=[("call_big", "read_file", {"path": "big.txt"})]),
+                oc.chat_stream(text="read"))
+    body = await _turn(d, token, sid, loop, "r1", "next", oc.chat_stream(text="one"))
+
+    def sent(body: dict[str, Any]) -> str:
+        [m] = [m for m in body["messages"] if m.get("tool_call_id") == "call_big"]
+        return m["content"]
+
+    assert "PANGOLIN-LINE" not in sent(body)  # pruned on the wire
+    [call] = [it for it in (await d.view(token, sid))["items"] if it["role"] == "tool_call"]
+    result_id = call["result"]["itemId"]
+    assert call["result"]["context"] == "pruned", call
+    r = await d.get(f"/history/items/{result_id}", token)
+    assert r.status_code == 200 and r.json()["text"].count("PANGOLIN-LINE") == 300, r.text[:200]
+    r = await d.post("/history/search", token, {"projectId": project["id"], "query": "PANGOLIN-LINE"})
+    assert result_id in [x["contextItemId"] for x in r.json()["results"]], r.text
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert result_id in context["workingItemIds"]  # (as its placeholder)
+
+    r = await d.post(f"/sessions/{sid}/context/include", token, {"callId": "call_big"})
+    assert r.status_code == 200 and r.json()["items"] == [{"id": result_id, "context": "included"}], r.text
+    for i in range(2, 5):  # rounds past keepRecentRounds: the included result is never pruned again
+        body = await _turn(d, token, sid, loop, f"r{i}", f"question {i}", oc.chat_stream(text=f"answer {i}"))
+        assert sent(body).count("PANGOLIN-LINE") == 300, i
+    prunes = [e for e in await d.events(token, sid) if e["kind"] == "context.edited" and e["body"].get("op") == "prune"]
+    assert len(prunes) == 1, prunes
+
+
+async def test_include_of_an_item_that_is_no_tool_result_points_to_unsnip(daemon_factory):
+    d = await daemon_factory()
+    token = await d.pair("c", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello")
+    await d.wait_idle(token, sid)
+    user = (await d.view(token, sid))["items"][0]["id"]
+    assert (await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [user]})).status_code == 200
+    r = await d.post(f"/sessions/{sid}/context/include", token, {"itemId": user})
+    assert r.status_code == 400 and error_of(r) == "CONTEXT_EDIT_INVALID", r.text
+    message = r.json()["error"]["message"]
+    assert user in message and "unsnip" in message, message
+    r = await d.post(f"/sessions/{sid}/context/unsnip", token, {"itemIds": [user]})
+    assert r.status_code == 200 and r.json()["items"] == [{"id": user, "context": "visible"}], r.text
