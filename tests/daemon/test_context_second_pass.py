@@ -279,3 +279,38 @@ async def test_include_of_an_item_that_is_no_tool_result_points_to_unsnip(daemon
     assert user in message and "unsnip" in message, message
     r = await d.post(f"/sessions/{sid}/context/unsnip", token, {"itemIds": [user]})
     assert r.status_code == 200 and r.json()["items"] == [{"id": user, "context": "visible"}], r.text
+
+
+async def test_a_snip_made_while_a_manual_compaction_summarizes_drops_the_summary(daemon_factory, nursery, monkeypatch):
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch,
+                                        context={"compaction": {"keepRecentTokens": 0}})
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r1", "KEEP-OUT first", oc.chat_stream(text="one"))
+    await _turn(d, token, sid, loop, "r2", "second", oc.chat_stream(text="two"))
+    first = (await d.view(token, sid))["items"][0]["id"]
+    gate = trio.Event()
+    held = oc.chat_stream(text="SUMMARY that saw KEEP-OUT", usage=oc.usage(30, 5))
+    held.gate = gate
+    loop.push(held)
+    answers: list[Any] = []
+
+    async def compact() -> None:
+        answers.append(await d.post(f"/sessions/{sid}/compact", token))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(compact)
+        await wait_until(lambda: _n_requests(loop, 3), what="the summarizing request")
+        r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [first]})
+        assert r.status_code == 200 and r.json()["changed"] is True, r.text
+        gate.set()
+    [r] = answers
+    assert r.status_code == 502 and error_of(r) == "COMPACTION_FAILED", r.text
+    assert "changed while it was summarized" in r.json()["error"]["message"], r.text
+    context = (await d.get(f"/sessions/{sid}/context", token)).json()
+    assert context["compactions"] == 0 and context["compactionFailed"]["trigger"] == "manual", context
+    marks = {c["id"]: c["context"] for c in context["items"]}
+    assert marks[first] == "snipped" and set(marks.values()) == {"snipped", "visible"}, marks
+    assert (await d.view(token, sid))["usage"]["requests"] == 3  # (the dropped summary's request counts)
+    body = await _turn(d, token, sid, loop, "r3", "third", oc.chat_stream(text="three"))
+    assert "KEEP-OUT" not in json.dumps(body["messages"]) and "SUMMARY" not in json.dumps(body["messages"])
