@@ -14,6 +14,7 @@ import trio
 from ..providers.servers import anthropic as an
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
+from ..providers.wire import check_anthropic_turns
 from .conftest import error_of, wait_until
 from .keyleaks import loop_config
 
@@ -314,3 +315,38 @@ async def test_a_snip_made_while_a_manual_compaction_summarizes_drops_the_summar
     assert (await d.view(token, sid))["usage"]["requests"] == 3  # (the dropped summary's request counts)
     body = await _turn(d, token, sid, loop, "r3", "third", oc.chat_stream(text="three"))
     assert "KEEP-OUT" not in json.dumps(body["messages"]) and "SUMMARY" not in json.dumps(body["messages"])
+
+
+async def test_anthropic_requests_stay_well_formed_when_a_call_and_then_the_first_input_are_snipped(
+        daemon_factory, nursery, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-test-ctx2-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config={"providers": [
+        {"id": "loop", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": KEY_ENV, "maxRetries": 0,
+         "models": [{"id": "m"}]}], "defaultModel": "loop/m"})
+    token = await d.pair("c", strong=True)
+    project = await d.project(token)
+    (Path(project["workspace"]) / "a.txt").write_text("AARDVARK")
+    sid = (await d.session(token, project["id"]))["id"]
+    await _turn(d, token, sid, loop, "r1", "FIRST-INPUT read a.txt",
+                an.message_stream(text="let me", calls=[("toolu_a", "read_file", {"path": "a.txt"})]),
+                an.message_stream(text="done"))
+    items = (await d.view(token, sid))["items"]
+    [call] = [it for it in items if it["role"] == "tool_call"]
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [call["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    body = await _turn(d, token, sid, loop, "r2", "next", an.message_stream(text="ok"))
+    check_anthropic_turns(body)  # (the call went with its result: no tool_result without its tool_use)
+    assert "AARDVARK" not in json.dumps(body["messages"]) and "tool_use" not in json.dumps(body["messages"])
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [items[0]["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    body = await _turn(d, token, sid, loop, "r3", "next2", an.message_stream(text="ok2"))
+    check_anthropic_turns(body)  # (the first turn is still a user turn, with the input gone)
+    assert body["messages"][0]["role"] == "user" and "FIRST-INPUT" not in json.dumps(body["messages"])
+    r = await d.post(f"/sessions/{sid}/context/unsnip", token, {"itemIds": [call["id"], items[0]["id"]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    body = await _turn(d, token, sid, loop, "r4", "next3", an.message_stream(text="ok3"))
+    check_anthropic_turns(body)
+    text = json.dumps(body["messages"])
+    assert "FIRST-INPUT" in text and "AARDVARK" in text and "toolu_a" in text
