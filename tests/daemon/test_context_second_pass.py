@@ -350,3 +350,33 @@ async def test_anthropic_requests_stay_well_formed_when_a_call_and_then_the_firs
     check_anthropic_turns(body)
     text = json.dumps(body["messages"])
     assert "FIRST-INPUT" in text and "AARDVARK" in text and "toolu_a" in text
+
+
+async def test_an_agents_md_edited_mid_session_reaches_the_next_request_of_the_same_session(
+        daemon_factory, nursery, monkeypatch, tmp_path):
+    # docs/providers.md: the prompt is rebuilt at most every 2 s (runtime.prompt's PromptCache,
+    # whose period its own tests prove on a virtual clock); with the period at 0 each request reads
+    # the files, so an edit between two turns of one session is in the second request's prompt.
+    monkeypatch.setattr("runtime.prompt.PROMPT_REFRESH_SECONDS", 0.0)
+    home = tmp_path / "home"
+    (home / ".agents").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch)
+    project = await d.project(token)
+    ws_md = Path(project["workspace"]) / "AGENTS.md"
+    home_md = home / ".agents" / "AGENTS.md"
+    ws_md.write_text("WS-RULE-ONE\n")
+    home_md.write_text("HOME-RULE-ONE\n")
+    sid = (await d.session(token, project["id"]))["id"]
+    body = await _turn(d, token, sid, loop, "r1", "first", oc.chat_stream(text="one"))
+    assert "WS-RULE-ONE" in body["messages"][0]["content"] and "HOME-RULE-ONE" in body["messages"][0]["content"]
+    ws_md.write_text("WS-RULE-TWO\n")
+    home_md.write_text("HOME-RULE-TWO\n")
+    body = await _turn(d, token, sid, loop, "r2", "second", oc.chat_stream(text="two"))
+    system = body["messages"][0]["content"]
+    assert "WS-RULE-TWO" in system and "HOME-RULE-TWO" in system and "RULE-ONE" not in system, system[-400:]
+    assert [m["role"] for m in body["messages"]].count("system") == 1  # (no instruction item added)
+    ws_md.unlink()
+    body = await _turn(d, token, sid, loop, "r3", "third", oc.chat_stream(text="three"))
+    system = body["messages"][0]["content"]
+    assert "WS-RULE" not in system and "<workspace>/AGENTS.md" not in system and "HOME-RULE-TWO" in system
