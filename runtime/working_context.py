@@ -658,7 +658,8 @@ class WorkingContextOps:
             wrong = [i for i in ids if by_id[i].role != "tool_result"]
             if wrong:
                 raise ContextError("CONTEXT_EDIT_INVALID", f"include re-attaches tool results; {', '.join(wrong[:10])} "
-                                                           "is not one (snip is undone by including its result)")
+                                                           "is not one (unsnip brings back a snipped item; a snipped call "
+                                                           "comes back with its result's include)")
         self._refuse_hidden(agent, ids)
         marks = item_marks(agent)
         return [i for i in ids if marks.get(i) != "visible" and i not in agent.included]
