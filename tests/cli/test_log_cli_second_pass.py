@@ -496,3 +496,29 @@ def test_an_empty_or_oldest_layout_projections_db_is_still_used(small_log: Path,
     assert (res.returncode, res.stdout) == (0, "rebuilt stats from 4 event(s)\n"), res.stderr
     res = lens("log", "stats", "--data", str(data), "--json")
     assert res.returncode == 0 and json.loads(res.stdout)["total"]["events"] == 4, res.stderr
+
+
+# ------------------------------------------------------------ an empty item in a comma-separated list
+
+
+@pytest.mark.parametrize(("args", "option", "shown"), [
+    (("decode", "--kind", "input.submitted,,session.created"), "--kind", "'input.submitted,,session.created' has an "
+     "empty item (item 2 of 3)"),
+    (("decode", "--kind", "input.submitted,"), "--kind", "'input.submitted,' has an empty item (item 2 of 2)"),
+    (("decode", "--kind", "session.created", "--kind", ", input.submitted, ,"), "--kind",
+     "', input.submitted, ,' has an empty item (items 1, 3, 4 of 4)"),
+    (("rebuild", "--projection", "stats,,history"), "--projection", "'stats,,history' has an empty item (item 2 of 3)"),
+    (("rebuild", "--projection", ",stats"), "--projection", "',stats' has an empty item (item 1 of 2)"),
+])
+def test_an_empty_item_in_a_list_is_a_usage_error(small_log: Path, tmp_path: Path, args: tuple[str, ...],
+                                                   option: str, shown: str) -> None:
+    # `--kind a,,b` and `--projection stats,,history` skipped the empty item silently (rebuild went on
+    # to rebuild stats and history), while `,,` alone was a usage error.
+    data = tmp_path / "data"
+    shutil.copytree(small_log, data)
+    before = sorted(p.name for p in data.iterdir())
+    res = lens("log", *args, "--data", str(data))
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and f"usage: lens log {args[0]}" in res.stderr, res.stderr
+    assert f"lens log {args[0]}: USAGE_ERROR: argument {option}: {shown}; each comma-separated " in res.stderr, res.stderr
+    assert sorted(p.name for p in data.iterdir()) == before  # (rebuild made no projections.db)
