@@ -560,7 +560,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     _out(header)
     _out("-" * len(header))
     for k in kinds + [dict(total, kind="TOTAL")]:
-        ratio = f"{k['compression_ratio']:.2f}" if k["compression_ratio"] is not None else "-"
+        ratio = f"{k['compression_ratio']:.3f}" if k["compression_ratio"] is not None else "-"
         _out(f"{k['kind']:<24} {k['events']:>10} {k['stored_bytes']:>14} {k['raw_bytes']:>14} {ratio:>7}")
     return failed
 

@@ -360,7 +360,7 @@ def test_a_ratio_that_rounds_to_zero_is_printed_not_shown_as_missing(small_log: 
     assert (created["raw_bytes"], created["stored_bytes"], created["compression_ratio"]) == (1, 4096, 0.0)
     res = lens("log", "stats", "--data", str(data))
     (line,) = [line for line in res.stdout.splitlines() if line.startswith("project.created ")]
-    assert line.split() == ["project.created", "1", "4096", "1", "0.00"], line
+    assert line.split() == ["project.created", "1", "4096", "1", "0.000"], line
 
 
 # ------------------------------------------------------------ an empty events.db beside a WAL
@@ -522,3 +522,18 @@ def test_an_empty_item_in_a_list_is_a_usage_error(small_log: Path, tmp_path: Pat
     assert "Traceback" not in res.stderr and f"usage: lens log {args[0]}" in res.stderr, res.stderr
     assert f"lens log {args[0]}: USAGE_ERROR: argument {option}: {shown}; each comma-separated " in res.stderr, res.stderr
     assert sorted(p.name for p in data.iterdir()) == before  # (rebuild made no projections.db)
+
+
+# ------------------------------------------------------------ the stats table's ratio
+
+
+def test_the_stats_table_shows_the_ratio_json_gives(small_log: Path, tmp_path: Path) -> None:
+    # The table rounded the ratio to two places, --json (and the docs) to three.
+    data = tmp_path / "data"
+    shutil.copytree(small_log, data)
+    figures = json.loads(lens("log", "stats", "--data", str(data), "--json").stdout)
+    table = lens("log", "stats", "--data", str(data)).stdout.splitlines()[2:]
+    expected = [[k["kind"], str(k["events"]), str(k["stored_bytes"]), str(k["raw_bytes"]),
+                 f"{k['compression_ratio']:.3f}"] for k in [*figures["kinds"], dict(figures["total"], kind="TOTAL")]]
+    assert [line.split() for line in table] == expected
+    assert all(len(row[4].split(".")[1]) == 3 for row in expected)
