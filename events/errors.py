@@ -14,6 +14,8 @@ translated into these once, at the boundary of this package::
     │   │                                  a directory this reader cannot write)
     │   ├── (schema) JournalNeedsRecovery  STORE_NEEDS_RECOVERY (a hot rollback journal)
     │   ├── (projections) ProjectionsDamaged  PROJECTIONS_DAMAGED (delete projections.db, rebuild)
+    │   │   └── (projections) ProjectionsForeign  PROJECTIONS_DAMAGED (another program's database
+    │   │                                         there: left unchanged, to move away)
     │   ├── ForeignStore            STORE_FOREIGN (not a Lens log, or an older layout)
     │   └── UnsupportedFormat       STORE_FORMAT_UNSUPPORTED (a Lens log of another version)
     ├── CorruptEvent              EVENT_CORRUPT (carries the seq when known)

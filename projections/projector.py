@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +87,22 @@ class ProjectionsDamaged(StoreOpenError):
             f"{path} does not match the projections of this Lens ({detail}); it holds only data "
             f"derived from the event log: delete it (with its -wal and -shm files) and run "
             f"`lens log rebuild`"
+        )
+
+
+class ProjectionsForeign(ProjectionsDamaged):
+    """``projections.db`` is a SQLite database of another program: it holds tables, and no
+    ``positions`` table, which every ``projections.db`` Lens made has (it is its first table).
+    Unlike a damaged file, it may hold someone's data: it is left as it is, to be moved away."""
+
+    def __init__(self, path: object, tables: Sequence[str]) -> None:
+        shown = ", ".join(tables[:8]) + (" …" if len(tables) > 8 else "")
+        StoreOpenError.__init__(
+            self,
+            f"{path} is not a projections file of Lens: it is a SQLite database with {len(tables)} "
+            f"table(s) of another program ({shown}) and no positions table, which every projections.db "
+            f"of Lens has; it was left unchanged. Move it out of the data directory (it may be another "
+            f"program's data), then run `lens log rebuild`, which makes a new one",
         )
 
 
@@ -163,6 +180,58 @@ def _wal_mode(conn: apsw.Connection) -> None:
             pause = min(pause * 2, 0.1)
 
 
+def _tables(conn: apsw.Connection) -> tuple[list[str], bool]:
+    """The tables and views of ``conn``'s database (SQLite's own left out), sorted, and whether
+    one of the tables is ``positions``, which every ``projections.db`` Lens made has, whatever its
+    layout (it is the first table made, before anything else is written)."""
+    names = sorted(str(name) for name, in conn.execute(
+        "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"))
+    ours = any(str(name).lower() == "positions" for name, in conn.execute(
+        "SELECT name FROM sqlite_schema WHERE type = 'table'"))
+    return names, ours
+
+
+def _foreign_tables(conn: apsw.Connection) -> list[str] | None:
+    """The tables of ``conn``'s database when it is another program's (it has some, and no
+    ``positions``); None for a file with no tables yet (an empty SQLite file, made here or by
+    hand, is a new projections.db) or one of Lens."""
+    names, ours = _tables(conn)
+    return names if names and not ours else None
+
+
+def _refuse_foreign_early(path: Path) -> None:
+    """Refuse another program's database as ``projections.db`` before SQLite opens it for real:
+    an immutable read of the main file creates nothing (a real open of a WAL database makes its
+    ``-wal`` and ``-shm``), and nothing is written into it (the positions table, WAL mode). Any
+    other finding (damage, a file SQLite cannot read) is left to the real open.
+
+    A database whose tables are all still in its ``-wal`` shows none to the immutable read: it is
+    read again through its WAL, read-only (a read-only connection never checkpoints the WAL into
+    the main file, which a closing writer would)."""
+    if not path.is_file():
+        return
+    wal = path.with_name(path.name + "-wal")
+    quoted = "file:" + urllib.parse.quote(str(path.absolute()))
+    for uri in (quoted + "?mode=ro&immutable=1", quoted + "?mode=ro"):
+        try:
+            probe = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        except apsw.Error:
+            return
+        try:
+            probe.setbusytimeout(BUSY_TIMEOUT_MS)
+            names, ours = _tables(probe)
+        except apsw.Error:
+            return
+        finally:
+            probe.close()
+        if names and not ours:
+            raise ProjectionsForeign(path, names)
+        # (a WAL database's file has its first page before anything goes to the WAL, and SQLite
+        # drops the -wal of an empty file when it opens it: such a pair is left to the real open)
+        if names or not (wal.is_file() and wal.stat().st_size and path.stat().st_size):
+            return
+
+
 def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connection:
     """Open (creating) ``projections.db``; ``memory=True`` gives a throwaway in-memory one."""
     path = ":memory:" if memory else str(data_dir / PROJECTIONS_DB)
@@ -180,11 +249,15 @@ def open_projections_db(data_dir: Path, *, memory: bool = False) -> apsw.Connect
         # (a -wal, -shm or -journal that is no file read as a directory not writable, or as a file
         # deleted under a daemon, and a FIFO there could block the open: named before anything is made)
         check_side_files(data_dir / PROJECTIONS_DB)
+        _refuse_foreign_early(data_dir / PROJECTIONS_DB)
         create_private(data_dir / PROJECTIONS_DB)
     conn: apsw.Connection | None = None
     try:
         conn = apsw.Connection(path)
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        if not memory and (tables := _foreign_tables(conn)) is not None:  # (its tables in its -wal only)
+            conn.close()
+            raise ProjectionsForeign(path, tables)
         if not memory and conn.readonly("main"):  # (SQLite opens a file it may not write read-only)
             conn.close()
             raise DataDirNotWritable(f"cannot write {path} (the file is read-only); projections need to "

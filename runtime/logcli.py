@@ -99,18 +99,28 @@ def resolve_data_dir(data: str | None, config: Path | None) -> tuple[Path, Path 
     return expand_path(cfg.data_dir, "dataDir", str(path)), path if path.exists() or path.is_symlink() else None
 
 
-def _kind(value: str) -> str:
-    value = _text(value)
-    if not any(k.strip() for k in value.split(",")):
-        raise argparse.ArgumentTypeError("an empty kind matches nothing; name a kind such as input.submitted")
-    return value
+def _comma_list(what: str, nothing: str, example: str) -> Callable[[str], str]:
+    """The type of an option that repeats or takes a comma-separated list (``--kind``,
+    ``--projection``): every item must name a ``what``. A value that names none (``''``, ``,,``)
+    is refused with ``nothing``; an empty item beside others (``a,,b``, ``a,``: only spaces count
+    as empty) is refused naming its place, rather than skipped (it reads as a name left out)."""
+    def parse(value: str) -> str:
+        value = _text(value)
+        items = value.split(",")
+        empty = [n for n, item in enumerate(items, 1) if not item.strip()]
+        if len(empty) == len(items):
+            raise argparse.ArgumentTypeError(f"{nothing}; name one such as {example}")
+        if empty:
+            places = ("item " if len(empty) == 1 else "items ") + ", ".join(str(n) for n in empty)
+            raise argparse.ArgumentTypeError(
+                f"{value!r} has an empty item ({places} of {len(items)}); each comma-separated "
+                f"{what} must name one, such as {example}")
+        return value
+    return parse
 
 
-def _projection(value: str) -> str:
-    value = _text(value)
-    if not any(k.strip() for k in value.split(",")):
-        raise argparse.ArgumentTypeError("an empty name names no projection; name one such as stats")
-    return value
+_kind = _comma_list("kind", "an empty kind matches nothing", "input.submitted")
+_projection = _comma_list("projection name", "an empty name names no projection", "stats")
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -550,7 +560,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     _out(header)
     _out("-" * len(header))
     for k in kinds + [dict(total, kind="TOTAL")]:
-        ratio = f"{k['compression_ratio']:.2f}" if k["compression_ratio"] is not None else "-"
+        ratio = f"{k['compression_ratio']:.3f}" if k["compression_ratio"] is not None else "-"
         _out(f"{k['kind']:<24} {k['events']:>10} {k['stored_bytes']:>14} {k['raw_bytes']:>14} {ratio:>7}")
     return failed
 

@@ -360,7 +360,7 @@ def test_a_ratio_that_rounds_to_zero_is_printed_not_shown_as_missing(small_log: 
     assert (created["raw_bytes"], created["stored_bytes"], created["compression_ratio"]) == (1, 4096, 0.0)
     res = lens("log", "stats", "--data", str(data))
     (line,) = [line for line in res.stdout.splitlines() if line.startswith("project.created ")]
-    assert line.split() == ["project.created", "1", "4096", "1", "0.00"], line
+    assert line.split() == ["project.created", "1", "4096", "1", "0.000"], line
 
 
 # ------------------------------------------------------------ an empty events.db beside a WAL
@@ -402,3 +402,138 @@ def test_an_empty_events_db_beside_a_wal_with_commits_keeps_the_wal(wal_of_30: b
     assert f"{data / 'events.db'} is empty, but events.db-wal beside it holds {len(wal_of_30)} bytes" in said, said
     assert (data / "events.db-wal").read_bytes() == wal_of_30
     assert (data / "events.db").stat().st_size == 0
+
+
+# ------------------------------------------------------------ another program's database as projections.db
+
+
+def foreign_projections(data: Path, *, in_wal: bool = False) -> None:
+    """``data/projections.db``: a SQLite database of another program (tables ``notes`` and
+    ``tags``, a row in ``notes``); with ``in_wal``, a WAL database whose tables are still in its
+    ``-wal`` only (copied while its writer had it open)."""
+    made = data.parent / "other.db"
+    conn = apsw.Connection(str(made))
+    if in_wal:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.wal_autocheckpoint(0)
+    conn.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, text TEXT); CREATE TABLE tags(name TEXT);"
+                 "INSERT INTO notes(text) VALUES ('keep me')")
+    shutil.copyfile(made, data / "projections.db")
+    if in_wal:
+        shutil.copyfile(f"{made}-wal", data / "projections.db-wal")
+    conn.close()
+
+
+def projections_digests(data: Path) -> dict[str, str]:
+    return {name: hashlib.sha256((data / name).read_bytes()).hexdigest()
+            for name in ("projections.db", "projections.db-wal") if (data / name).exists()}
+
+
+@pytest.mark.parametrize("command", ["stats", "rebuild", "serve"])
+def test_another_programs_database_as_projections_db_is_refused_unchanged(small_log: Path, tmp_path: Path,
+                                                                          command: str) -> None:
+    # `stats`, `rebuild` and the daemon added their tables (positions, inputs, stats_kinds …) beside
+    # another program's and switched its file to WAL: a foreign events.db is refused (STORE_FOREIGN),
+    # a foreign projections.db was written into.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    shutil.copyfile(small_log / "events.db", data / "events.db")
+    foreign_projections(data)
+    before = projections_digests(data)
+    args = ["serve", "--data", str(data), "--port", "0"] if command == "serve" else ["log", command, "--data", str(data)]
+    res = lens(*args, cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-800:])
+    assert (f"lens: PROJECTIONS_DAMAGED: {data / 'projections.db'} is not a projections file of Lens: it is a "
+            f"SQLite database with 2 table(s) of another program (notes, tags) and no positions table") in res.stderr
+    assert "it was left unchanged. Move it out of the data directory" in res.stderr
+    assert "`lens log rebuild`, which makes a new one" in res.stderr and "delete it" not in res.stderr
+    assert res.stdout == "" or command == "serve"
+    assert projections_digests(data) == before
+    assert not (data / "projections.db-wal").exists() and not (data / "projections.db-shm").exists()
+    # Moved away as told, the command makes its own file, and the other program's is as it was.
+    (data / "projections.db").rename(tmp_path / "moved.db")
+    if command != "serve":
+        res = lens("log", command, "--data", str(data))
+        assert res.returncode == 0, res.stderr
+        assert "positions" in {name for name, in apsw.Connection(str(data / "projections.db")).execute(
+            "SELECT name FROM sqlite_schema")}
+    assert list(apsw.Connection(str(tmp_path / "moved.db")).execute("SELECT text FROM notes")) == [("keep me",)]
+
+
+def test_another_programs_database_with_its_tables_in_its_wal_is_refused_unchanged(small_log: Path,
+                                                                                  tmp_path: Path) -> None:
+    # The tables of a WAL database not yet checkpointed are in its -wal only: the main file alone
+    # reads as an empty database, which would be taken as a new projections.db.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    shutil.copyfile(small_log / "events.db", data / "events.db")
+    foreign_projections(data, in_wal=True)
+    before = projections_digests(data)
+    assert set(before) == {"projections.db", "projections.db-wal"}
+    for command in ("stats", "rebuild"):
+        line = refused(lens("log", command, "--data", str(data)), "PROJECTIONS_DAMAGED")
+        assert "SQLite database with 2 table(s) of another program (notes, tags)" in line, line
+        assert projections_digests(data) == before
+
+
+def test_an_empty_or_oldest_layout_projections_db_is_still_used(small_log: Path, tmp_path: Path) -> None:
+    # An empty file (no tables) is a new projections.db; a file with only the positions table (as
+    # the first Lens made it, before inputs and source) is Lens's, and its projections are built.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    shutil.copyfile(small_log / "events.db", data / "events.db")
+    (data / "projections.db").touch(mode=0o600)
+    res = lens("log", "stats", "--data", str(data), "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["total"]["events"] == 4, res.stderr
+    (data / "projections.db").unlink()
+    (data / "projections.db-wal").unlink(missing_ok=True)
+    (data / "projections.db-shm").unlink(missing_ok=True)
+    old = apsw.Connection(str(data / "projections.db"))
+    old.execute("CREATE TABLE positions(name TEXT PRIMARY KEY, version INTEGER NOT NULL, seq INTEGER NOT NULL) "
+                "WITHOUT ROWID")
+    old.close()
+    res = lens("log", "rebuild", "--data", str(data), "--projection", "stats")
+    assert (res.returncode, res.stdout) == (0, "rebuilt stats from 4 event(s)\n"), res.stderr
+    res = lens("log", "stats", "--data", str(data), "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["total"]["events"] == 4, res.stderr
+
+
+# ------------------------------------------------------------ an empty item in a comma-separated list
+
+
+@pytest.mark.parametrize(("args", "option", "shown"), [
+    (("decode", "--kind", "input.submitted,,session.created"), "--kind", "'input.submitted,,session.created' has an "
+     "empty item (item 2 of 3)"),
+    (("decode", "--kind", "input.submitted,"), "--kind", "'input.submitted,' has an empty item (item 2 of 2)"),
+    (("decode", "--kind", "session.created", "--kind", ", input.submitted, ,"), "--kind",
+     "', input.submitted, ,' has an empty item (items 1, 3, 4 of 4)"),
+    (("rebuild", "--projection", "stats,,history"), "--projection", "'stats,,history' has an empty item (item 2 of 3)"),
+    (("rebuild", "--projection", ",stats"), "--projection", "',stats' has an empty item (item 1 of 2)"),
+])
+def test_an_empty_item_in_a_list_is_a_usage_error(small_log: Path, tmp_path: Path, args: tuple[str, ...],
+                                                   option: str, shown: str) -> None:
+    # `--kind a,,b` and `--projection stats,,history` skipped the empty item silently (rebuild went on
+    # to rebuild stats and history), while `,,` alone was a usage error.
+    data = tmp_path / "data"
+    shutil.copytree(small_log, data)
+    before = sorted(p.name for p in data.iterdir())
+    res = lens("log", *args, "--data", str(data))
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and f"usage: lens log {args[0]}" in res.stderr, res.stderr
+    assert f"lens log {args[0]}: USAGE_ERROR: argument {option}: {shown}; each comma-separated " in res.stderr, res.stderr
+    assert sorted(p.name for p in data.iterdir()) == before  # (rebuild made no projections.db)
+
+
+# ------------------------------------------------------------ the stats table's ratio
+
+
+def test_the_stats_table_shows_the_ratio_json_gives(small_log: Path, tmp_path: Path) -> None:
+    # The table rounded the ratio to two places, --json (and the docs) to three.
+    data = tmp_path / "data"
+    shutil.copytree(small_log, data)
+    figures = json.loads(lens("log", "stats", "--data", str(data), "--json").stdout)
+    table = lens("log", "stats", "--data", str(data)).stdout.splitlines()[2:]
+    expected = [[k["kind"], str(k["events"]), str(k["stored_bytes"]), str(k["raw_bytes"]),
+                 f"{k['compression_ratio']:.3f}"] for k in [*figures["kinds"], dict(figures["total"], kind="TOTAL")]]
+    assert [line.split() for line in table] == expected
+    assert all(len(row[4].split(".")[1]) == 3 for row in expected)
