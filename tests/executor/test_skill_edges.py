@@ -12,6 +12,7 @@ import pytest
 
 from events import types as t
 from events.codec import Codec
+from projections.session_state import skill_command
 from runtime.actor import MAX_KEPT_CALL_ID, Answer, GetState, Submit, WaitIdle, recordable_call_id
 from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
@@ -377,7 +378,8 @@ async def test_blanks_after_the_colon_of_a_skill_command_are_skipped(tmp_path: P
     write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
     async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
         sid = await sup.create_session("proj")
-        for request_id, text in [("n1", "/skill: \nreview"), ("n2", "/skill:   "), ("n3", "/skill:\t\n")]:
+        for request_id, text in [("n1", "/skill: \nreview"), ("n2", "/skill:   "), ("n3", "/skill:\t\n"),
+                                 ("n4", "/skill:\rreview go"), ("n5", "/skill: \u2028review")]:
             with pytest.raises(LensError) as info:
                 await sup.call(sid, Submit(request_id, [t.TextPart(text)], "followUp"))
             assert info.value.code == "INVALID_ARGUMENT", (text, info.value)
@@ -466,3 +468,21 @@ async def test_a_name_past_64_characters_cut_to_a_loadable_skills_name_keeps_its
         loaded = [e.event for e in await events_of(store, sid) if e.kind == "skill.loaded"]
         assert [(e.name, e.base_dir) for e in loaded] == [(name, "skills/a")], loaded
 
+
+@pytest.mark.parametrize("text, name, args", [
+    ("/skill:\rreview go", None, None),
+    ("/skill:\r\nreview go", None, None),
+    ("/skill: \u2028review", None, None),
+    ("/skill:\x85review", None, None),
+    ("/skill: review go\rmore", "review", "go\rmore"),
+    ("/skill:review\r\nmore", "review", "more"),
+    ("/skill: review\u2028go on", "review", "go on"),
+])
+def test_any_line_break_ends_a_skill_commands_line(text: str, name: str | None, args: str | None) -> None:
+    # The command's line ends at any line break str.splitlines reads, as documented ("a line break
+    # ends the command"): `\r` and U+2028 were read as blanks, so `/skill:\rreview go` named review.
+    got = skill_command([t.TextPart(text)])
+    if name is None:
+        assert got is None, got
+    else:
+        assert got is not None and got[0] == name and got[1] == [t.TextPart(args)], got
