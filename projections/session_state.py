@@ -334,18 +334,21 @@ def skill_command(content: list[t.ContentPart]) -> tuple[str, list[t.ContentPart
     """An input ``/skill:<name> args`` (its first part a text starting so): (name, the content the
     model sees: the args, then any further parts; a short default text when that is empty). The
     name is the first word of the command's line, blanks after the colon skipped (``/skill: rev``
-    names ``rev``); a line with no word names none (``None``, which the actor refuses).
+    names ``rev``), the line ended by any line break ``str.splitlines`` reads (``\\r`` and U+2028
+    as ``\\n``); a line with no word names none (``None``, which the actor refuses).
     ``None`` for any other input. The input is recorded as submitted; the actor refuses a
     command naming no loadable skill, and loads the skill when placing the input."""
     first = content[0] if content else None
     if not isinstance(first, t.TextPart) or not first.text.startswith(SKILL_COMMAND):
         return None
-    line, newline, rest = first.text[len(SKILL_COMMAND):].partition("\n")
+    command = first.text[len(SKILL_COMMAND):]
+    # (any line break ends the command's line, as str.splitlines reads them: \r, \r\n, U+2028 too)
+    line = command.splitlines()[0] if command else ""
     words = line.split(None, 1)
     if not words:
         return None
     name = words[0]
-    args = ((words[1].strip() if len(words) > 1 else "") + newline + rest).strip()
+    args = ((words[1].strip() if len(words) > 1 else "") + command[len(line):]).strip()
     parts: list[t.ContentPart] = [*([t.TextPart(args)] if args else []), *content[1:]]
     if not any(isinstance(p, t.ImagePart) or p.text.strip() for p in parts):
         parts = [t.TextPart(f"Use the skill \"{name}\".")]

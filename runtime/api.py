@@ -13,7 +13,7 @@ the supervisor / projections / store, and shape JSON (camelCase). Every error le
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import trio
 from quart import Response, current_app, g, request
@@ -27,7 +27,7 @@ from events.store import StoreWriteFailed
 from projections.history import HistoryError
 
 from .artifacts_api import add_artifact_routes
-from .config_api import add_config_routes
+from .config_api import CONFIG_FILE_PLACEHOLDER, add_config_routes, refuse_slashed_name
 from .connection_races import guard_connection_races
 from .context_api import add_context_routes
 from .dashboard_page import add_dashboard_routes
@@ -40,7 +40,7 @@ from .jobs_api import add_job_routes
 from .models_api import add_model_routes
 from .pairing import PairingLimit
 from .pairing_api import add_pairing_routes
-from .path_words import MethodNotTaken, Reading, SlashInPlaceholder, read_words
+from .path_words import ENCODED_SLASH, MethodNotTaken, Reading, SlashInPlaceholder, read_words
 from .projects_api import add_project_routes
 from .route_hints import API_PREFIX, near_route, under_the_api
 from .server_answers import refuse
@@ -97,18 +97,24 @@ def _shown_path(path: str) -> str:
     return repr(path if len(path) <= 120 else path[:120] + "…")
 
 
-def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
-    """The message (and headers) of a request no route takes: 404 names the method and path,
-    and the route the client may have meant when the path only has a trailing slash more, or
-    names a route outside :data:`API_PREFIX` or with a word misspelt (runtime/route_hints.py); 405
-    names the methods the route takes, also in ``Allow`` (RFC 9110 15.5.6: a 405 carries it)."""
-    method = request.method if len(request.method) <= 20 else request.method[:20] + "…"
-    path = request.path
-    if isinstance(exc, MethodNotAllowed):
-        allowed = sorted(exc.valid_methods or ())
-        return (f"{method} is not allowed on {_shown_path(path)}; it takes {', '.join(allowed)}",
-                {"Allow": ", ".join(allowed)})
-    message = f"no route {method} {_shown_path(path)}"
+def _method_shown() -> str:
+    """The request's method for a message, cut to 20 characters (a client's long one is not echoed whole)."""
+    return request.method if len(request.method) <= 20 else request.method[:20] + "…"
+
+
+def _not_allowed(shown: str, allowed: Iterable[str]) -> tuple[str, dict[str, str]]:
+    """405's message naming the methods the route at ``shown`` takes, and its ``Allow`` header
+    (RFC 9110 15.5.6: a 405 carries it)."""
+    methods = sorted(allowed)
+    return (f"{_method_shown()} is not allowed on {shown}; it takes {', '.join(methods)}",
+            {"Allow": ", ".join(methods)})
+
+
+def _no_route(path: str, show: Callable[[str], str]) -> str:
+    """404's message naming the method and ``path`` (shown by ``show``), and the route the client
+    may have meant when the path only has a trailing slash more, or names a route outside
+    :data:`API_PREFIX` or with a word misspelt (runtime/route_hints.py)."""
+    message = f"no route {_method_shown()} {show(path)}"
     bare = path.rstrip("/")
     if bare != path and bare:
         try:  # (the same method: `PUT /config/files/` means a file's route with no name, not the list)
@@ -116,31 +122,49 @@ def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
         except HTTPException:
             pass
         else:
-            message += f"; routes take no trailing slash: {_shown_path(bare)}"
+            message += f"; routes take no trailing slash: {show(bare)}"
     meant = under_the_api(current_app.url_map, bare or path, request.method)
     if meant is not None:
-        message += f"; the API is under {API_PREFIX}: {_shown_path(meant)}"
+        message += f"; the API is under {API_PREFIX}: {show(meant)}"
     elif (near := near_route(current_app.url_map, bare or path)) is not None:
-        message += f"; a route near it: {_shown_path(near)}"
-    return message, {}
+        message += f"; a route near it: {show(near)}"
+    return message
+
+
+def _route_message(exc: HTTPException) -> tuple[str, dict[str, str]]:
+    """The message (and headers) of a request no route takes: 404 (:func:`_no_route`) or 405
+    (:func:`_not_allowed`)."""
+    if isinstance(exc, MethodNotAllowed):
+        return _not_allowed(_shown_path(request.path), exc.valid_methods or ())
+    return _no_route(request.path, _shown_path), {}
 
 
 def _as_written_answer(reading: Reading, raw_path: bytes) -> Response:
     """The answer to a path one of whose words holds an encoded slash (runtime/path_words.py):
-    400 ``INVALID_ARGUMENT`` naming the placeholder that holds it and its value, or the 404 / 405
-    of the path as written (never those of the path the slash would make)."""
-    method = request.method if len(request.method) <= 20 else request.method[:20] + "…"
+    400 ``INVALID_ARGUMENT`` naming the placeholder that holds it and its value (a config file's
+    name: 404 ``CONFIG_FILE_NOT_FOUND``, as any name not listed), or the 404 / 405 of the path as
+    written (never those of the path the slash would make)."""
     shown = _shown_path(raw_path.decode("latin-1"))
     if isinstance(reading, SlashInPlaceholder):
+        if reading.key == CONFIG_FILE_PLACEHOLDER:
+            refuse_slashed_name(reading.value, request.method)
+        written = ENCODED_SLASH.search(raw_path)
         return error_response("INVALID_ARGUMENT", f"the path's {reading.what} {_shown_path(reading.value)} holds a "
-                                                  f"slash (%2F in the path {shown}); no {reading.what} holds one")
+                                                  f"slash ({written.group().decode() if written else '%2F'} in the "
+                                                  f"path {shown}); no {reading.what} holds one")
     if isinstance(reading, MethodNotTaken):
-        resp = error_response("METHOD_NOT_ALLOWED", f"{method} is not allowed on {shown}; it takes "
-                                                    f"{', '.join(reading.allowed)}")
-        resp.headers["Allow"] = ", ".join(reading.allowed)
+        message, headers = _not_allowed(shown, reading.allowed)
+        resp = error_response("METHOD_NOT_ALLOWED", message)
+        resp.headers.update(headers)
         return resp
-    return error_response("NOT_FOUND", f"no route {method} {shown}: a %2F is a slash inside a word of the "
-                                       f"path, and no route has one there")
+    if reading.slash_routes:  # (the encoded slash alone keeps the path from a route)
+        return error_response("NOT_FOUND", f"no route {_method_shown()} {shown}: a {reading.written} is a slash "
+                                           f"inside a word of the path, and no route has one there")
+
+    def show(path: str) -> str:  # (a path of the words as written: the encoded slash shown as the client wrote it)
+        return _shown_path(path.replace(reading.mark, reading.written))
+
+    return error_response("NOT_FOUND", _no_route(reading.words, show))
 
 
 def create_app(svc: Services) -> QuartTrio:

@@ -70,10 +70,20 @@ def _dash_value_hint(message: str, args: list[str]) -> str:
     for at, arg in enumerate(args[:-1], 1):
         if arg == "--":  # (what follows is no option)
             break
-        written = arg == option or (len(arg) > 2 and arg.startswith("--") and option.startswith(arg))
-        if written and args[at].startswith("-"):
+        if _option_word(arg, option) == (True, None) and args[at].startswith("-"):
             return f" (if {args[at]!r} is its value, write {option}={args[at]})"
     return ""
+
+
+def _option_word(arg: str, option: str) -> tuple[bool, str | None]:
+    """Whether the argv word ``arg`` is ``option`` (a ``--`` option) as argparse reads it: written
+    in full or abbreviated (``--conf`` for ``--config``: argparse takes a prefix of a long option),
+    alone or joined to its value by ``=``; and that value (None: alone, its value is the next word).
+    An abbreviation two options share is argparse's own "ambiguous option" error, not told apart here."""
+    head, joined, value = arg.partition("=")
+    if head != option and not (len(head) > 2 and head.startswith("--") and option.startswith(head)):
+        return False, None
+    return True, (value if joined else None)
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction]:
@@ -90,14 +100,18 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAc
 
 
 def _config_named(argv: Sequence[str]) -> Path | None:
-    """The path a ``--config PATH`` (or ``--config=PATH``) in ``argv`` names; None: none."""
+    """The path a ``--config PATH`` (or ``--config=PATH``, either abbreviated as argparse takes it:
+    ``--conf PATH``) in ``argv`` names; None: none (nothing after a ``--`` is an option)."""
     from pathlib import Path
 
     for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
+        if arg == "--":
+            break
+        written, value = _option_word(arg, "--config")
+        if written and value is not None:
+            return Path(value)
+        if written and i + 1 < len(argv):
             return Path(argv[i + 1])
-        if arg.startswith("--config="):
-            return Path(arg.partition("=")[2])
     return None
 
 

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import msgspec
 import trio
 from quart import Response
@@ -19,8 +21,20 @@ from events import types as t
 from events.ids import SHA256_RE
 from events.store import Draft, StoreWriteFailed
 
+from .configfiles import not_listed
 from .http_parts import ApiError, Body, json_response, read_body, require_strong
 from .services import Services
+
+CONFIG_FILE_PLACEHOLDER = "name"  # the routes' placeholder of a file's name
+
+
+def refuse_slashed_name(name: str, method: str) -> NoReturn:
+    """A file's name holding a slash (written ``%2F`` in the path: runtime/path_words.py) is
+    answered as the routes answer any name not listed: the trust they need first, then 404
+    ``CONFIG_FILE_NOT_FOUND`` (a name is looked up among the directory's files, not checked as
+    an id is; ``..`` and a name with a NUL are not listed either)."""
+    require_strong("write raw config" if method == "PUT" else "read raw config")
+    raise not_listed(name)
 
 
 class ConfigWriteBody(Body):
@@ -36,12 +50,12 @@ def add_config_routes(app: QuartTrio, svc: Services) -> None:
         require_strong("read raw config")
         return json_response({"files": await trio.to_thread.run_sync(svc.config_files.list)})
 
-    @app.get("/api/v1/config/files/<name>")
+    @app.get(f"/api/v1/config/files/<{CONFIG_FILE_PLACEHOLDER}>")
     async def read_config(name: str) -> Response:
         require_strong("read raw config")
         return json_response(await trio.to_thread.run_sync(svc.config_files.read, name))
 
-    @app.put("/api/v1/config/files/<name>")
+    @app.put(f"/api/v1/config/files/<{CONFIG_FILE_PLACEHOLDER}>")
     async def write_config(name: str) -> Response:
         require_strong("write raw config")
         body = await read_body(ConfigWriteBody)

@@ -48,6 +48,11 @@ class ConfigFileNotFound(LensError):
     code = "CONFIG_FILE_NOT_FOUND"
 
 
+def not_listed(name: str) -> ConfigFileNotFound:
+    """The error of a name that is not one of the directory's listed files."""
+    return ConfigFileNotFound(f"{name[:80]!r} is not one of the daemon's config files")
+
+
 class ConfigFileUnreadable(LensError):
     """A listed file the API cannot serve as text: larger than the body limit, or not UTF-8."""
 
@@ -145,7 +150,7 @@ class ConfigFiles:
         # (a name is one of the directory's entries, whose path is its own: a backslash in it is
         # an ordinary character here, and refusing it made such a listed file unreachable)
         if found is None or "/" in name or "\0" in name:
-            raise ConfigFileNotFound(f"{name[:80]!r} is not one of the daemon's config files")
+            raise not_listed(name)
         return found
 
     def read(self, name: str) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from werkzeug.exceptions import MethodNotAllowed, NotFound
-from werkzeug.routing import Map
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import Map, MapAdapter
 
 ENCODED_SLASH = re.compile(rb"%2f", re.IGNORECASE)
 PLACEHOLDER = re.compile(r"<(?:[^<>:]+:)?([^<>]+)>")  # a rule's ``<name>`` or ``<converter:name>``
@@ -35,13 +35,25 @@ PLACEHOLDER_WORDS = {
 class SlashInPlaceholder:
     """A route takes the path as written, and one of its placeholders holds a slash."""
 
+    key: str  # the placeholder as the route names it (``sid``, ``name``)
     what: str  # the placeholder, named as in PLACEHOLDER_WORDS
     value: str  # its decoded value
 
 
 @dataclass(frozen=True)
 class NoRouteAsWritten:
-    """No route takes the path's words as written (a slash inside a fixed word of a route)."""
+    """No route takes the path's words as written.
+
+    ``words`` is the path as its words were written, each slash inside a word replaced by
+    ``mark`` (a character the path does not hold), to be matched against the route table as any
+    path is; ``written`` is the path's first encoded slash as the client wrote it (``%2F`` or
+    ``%2f``). ``slash_routes``: some route takes the path with a slash in place of each encoded
+    one (``/api/v1/pair%2Frequests``), so the encoded slash is what keeps it from a route."""
+
+    words: str
+    mark: str
+    written: str
+    slash_routes: bool
 
 
 @dataclass(frozen=True)
@@ -62,19 +74,33 @@ def read_words(url_map: Map, raw_path: bytes | None, method: str) -> Reading | N
         return None
     words = [unquote(w.decode("latin-1")) for w in raw_path.split(b"/")]
     mark = _absent_mark("".join(words))
+    as_written = "/".join(w.replace("/", mark) for w in words)
     adapter = url_map.bind("lens")
     try:
-        rule, args = adapter.match("/".join(w.replace("/", mark) for w in words), method=method,
-                                   return_rule=True)
+        rule, args = adapter.match(as_written, method=method, return_rule=True)
     except MethodNotAllowed as exc:
         return MethodNotTaken(tuple(sorted(exc.valid_methods or ())))
     except NotFound:
-        return NoRouteAsWritten()
-    for key in PLACEHOLDER.findall(rule.rule):  # (in the path's order: the first holding one is named)
-        value = args.get(key)
-        if isinstance(value, str) and mark in value:
-            return SlashInPlaceholder(PLACEHOLDER_WORDS.get(key, key), value.replace(mark, "/"))
-    return NoRouteAsWritten()  # (a slash only in a fixed word that matched: cannot happen)
+        rule, args = None, {}
+    if rule is not None:
+        for key in PLACEHOLDER.findall(rule.rule):  # (in the path's order: the first holding one is named)
+            value = args.get(key)
+            if isinstance(value, str) and mark in value:
+                return SlashInPlaceholder(key, PLACEHOLDER_WORDS.get(key, key), value.replace(mark, "/"))
+    written = ENCODED_SLASH.search(raw_path)
+    return NoRouteAsWritten(as_written, mark, written.group().decode("ascii") if written else "%2F",
+                            _routes(adapter, "/".join(words)))
+
+
+def _routes(adapter: MapAdapter, path: str) -> bool:
+    """Whether some route takes ``path``, with any method."""
+    try:
+        adapter.match(path, method="GET")
+    except MethodNotAllowed:
+        return True
+    except HTTPException:  # (no route; a redirect is none either)
+        return False
+    return True
 
 
 def _absent_mark(text: str) -> str:

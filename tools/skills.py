@@ -318,7 +318,9 @@ async def discover(read: Read, *, browse: Read | None = None,
             if skill.problem is None and recordable is not None and (why := (
                     too_large_for_the_log(recordable, skill) if sizes is None else sizes.verdict(recordable, skill))):
                 skill = Skill(skill.name, base, skill.description, why, digest=skill.digest)
-            if skill.name in seen:
+            if skill.name in seen and skill.problem is None:
+                # (only a skill that could be loaded but for the name is told it is taken: one with a
+                # problem of its own, a name past 64 characters cut to a taken one too, keeps it)
                 skill = Skill(skill.name, base, skill.description,
                               f"the name {skill.name!r} is taken by the skill in {seen[skill.name]}/",
                               declared=skill.declared)
@@ -575,8 +577,12 @@ def _too_long(name: str) -> ToolError:
 def _named_otherwise(skills: list[Skill], name: str) -> str:
     """What a failed load by ``name`` adds when a skill directory is called that but its front
     matter names the skill otherwise: a skill is named by its front matter, not its directory."""
-    held = next((s for s in skills if s.base_dir.rpartition("/")[2] == name and s.name != name), None)
-    return "" if held is None else f" ({held.base_dir}/ holds the skill named {held.name!r}, its front matter's name)"
+    held = next((s for s in skills if s.base_dir.rpartition("/")[2] == name and (s.declared or s.name) != name),
+                None)
+    if held is None:
+        return ""
+    cannot = f" (it cannot be loaded: {held.problem})" if held.problem else ""
+    return f" ({held.base_dir}/ holds the skill named {held.declared or held.name!r}, its front matter's name{cannot})"
 
 
 def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:

@@ -12,6 +12,7 @@ import pytest
 
 from events import types as t
 from events.codec import Codec
+from projections.session_state import skill_command
 from runtime.actor import MAX_KEPT_CALL_ID, Answer, GetState, Submit, WaitIdle, recordable_call_id
 from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
@@ -377,7 +378,8 @@ async def test_blanks_after_the_colon_of_a_skill_command_are_skipped(tmp_path: P
     write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
     async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
         sid = await sup.create_session("proj")
-        for request_id, text in [("n1", "/skill: \nreview"), ("n2", "/skill:   "), ("n3", "/skill:\t\n")]:
+        for request_id, text in [("n1", "/skill: \nreview"), ("n2", "/skill:   "), ("n3", "/skill:\t\n"),
+                                 ("n4", "/skill:\rreview go"), ("n5", "/skill: \u2028review")]:
             with pytest.raises(LensError) as info:
                 await sup.call(sid, Submit(request_id, [t.TextPart(text)], "followUp"))
             assert info.value.code == "INVALID_ARGUMENT", (text, info.value)
@@ -422,8 +424,11 @@ async def test_a_skill_whose_name_is_too_long_is_refused_for_it_however_it_is_as
             assert "(skills/longdir/) cannot be loaded" in text and "is not valid: 1 to 64 characters" in text, text
         text = answers["DIR"].content[0].text
         assert answers["DIR"].error_code == "SKILL_NOT_FOUND", text
-        assert "no skill named 'longdir'" in text and f"skills/longdir/ holds the skill named {long[:MAX_NAME_CHARS]!r}" \
-            in text, text
+        # (the name its front matter gives, whole, and that it cannot be loaded: the cut name was
+        # said to be the front matter's, a skill that would load)
+        assert "no skill named 'longdir'" in text, text
+        assert f"skills/longdir/ holds the skill named {long!r}, its front matter's name (it cannot be loaded: " \
+            f"the skill name {long!r} is not valid: 1 to 64 characters" in text, text
         text = answers["NONE"].content[0].text
         assert answers["NONE"].error_code == "SKILL_NOT_FOUND" and "at most 64 characters" in text, text
         assert "b" * (MAX_NAME_CHARS + 1) not in text  # (echo capped)
@@ -433,3 +438,51 @@ async def test_a_skill_whose_name_is_too_long_is_refused_for_it_however_it_is_as
         with pytest.raises(LensError) as info:
             await sup.call(sid, Submit("s1", [t.TextPart(f"/skill:{long} go")], "followUp"))
         assert info.value.code == "SKILL_INVALID" and "skills/longdir/" in info.value.message, info.value
+
+
+async def test_a_name_past_64_characters_cut_to_a_loadable_skills_name_keeps_its_own_problem(tmp_path: Path) -> None:
+    # skills/b/ names its skill 65 characters whose first 64 are the name of skills/a/'s (valid)
+    # skill: listed cut to that name, it was told "the name … is taken by the skill in skills/a/",
+    # as if a shorter name would do; its problem is the name's length.
+    name = "a" * MAX_NAME_CHARS
+    long = name + "b"
+    ws = tmp_path / "ws"
+    write(ws / "skills" / "a" / "SKILL.md", f"---\nname: {name}\n---\nA-STEPS\n")
+    write(ws / "skills" / "b" / "SKILL.md", f"---\nname: {long}\n---\nB-STEPS\n")
+    asked = {"LIST": {}, "FULL": {"name": long}, "SHORT": {"name": name}}
+    script = [FauxTurn(when=when, tool_calls=[FauxToolCall("skill", args)]) for when, args in asked.items()]
+    async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
+        sid = await sup.create_session("proj")
+        answers = {}
+        for when in asked:
+            await run(sup, sid, when.lower(), when)
+            answers[when] = results_of(await events_of(store, sid))[-1]
+        listed = answers["LIST"].structured_content["skills"]
+        assert [(s["name"], s["base_dir"], "problem" in s) for s in listed] == [
+            (name, "skills/a", False), (name, "skills/b", True)], listed
+        assert "is taken" not in listed[1]["problem"] and "1 to 64 characters" in listed[1]["problem"], listed
+        text = answers["FULL"].content[0].text
+        assert answers["FULL"].error_code == "SKILL_INVALID", text
+        assert "(skills/b/) cannot be loaded" in text and "1 to 64 characters" in text and "taken" not in text, text
+        assert answers["SHORT"].error_code is None, answers["SHORT"].content[0].text
+        loaded = [e.event for e in await events_of(store, sid) if e.kind == "skill.loaded"]
+        assert [(e.name, e.base_dir) for e in loaded] == [(name, "skills/a")], loaded
+
+
+@pytest.mark.parametrize("text, name, args", [
+    ("/skill:\rreview go", None, None),
+    ("/skill:\r\nreview go", None, None),
+    ("/skill: \u2028review", None, None),
+    ("/skill:\x85review", None, None),
+    ("/skill: review go\rmore", "review", "go\rmore"),
+    ("/skill:review\r\nmore", "review", "more"),
+    ("/skill: review\u2028go on", "review", "go on"),
+])
+def test_any_line_break_ends_a_skill_commands_line(text: str, name: str | None, args: str | None) -> None:
+    # The command's line ends at any line break str.splitlines reads, as documented ("a line break
+    # ends the command"): `\r` and U+2028 were read as blanks, so `/skill:\rreview go` named review.
+    got = skill_command([t.TextPart(text)])
+    if name is None:
+        assert got is None, got
+    else:
+        assert got is not None and got[0] == name and got[1] == [t.TextPart(args)], got
