@@ -212,7 +212,7 @@ async def test_the_refusals_of_what_is_not_a_log_say_what_the_doc_quotes(tmp_pat
     cases.append((d, code, ["log.jsonl"]))
     code, quoted = _row("the directory does not exist")
     cases.append((tmp_path / "none", code, quoted))
-    code, quoted = _row("`events.db` of 0 bytes")
+    code, quoted = _row("`events.db` of 0 bytes with no WAL")
     d = tmp_path / "empty"
     d.mkdir(mode=0o700)
     (d / "events.db").touch(mode=0o600)
