@@ -4,7 +4,7 @@ allow but the other provider tests do not send."""
 
 from __future__ import annotations
 
-import json
+import re
 from typing import Any
 
 import pytest
@@ -12,6 +12,8 @@ import trio
 
 from events import types as t
 from runtime.actor import GetState, Submit, WaitIdle
+from tools.base import ToolResult, ToolSpec
+from tools.registry import builtin_tools
 
 from .conftest import PROTOCOLS
 from .scripts import reply
@@ -95,3 +97,69 @@ async def test_a_stop_reason_no_protocol_names_is_recorded_as_sent_and_the_answe
     assert state.status == "idle" and state.agents["main"].items[-1].text == "It is late."
     calls, results = _calls_and_results(protocol, server.requests[1].body)
     assert calls == results == ["call_a"]
+
+
+ODD_TOOL = "mcp__issue-tracker__search.issues/by-label_" + "x" * 40  # a '.', a '/', past 64 characters
+
+
+def _odd_tool(seen: list[dict[str, Any]]) -> ToolSpec:
+    async def run(args: dict[str, Any], ctx: Any) -> ToolResult:
+        seen.append(args)
+        return ToolResult.text(f"3 issues labelled {args.get('label')}")
+
+    return ToolSpec(ODD_TOOL, "Search issues by label.",
+                    {"type": "object", "properties": {"label": {"type": "string"}}, "required": ["label"]}, run)
+
+
+def _offered_names(protocol: str, body: dict[str, Any]) -> list[str]:
+    if protocol == "openai-chat":
+        return [tool["function"]["name"] for tool in body.get("tools", [])]
+    return [tool["name"] for tool in body.get("tools", [])]
+
+
+def _called_names(protocol: str, body: dict[str, Any]) -> list[str]:
+    if protocol == "openai-responses":
+        return [i["name"] for i in body["input"] if i.get("type") == "function_call"]
+    if protocol == "openai-chat":
+        return [c["function"]["name"] for m in body["messages"] if m["role"] == "assistant"
+                for c in m.get("tool_calls") or []]
+    return [b["name"] for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]
+            if b["type"] == "tool_use"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_tool_named_past_the_wire_rule_is_offered_called_and_sent_back_under_one_alias(
+        protocol, server, make, tmp_path):
+    """F-MOD-2 through a session: a tool whose name has characters no protocol takes and is past
+    64 characters is offered under a valid alias, the same in every request; the model's call of
+    the alias runs the tool, the log records the tool's own name, and the next request sends the
+    call back under the alias it was made with."""
+    seen: list[dict[str, Any]] = []
+    provider = make(protocol)
+    async with runtime(tmp_path / "data", provider, tools=builtin_tools([_odd_tool(seen)])) as sup:
+        sid = await sup.create_session("p1")
+        # the first request shows the alias; the answer to it is scripted once it is known
+        server.push(reply(protocol, text="No call yet.", rid="r0"))
+        await sup.call(sid, Submit("req0", [t.TextPart("hello")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        [alias] = [n for n in _offered_names(protocol, server.requests[0].body) if n.startswith("mcp__")]
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", alias) and alias != ODD_TOOL, alias
+        server.push(reply(protocol, calls=[("call_s1", alias, {"label": "bug"})], rid="r1"),
+                    reply(protocol, text="Three.", rid="r2"))
+        await sup.call(sid, Submit("req1", [t.TextPart("search bugs")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        evs = await events_of(sup, sid)
+    assert seen == [{"label": "bug"}]
+    [called] = [c for e in evs if e.kind == "model.responded" for c in e.event.tool_calls]
+    assert called.name == ODD_TOOL  # the log keeps the tool's own name
+    [finished] = [e.event for e in evs if e.kind == "tool.finished"]
+    assert finished.status == "ok" and "3 issues labelled bug" in finished.content[0].text
+    assert len(server.requests) == 3
+    for rq in server.requests:
+        assert alias in _offered_names(protocol, rq.body) and ODD_TOOL not in _offered_names(protocol, rq.body)
+        assert ODD_TOOL not in _called_names(protocol, rq.body)  # (its description names it, for the model)
+    assert _called_names(protocol, server.requests[2].body) == [alias]
+    calls, results = _calls_and_results(protocol, server.requests[2].body)
+    assert calls == results == ["call_s1"]
