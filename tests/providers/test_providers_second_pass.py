@@ -16,7 +16,7 @@ from tools.base import ToolResult, ToolSpec
 from tools.registry import builtin_tools
 
 from .conftest import PROTOCOLS
-from .scripts import reply
+from .scripts import error, reply
 from .servers import anthropic as an
 from .servers import openai_chat as oc
 from .servers import openai_responses as orr
@@ -163,3 +163,26 @@ async def test_a_tool_named_past_the_wire_rule_is_offered_called_and_sent_back_u
     assert _called_names(protocol, server.requests[2].body) == [alias]
     calls, results = _calls_and_results(protocol, server.requests[2].body)
     assert calls == results == ["call_s1"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(("status", "code"), [(429, "RATE_LIMITED"), (500, "PROVIDER_ERROR")])
+async def test_a_refusal_past_the_retries_is_asked_max_retries_plus_one_times_and_recorded_once(
+        protocol, status, code, server, make, tmp_path):
+    """A 429 or 500 (each with ``retry-after-ms``) on every attempt: the SDK asks ``maxRetries``
+    more times (2 here), no more; the session records one ``model.requested`` and one
+    ``model.failed`` with the code, the status and ``retryable``, ends its task as failed and
+    does not ask again by itself (the answer scripted after them is never asked for)."""
+    provider = make(protocol)
+    server.push(*[error(protocol, status, "not now") for _ in range(3)], reply(protocol, text="too late"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await _session(sup, "hi")
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    assert len(server.requests) == 3
+    assert [e.kind for e in evs if e.kind.startswith("model.")] == ["model.requested", "model.failed"]
+    [failed] = [e.event for e in evs if e.kind == "model.failed"]
+    assert (failed.code, failed.status, failed.retryable) == (code, status, True)
+    assert failed.message == f"provider 'p-{protocol}': HTTP {status}: not now", failed.message
+    [finished] = [e.event for e in evs if e.kind == "task.finished"]
+    assert finished.status == "failed" and state.status == "idle"
