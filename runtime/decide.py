@@ -12,7 +12,7 @@ from typing import Any, Literal, Mapping, Union
 from events import types as t
 from projections.session_state import EMPTY_ANSWER, MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
 
-from .providers.base import CONTENT_FILTER, MESSAGE_LIMIT, OUTPUT_LIMIT, REFUSAL
+from .providers.base import CONTENT_FILTER, INCOMPLETE, MESSAGE_LIMIT, OUTPUT_LIMIT, REFUSAL
 
 # --------------------------------------------------------------------------- loop steps
 
@@ -160,12 +160,14 @@ CUT_BY = {
     CONTENT_FILTER: "by the provider's content filter",
     REFUSAL: "by the provider's content filter (stop reason refusal)",
     MESSAGE_LIMIT: "at the provider's limit on messages (max_messages)",
+    INCOMPLETE: "before the provider finished it (an incomplete response that gave no reason)",
 }
 
 
 def cut_by_provider(agent: AgentState, call: t.ToolCall) -> bool:
     """Whether ``call`` is the last call of an answer the provider cut (:data:`CUT_BY`: at the
-    model's output limit, by its content filter, at a Responses limit on messages): the model
+    model's output limit, by its content filter, at a Responses limit on messages, or in a
+    Responses ``incomplete`` response that gave no reason): the model
     was writing it when its answer
     stopped, so its arguments may be incomplete (a call cut before any argument arrived reads as
     ``{}``, which a tool whose arguments are all optional would run on its defaults). Such a call

@@ -69,11 +69,23 @@ MESSAGE_LIMIT_REASONS: dict[str, frozenset[str]] = {
 }
 
 
+# The stop reason a result records for a Responses ``incomplete`` response that gives no reason
+# (``incomplete_details`` null, empty or left out, as a proxy may send it): like ``max_messages``
+# it says nothing of where the answer stopped, so its last tool call is taken as cut.
+INCOMPLETE = "incomplete"
+
+
+def unsaid_incomplete(protocol: str, reason: Any) -> bool:
+    """Whether ``reason`` is that of a Responses ``incomplete`` response that gave none."""
+    return protocol == "openai-responses" and (reason is None or reason == "")
+
+
 def cuts_answer(protocol: str, reason: Any) -> bool:
     """Whether ``reason``, a stop reason as ``protocol``'s server sent it, says the provider cut
     the answer where it was: at the output limit, by its content filter, or at its limit on
-    messages (:data:`MESSAGE_LIMIT_REASONS`)."""
-    return at_output_limit(protocol, reason) or (isinstance(reason, str) and (
+    messages (:data:`MESSAGE_LIMIT_REASONS`); for an ``incomplete`` response (Responses, the only
+    protocol that reads this for one), also no reason at all (:data:`INCOMPLETE`)."""
+    return at_output_limit(protocol, reason) or unsaid_incomplete(protocol, reason) or (isinstance(reason, str) and (
         reason in CONTENT_FILTER_REASONS[protocol] or reason in MESSAGE_LIMIT_REASONS[protocol]))
 
 

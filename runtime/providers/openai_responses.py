@@ -27,7 +27,7 @@ import trio
 from events import types as t
 
 from . import caching
-from .base import (OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
+from .base import (INCOMPLETE, OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit,
                    cuts_answer)
 from .compile import (OPENAI_IMAGES, Compiled, Entry, Image, call_arguments, native_reasoning, prepare, request_tails,
                       summary_text)
@@ -206,7 +206,7 @@ class OpenAIResponsesProvider(SdkProvider):
         status = getattr(response, "status", None)
         if status == "incomplete":
             reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
-            stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, reason) else (reason or "incomplete")
+            stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, reason) else (reason or INCOMPLETE)
         else:
             stop = "tool_use" if calls else REFUSAL if refused else "end_turn"
         diagnostics = self.diagnostics(compiled, cache)

@@ -7,6 +7,8 @@ reason is recorded as the server sent it."""
 
 from __future__ import annotations
 
+import pytest
+
 from .test_output_limit_calls import SLEEP, _assert_not_run, _finished, _session
 from .servers import openai_responses as orr
 from .servers.base import Reply
@@ -64,3 +66,41 @@ async def test_the_calls_of_a_steered_response_are_whole_and_run(server, make, t
     for call_id in ("call_a", "call_b"):
         got = finished[call_id]
         assert (got.status, got.is_error, got.error_code) == ("ok", False, None), got
+
+
+def _without_reason(scripted: Reply, details: object) -> Reply:
+    name, data = scripted.events[-1]
+    response = {k: v for k, v in data["response"].items() if k != "incomplete_details"}
+    if details is not ...:
+        response["incomplete_details"] = details
+    scripted.events[-1] = (name, {**data, "response": response})
+    return scripted
+
+
+@pytest.mark.parametrize("details", [None, {}, {"reason": None}, ...], ids=["null", "empty", "null-reason", "left-out"])
+async def test_an_incomplete_response_that_gives_no_reason_is_a_cut(details, server, make, tmp_path):
+    """A response ``incomplete`` without saying why (``incomplete_details`` null, empty or left
+    out, as a proxy may send it) says nothing of where it stopped, as ``max_messages`` does not:
+    its last call is answered as cut and not run, the calls before it run, and the stop is
+    recorded as ``incomplete``. It ran every call, the one being written when it stopped too."""
+    scripted = _without_reason(_incomplete("max_messages", last_unfinished=True), details)
+    _state, evs = await _session(PROTOCOL, scripted, server, make, tmp_path)
+    responded = [e.event for e in evs if e.kind == "model.responded"][0]
+    assert responded.stop_reason == "incomplete"
+    assert [(c.call_id, c.name, c.arguments) for c in responded.tool_calls] == CALLS
+    assert _finished(evs)["call_a"].status == "ok"
+    _assert_not_run(PROTOCOL, evs, server, "call_b", "sleep_milliseconds",
+                    cause="cut before the provider finished it (an incomplete response that gave no reason)")
+
+
+async def test_a_call_the_final_output_of_an_incomplete_response_without_reason_leaves_out_is_kept_as_cut(
+        server, make, tmp_path):
+    scripted = _without_reason(_incomplete("max_messages", last_unfinished=True), None)
+    name, data = scripted.events[-1]
+    output = [item for item in data["response"]["output"] if item.get("call_id") != "call_b"]
+    scripted.events[-1] = (name, {**data, "response": {**data["response"], "output": output}})
+    _state, evs = await _session(PROTOCOL, scripted, server, make, tmp_path)
+    responded = [e.event for e in evs if e.kind == "model.responded"][0]
+    assert [c.call_id for c in responded.tool_calls] == ["call_a", "call_b"]
+    _assert_not_run(PROTOCOL, evs, server, "call_b", "sleep_milliseconds",
+                    cause="cut before the provider finished it (an incomplete response that gave no reason)")
