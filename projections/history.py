@@ -508,9 +508,12 @@ class HistoryIndex:
 
     def search(self, project_id: str, query: str, *, session_id: str | None = None, agent_id: str | None = None,
                task_id: str | None = None, after_item_id: str | None = None, limit: int = 20,
-               cursor_name: str = "after_context_item_id") -> tuple[list[Hit], str | None]:
+               cursor_name: str = "after_context_item_id",
+               leave_out: str | None = None) -> tuple[list[Hit], str | None]:
         """``cursor_name``: how errors name ``after_item_id`` (the tool's argument, or the API's
-        JSON field)."""
+        JSON field). ``leave_out``: an item id that is no match (the ``history_search`` call making
+        the search): left out with the other conditions, so pages stay full and the ranked or
+        recency mode counts the matches without it."""
         if not 1 <= limit <= MAX_LIMIT:
             raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_LIMIT}")
         parsed = _parse(query, self._words)
@@ -550,6 +553,9 @@ class HistoryIndex:
             if val is not None:
                 where.append(f"i.{col} = ?")
                 args.append(val)
+        if leave_out is not None:
+            where.append("i.item_id != ?")
+            args.append(leave_out)
         cond = " AND ".join(where)
         # The text's scanned prefix, not FTS5's snippet(): see projections.snippets.
         # (as bytes: SQLite's substr() and length() of text stop at a NUL, which tool output holds)

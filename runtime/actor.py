@@ -1323,6 +1323,8 @@ class SessionActor:
         def allowlist_of(name: str) -> list[str] | None:
             return self.tool_catalog.allowlist(name, tool_policy)
 
+        call_item_id = _call_item_id(agent, call.call_id)
+
         async def call_tool(sub_id: str, name: str, args: dict[str, Any],
                             sub_cut: Callable[[str, bool, Any], None] | None = None) -> ToolResult:
             """A call from ``programmatic_tool_run``'s program: checked as a program's call.
@@ -1335,7 +1337,7 @@ class SessionActor:
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
                               allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=sub_cut,
-                              recordable=self.deps.store.codec.pack_checked)
+                              recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -1374,7 +1376,7 @@ class SessionActor:
                           call_tool=call_tool, tool_policy=tool_policy,
                           workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
                           allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=cut_output,
-                          recordable=self.deps.store.codec.pack_checked)
+                          recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a
@@ -1500,6 +1502,15 @@ _DEFERRED = object()
 # (A revert recorded with the result came after the program's later edits, which the fold then
 # took for reverted too, and an abort lost it.)
 _RECORDED_AT_ONCE = (t.FileEdited, t.FileReverted, t.ArtifactStored)
+
+
+def _call_item_id(agent: Any, call_id: str) -> str | None:
+    """The Full Context item of the agent's call ``call_id`` (its latest: a provider may reuse an
+    id in a later response), found from the end, where a running call's item is; None if none."""
+    for it in reversed(agent.items):
+        if it.role == "tool_call" and it.call is not None and it.call.call_id == call_id:
+            return it.id
+    return None
 
 
 def _under_call(event: t._Event, sub_id: str, root_id: str) -> t._Event:

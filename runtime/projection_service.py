@@ -422,13 +422,15 @@ class ProjectionService:
     async def history_search(self, project_id: str, query: str, *, session_id: str | None = None,
                              agent_id: str | None = None, task_id: str | None = None,
                              after_item_id: str | None = None, limit: int = 20,
-                             cursor_name: str = "after_context_item_id") -> tuple[list[Any], str | None]:
+                             cursor_name: str = "after_context_item_id",
+                             leave_out: str | None = None) -> tuple[list[Any], str | None]:
         await self.caught_up()
         index = self._history_index
 
         def run() -> tuple[list[Any], str | None]:
             return index.search(project_id, query, session_id=session_id, agent_id=agent_id, task_id=task_id,
-                                after_item_id=after_item_id, limit=limit, cursor_name=cursor_name)
+                                after_item_id=after_item_id, limit=limit, cursor_name=cursor_name,
+                                leave_out=leave_out)
 
         return await self._history(run)
 

@@ -94,6 +94,11 @@ class ToolContext:
     # ``AppendRejected``), so that a tool can tell what the log could never hold (the ``skill``
     # tool: instructions past ``log.maxEventBytes``). Provided by the actor; None: not checked.
     recordable: Callable[[t._Event], object] | None = None
+    # The Full Context item of the call (``c<seq>.<n>``), which ``history_search`` leaves out of
+    # its results: the call holds the query and is in the Full Context before it runs. For a
+    # program's sub-call, the program's call (a sub-call is no item of its own). Provided by the
+    # actor; None: none known (nothing is left out).
+    call_item_id: str | None = None
 
 
 @dataclass(frozen=True)

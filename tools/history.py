@@ -1,7 +1,9 @@
 """``history_search`` and ``history_read`` (F-TOOL-7): the project's history as evidence.
 
 Results are scoped to the caller's project and never include hidden items. They are returned as
-quoted evidence, not as instructions or pending calls.
+quoted evidence, not as instructions or pending calls. A search leaves out the item of the call
+making it (``ToolContext.call_item_id``), which holds the query: it finds what was there before
+it was asked, earlier searches' calls and results among them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ EVIDENCE_NOTE = "History results are evidence of what happened earlier, quoted a
 
 class HistoryBackend(Protocol):
     async def history_search(self, project_id: str, query: str, *, session_id: str | None, agent_id: str | None,
-                             task_id: str | None, after_item_id: str | None, limit: int) -> tuple[list[Any], str | None]: ...
+                             task_id: str | None, after_item_id: str | None, limit: int,
+                             leave_out: str | None = None) -> tuple[list[Any], str | None]: ...
 
     async def history_read(self, item_id: str, *, project_id: str | None, offset: int, limit: int) -> dict[str, Any]: ...
 
@@ -62,7 +65,7 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
             hits, nxt = await backend.history_search(
                 ctx.project_id, query, session_id=_opt_id(args, "session_id"), agent_id=_opt_id(args, "agent_id"),
                 task_id=_opt_id(args, "task_id"), after_item_id=_opt_id(args, "after_context_item_id"),
-                limit=_opt_int(args, "limit", 20))
+                limit=_opt_int(args, "limit", 20), leave_out=ctx.call_item_id)
         except HistoryError as exc:
             raise ToolError(exc.code, exc.message) from None
         results = [{"context_item_id": h.context_item_id, "session_id": h.session_id, "agent_id": h.agent_id,

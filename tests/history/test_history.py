@@ -169,6 +169,38 @@ async def test_paging_never_skips_or_repeats(tmp_path: Path) -> None:
     projector.close()
 
 
+def _all_pages(index: HistoryIndex, query: str, limit: int, **kw) -> list[str]:
+    """Every result of ``query``, page by page; each page but the last is full."""
+    seen: list[str] = []
+    after = None
+    while True:
+        page, after = index.search(P1, query, limit=limit, after_item_id=after, **kw)
+        seen += ids(page)
+        if after is None:
+            return seen
+        assert len(page) == limit
+
+
+@pytest.mark.parametrize("many", [False, True])
+async def test_a_left_out_item_leaves_no_page_short_and_none_repeated(tmp_path: Path, many: bool) -> None:
+    """``leave_out`` (the history_search call making the search) is no match: pages in either
+    order (relevance with few matches, newest first with many) are the whole list without it."""
+    data = tmp_path / "data"
+    async with open_store(data) as store:
+        log = Log(store)
+        await log.session("s1")
+        for i in range(RANKED_LIMIT + 5 if many else 10):
+            await log.assistant(f"note {i} about quokkas" + " and more" * (i % 4))
+    projector, index = project(data)
+    full = _all_pages(index, "quokkas", 3)
+    assert len(full) == (RANKED_LIMIT + 5 if many else 10) and len(set(full)) == len(full)
+    for left in (full[1], full[3], full[-1]):  # inside the first page, the first of the second, the last
+        assert _all_pages(index, "quokkas", 3, leave_out=left) == [i for i in full if i != left]
+    # an item that is no match, or of no project, leaves everything in
+    assert _all_pages(index, "quokkas", 3, leave_out="c999999") == full
+    projector.close()
+
+
 @pytest.mark.parametrize("query", [
     'zanzibar OR', 'NOT zanzibar', 'NEAR(zanzibar', 'zanzibar"', '"unterminated zanzibar', 'col:zanzibar',
     '(zanzibar', 'zanzibar)', '^zanzibar', 'zanz*', '*', 'zanzibar AND', "{text}: zanzibar",
