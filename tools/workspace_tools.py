@@ -20,6 +20,7 @@ import trio
 from events import types as t
 from runtime.atomicfile import why_not_written
 from runtime.errors import shortened, shortened_json, shortened_names  # (imports nothing: no cycle)
+from runtime.stop_now import StopNow
 
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -66,7 +67,8 @@ def signal_name(exit_code: int) -> str | None:
         return f"SIG{-exit_code}"
 
 
-async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin) -> tuple[Any | None, bool]:
+async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin,
+                         stop_now: StopNow | None = None) -> tuple[Any | None, bool]:
     """Ask the executor to stop the command run under ``run_id`` and read its stream to the
     exit: the exit (None: the stream ended or failed first, or the wait ran out) and whether the
     stream was read to it. An exit from the ``Stop`` answer alone (the stream's not read within
@@ -81,11 +83,12 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
     running by that id) leaves :data:`ABORT_OUTPUT_WAIT_S` from the answer, and an executor that
     cannot stop the command (built before ``Stop``, unreachable) the same from the ``Stop`` sent,
     for the output on its way, as before. Call it shielded (an abort's cancellation is under way):
-    it bounds itself."""
+    it bounds itself, and ``stop_now`` (the daemon's second stop signal) ends the wait at once,
+    as it ends the daemon's other waits of a stop."""
     sent = trio.current_time()
     got: list[Any] = []
     answered: list[Any] = []
-    with trio.CancelScope(deadline=sent + ABORT_STOP_ANSWER_WAIT_S) as waiting:
+    with (stop_now or StopNow()).grace(ABORT_STOP_ANSWER_WAIT_S) as waiting:
         async with trio.open_nursery() as nursery:
             async def ask() -> None:
                 try:
@@ -426,7 +429,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                             # executor if the stop did not.
                             ended, whole = None, False
                             with trio.CancelScope(shield=True):
-                                ended, whole = await stop_and_drain(ex.client, run_id, events, join)
+                                ended, whole = await stop_and_drain(ex.client, run_id, events, join, pool.stop_now)
                             join.flush()
                             # (no exit: no ``truncated`` from the executor; the output was cut at
                             # the cap when it reached it, as the executor sends no byte past it)

@@ -18,6 +18,7 @@ import trio
 
 from proto import executor_pb2 as pb
 from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
+from runtime.stop_now import StopNow
 from tools.command_output import StreamJoin
 from tools.executor.commands import KILL_GRACE_S
 from tools.executor.runs import MAX_RUN_ID_CHARS
@@ -346,4 +347,34 @@ async def test_an_exit_only_the_stop_answer_gave_is_said_to_leave_the_output_unr
             assert ended is not None and (ended.exit_code, ended.stopped) == (3, True), ended
             assert not whole
             assert ABORT_STOP_ANSWER_WAIT_S <= took[0] < ABORT_STOP_ANSWER_WAIT_S + 1, took
+        assert wait_group_gone(groups[0]) == []
+
+
+async def test_the_daemons_second_stop_signal_ends_the_wait_for_a_stop_the_executor_never_answers(
+        client: ExecutorClient, executor: Any) -> None:
+    """The executor gets no time during the stop (a remote one, stuck): the stop-and-read would
+    wait ``ABORT_STOP_ANSWER_WAIT_S``; the daemon's stop now (a second stop signal) ends it at
+    once, as it ends the stop's other waits, with no exit known."""
+    stop_now = StopNow()
+    took: list[float] = []
+
+    async def aborted(events: Any, join: StreamJoin) -> Any:
+        async with trio.open_nursery() as nursery:
+            with frozen(executor.pid):
+                async def second_signal() -> None:
+                    await trio.sleep(0.3)
+                    stop_now.set()
+
+                nursery.start_soon(second_signal)
+                began = trio.current_time()
+                with trio.CancelScope(shield=True):  # (as an abort calls it)
+                    got = await stop_and_drain(client, "stop-now", events, join, stop_now)
+                took.append(trio.current_time() - began)
+        return got
+
+    with reaping() as groups:
+        out, (ended, whole) = await _until_ready(client, TRAPPING, "stop-now", groups, aborted)
+        assert (ended, whole) == (None, False)
+        assert 0.3 <= took[0] < ABORT_STOP_ANSWER_WAIT_S - 2, took
+        assert out.endswith(b"ready\n"), out
         assert wait_group_gone(groups[0]) == []
