@@ -302,6 +302,20 @@ class LogReader:
             (session_id, SEQ_MAX if to is None else min(to, SEQ_MAX)))
         return rows[0][0] if rows else 0
 
+    def session_kinds(self, session_id: str, seq: int, *, back: bool, limit: int) -> list[tuple[int, Any]]:
+        """``(seq, kind)`` of at most ``limit`` events of session ``session_id`` from its rows'
+        columns, never a body: walking back from ``seq`` (itself included) with ``back``, else
+        forward from after it. A walk of a session's neighbourhood of any size (an event up to
+        ``max_event_bytes`` costs no more than a small one); page on from the last ``seq`` read."""
+        seq = max(SEQ_MIN, min(seq, SEQ_MAX))
+        if back:
+            sql = ("SELECT seq, kind FROM events WHERE session_id = ? AND seq <= ? "
+                   "ORDER BY session_seq DESC LIMIT ?")
+        else:
+            sql = ("SELECT seq, kind FROM events WHERE session_id = ? AND seq > ? "
+                   "ORDER BY session_seq LIMIT ?")
+        return [(r[0], r[1]) for r in self._query("a session's event kinds", sql, (session_id, seq, limit))]
+
     def session_project(self, session_id: str) -> str | None:
         """The project of session ``session_id``: the ``project_id`` of its first event that has
         one (``None`` when none does, or that column is not readable text). Read from the row's

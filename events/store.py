@@ -29,7 +29,7 @@ import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 import apsw
 import msgspec
@@ -1147,6 +1147,15 @@ class EventStore:
 
         def read() -> int:
             return self._get_reader().session_last_seq(session_id, to)
+
+        return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
+
+    async def session_kinds(self, session_id: str, seq: int, *, back: bool, limit: int) -> list[tuple[int, Any]]:
+        """``(seq, kind)`` of a session's events near ``seq``, bodies left undecoded (see
+        ``LogReader.session_kinds``)."""
+
+        def read() -> list[tuple[int, Any]]:
+            return self._get_reader().session_kinds(session_id, seq, back=back, limit=limit)
 
         return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 

@@ -1502,6 +1502,13 @@ _DEFERRED = object()
 # (A revert recorded with the result came after the program's later edits, which the fold then
 # took for reverted too, and an abort lost it.)
 _RECORDED_AT_ONCE = (t.FileEdited, t.FileReverted, t.ArtifactStored)
+# What a call's result records with its tool.finished, in the same write, naming the call
+# (``_run_and_record``; a program's edits and reverts are named by the program's call too): a fork
+# at the tool.finished, or at one of these records, is made after the last of them
+# (``Supervisor._end_of_result``). A ``skill.loaded`` is not among them: a load due at a fork point
+# is appended before the fork's first input. The ``artifact.stored`` copies an edit stores sit
+# between them and name no call.
+RESULT_RECORDS = (t.TodoUpdated, t.FileEdited, t.FileReverted, t.CapabilityLoaded, t.SkillUnloaded)
 
 
 def _call_item_id(agent: Any, call_id: str) -> str | None:

@@ -25,7 +25,7 @@ from events import types as t
 from events.errors import CorruptEvent, LogError
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
-from .actor import ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor
+from .actor import RESULT_RECORDS, ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor
 from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, SessionGone, SessionNotFound,
                      SessionQuarantined)
 from .working_context import DescribeContext
@@ -33,11 +33,11 @@ from .working_context import DescribeContext
 log = logging.getLogger("lens.supervisor")
 
 MAILBOX = 64
-# What a call's result records with its tool.finished, in the same write, naming the call (a
-# fork at the tool.finished is made after them: `Supervisor._end_of_result`). A `skill.loaded`
-# is not among them: a load due at a fork point is appended before the fork's first input.
-RESULT_RECORDS = (t.TodoUpdated, t.FileEdited, t.FileReverted, t.CapabilityLoaded, t.SkillUnloaded)
-RESULT_LOOKBACK = 16  # events read on either side of a fork point for that write (an edit stores 2 copies)
+# Rows read at a time walking a session's event kinds around a fork point (bodies not decoded).
+KINDS_PAGE = 256
+_RECORD_KINDS = frozenset(r.__struct_config__.tag for r in RESULT_RECORDS)
+_STORED = t.ArtifactStored.__struct_config__.tag
+_FINISHED = t.ToolFinished.__struct_config__.tag
 
 # What reading a broken session's log raises: its damage (a body that does not decode, damaged
 # pages: the log's own errors, with their seq) or a failure of the storage under it. Anything
@@ -159,35 +159,64 @@ class Supervisor:
 
     async def _end_of_result(self, session_id: str, seq: int) -> int:
         """Where a fork asked at ``seq`` is made: ``seq``, or, when ``seq`` is a call's
-        ``tool.finished`` (or one of the file copies stored with it), the last of the events its
-        result recorded with it in the same write (:data:`RESULT_RECORDS` of that call, and the
+        ``tool.finished``, one of the records its result wrote with it or a file copy stored among
+        them, the last of those records (:data:`RESULT_RECORDS` naming that call, and the
         ``artifact.stored`` copies before a ``file.edited``). The log never held the call's result
         without them, so a fork between them would start from a state the session never had: the
-        call answered ``ok`` while its todo list, file edit or loaded tools were missing."""
+        call answered ``ok`` while its todo list, file edit or loaded tools were missing.
+
+        The write is found from the rows' kinds (no body decoded but the ``tool.finished`` and
+        the records, which name the call), read in pages either way with no bound on its length:
+        a program's result may record hundreds of todo lists, and an event before ``seq`` may be
+        as large as the log allows."""
         store = self.deps.store
         try:
-            at = await store.read_events(after=seq - 1, limit=1, session_id=session_id)
-            if not at or at[0].seq != seq:
+            owner = None  # (the seq of the tool.finished whose write seq may be in)
+            at = seq
+            while owner is None:
+                rows = await store.session_kinds(session_id, at, back=True, limit=KINDS_PAGE)
+                if at == seq and (not rows or rows[0][0] != seq):
+                    return seq  # (not an event of this session: the fork's own checks name it)
+                for row_seq, kind in rows:
+                    if kind == _STORED or kind in _RECORD_KINDS:
+                        continue
+                    if kind != _FINISHED:
+                        return seq
+                    owner = row_seq
+                    break
+                else:
+                    if len(rows) < KINDS_PAGE:
+                        return seq  # (the session's start: no call's result before seq)
+                    at = rows[-1][0] - 1
+            first = await store.read_events(after=owner - 1, limit=1, session_id=session_id)
+            if not first or first[0].seq != owner or not isinstance(first[0].event, t.ToolFinished):
                 return seq
-            first = at[0].event
-            if isinstance(first, t.ArtifactStored):  # inside a write: whose result is it?
-                before = await store.read_events(session_id=session_id, to=seq - 1, after_session_seq=max(
-                    (at[0].session_seq or 0) - RESULT_LOOKBACK - 1, 0))
-                finished = next((se.event for se in reversed(before)
-                                 if not isinstance(se.event, t.ArtifactStored)), None)
-            else:
-                finished = first
-            if not isinstance(finished, t.ToolFinished):
-                return seq
-            end = seq
-            for se in await store.read_events(after=seq, limit=RESULT_LOOKBACK, session_id=session_id):
-                if isinstance(se.event, t.ArtifactStored):
-                    continue  # (a copy an edit stored: part of the write if a record of the call follows)
-                if isinstance(se.event, RESULT_RECORDS) and se.event.call_id == finished.call_id:
-                    end = se.seq
-                    continue
+            call_id = first[0].event.call_id
+            # The write's reach: the records and copies after the tool.finished, by kind...
+            last = at = owner
+            while True:
+                rows = await store.session_kinds(session_id, at, back=False, limit=KINDS_PAGE)
+                for row_seq, kind in rows:
+                    if kind != _STORED and kind not in _RECORD_KINDS:
+                        break
+                    last = row_seq
+                else:
+                    if len(rows) == KINDS_PAGE:
+                        at = last
+                        continue
                 break
-            return end
+            # ...then the records themselves (the copies not decoded), up to the first of another call.
+            end = at = owner
+            while at < last:
+                page = await store.read_events(after=at, to=last, session_id=session_id, kinds=sorted(_RECORD_KINDS))
+                if not page:
+                    break
+                for se in page:
+                    if getattr(se.event, "call_id", None) != call_id:
+                        return max(seq, end)
+                    end = se.seq
+                at = page[-1].seq
+            return max(seq, end)
         except LogError:
             return seq  # (a damaged event there is named by the fork's own read of the source)
 

@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from runtime.errors import LensError  # (imports nothing: no cycle)
+from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
 
 from .base import ToolError
 
@@ -33,6 +34,8 @@ class ExecutorAccess(Protocol):
 
 
 class Respawning(ExecutorAccess, Protocol):
+    stop_now: StopNow  # (the daemon's second stop signal: an abort's wait for a command ends at it)
+
     async def respawned(self, ex: Any) -> Any: ...
 
 

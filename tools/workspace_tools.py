@@ -20,6 +20,7 @@ import trio
 from events import types as t
 from runtime.atomicfile import why_not_written
 from runtime.errors import shortened, shortened_json, shortened_names  # (imports nothing: no cycle)
+from runtime.stop_now import StopNow
 
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -66,9 +67,13 @@ def signal_name(exit_code: int) -> str | None:
         return f"SIG{-exit_code}"
 
 
-async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin) -> Any | None:
+async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin,
+                         stop_now: StopNow | None = None) -> tuple[Any | None, bool]:
     """Ask the executor to stop the command run under ``run_id`` and read its stream to the
-    exit, which is returned (None: the stream ended or failed first, or the wait ran out).
+    exit: the exit (None: the stream ended or failed first, or the wait ran out) and whether the
+    stream was read to it. An exit from the ``Stop`` answer alone (the stream's not read within
+    the wait) says how the command ended, but not that all it printed was read: the output may
+    lack its end, and the caller marks it cut.
 
     The executor answers ``Stop`` once the command's run is over (``ended``): its exit and the
     output before it were sent on the stream by then, and the answer carries the exit too. The
@@ -78,11 +83,12 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
     running by that id) leaves :data:`ABORT_OUTPUT_WAIT_S` from the answer, and an executor that
     cannot stop the command (built before ``Stop``, unreachable) the same from the ``Stop`` sent,
     for the output on its way, as before. Call it shielded (an abort's cancellation is under way):
-    it bounds itself."""
+    it bounds itself, and ``stop_now`` (the daemon's second stop signal) ends the wait at once,
+    as it ends the daemon's other waits of a stop."""
     sent = trio.current_time()
     got: list[Any] = []
     answered: list[Any] = []
-    with trio.CancelScope(deadline=sent + ABORT_STOP_ANSWER_WAIT_S) as waiting:
+    with (stop_now or StopNow()).grace(ABORT_STOP_ANSWER_WAIT_S) as waiting:
         async with trio.open_nursery() as nursery:
             async def ask() -> None:
                 try:
@@ -99,8 +105,8 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
             got.append(await drain_rest(events, join))
             nursery.cancel_scope.cancel()
     if got and got[0] is not None:
-        return got[0]
-    return answered[0] if answered else None
+        return got[0], True
+    return (answered[0] if answered else None), False
 
 
 def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,
@@ -421,15 +427,19 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                             # most ABORT_STOP_ANSWER_WAIT_S in all, so the abort stays bounded; the
                             # stream is then cancelled, which ends the command's group on the
                             # executor if the stop did not.
-                            ended = None
+                            ended, whole = None, False
                             with trio.CancelScope(shield=True):
-                                ended = await stop_and_drain(ex.client, run_id, events, join)
+                                ended, whole = await stop_and_drain(ex.client, run_id, events, join, pool.stop_now)
                             join.flush()
                             # (no exit: no ``truncated`` from the executor; the output was cut at
                             # the cap when it reached it, as the executor sends no byte past it)
                             reached = (ended.truncated if ended is not None
                                        else len(out) >= (cap or DEFAULT_COMMAND_OUTPUT))
-                            text, cut = command_text(out, ctx, cap, truncated=reached, cut_end=ended is None or reached)
+                            # An exit from the Stop answer alone: the stream was not read to it,
+                            # so what came last may be missing; the text says it was cut.
+                            lost = ended is not None and not whole
+                            text, cut = command_text(out, ctx, cap, truncated=reached or lost,
+                                                     cut_end=ended is None or reached or lost)
                             ctx.cut_output(text, cut, None if ended is None else CommandEnd(
                                 ended.exit_code, signal_name(ended.exit_code), ended.stopped))
                         raise

@@ -25,6 +25,8 @@ from tests.procfs import read_proc
 from tools.executor.commands import KILL_GRACE_S
 from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S
 
+from ..executor.conftest import start_executor, stop_process
+from ..executor.relay import Relay
 from ..providers.servers.anthropic import message_stream
 from ..providers.servers.base import ScriptedServer
 from .conftest import Daemon, DaemonFactory, finished, stop_daemon, wait_until
@@ -355,3 +357,27 @@ async def test_an_abort_on_a_slow_host_waits_for_the_executor_s_answer_and_recor
         f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
     assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
                                           "killed_by_abort": True}, body
+
+
+async def test_an_exit_only_the_stop_answer_gave_leaves_the_output_marked_cut(
+        daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote executor whose stream's exit never reaches the daemon (a relay withholds it),
+    while its answer to ``Stop`` carries the exit: the result says how the command ended, and
+    that its output is cut, since what the stream sent last may not have been read."""
+    remote = start_executor(tmp_path / "remote")
+    try:
+        with Relay(remote.address, withhold_exit=True) as relay:
+            monkeypatch.setenv("LENS_TEST_REMOTE_TOKEN", remote.token)
+            d, token, sid, _ = await _session(daemon_factory, "abort-exit-withheld", config={
+                "executor": {"address": relay.address, "tokenEnv": "LENS_TEST_REMOTE_TOKEN"}})
+            command = f"{PRINT_MARKER}; sleep 600 & touch printed; wait"
+            await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
+            await _abort_once_printed(d, token, sid, remote.workspace)
+            body = await _aborted_result(d, token, sid)
+            assert body["content"][0]["text"] == (
+                f"{MARKER}\n\n[killed by the abort: signal 15 (SIGTERM), output truncated]\n{ABORTED_TEXT}"), body
+            assert body["structured_content"] == {"aborted": True, "truncated": True, "exit_code": -15,
+                                                  "signal": "SIGTERM", "killed_by_abort": True}, body
+            await stop_daemon(d)
+    finally:
+        stop_process(remote.proc)

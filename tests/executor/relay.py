@@ -7,10 +7,13 @@ may rewrite an editing tool's reply on its way back (an executor of an older bui
 wire: Core's code runs unchanged. ``before_run`` is called with each ``Run`` request before it
 is passed on (a test changes the workspace exactly between Core's calls). ``missing`` names
 methods the relay does not have, which grpc answers UNIMPLEMENTED (an executor built before them).
+``withhold_exit`` keeps each ``Run`` stream's exit from Core, the stream held open until Core
+leaves it (an exit lost on its way, while ``Stop`` still answers with it).
 """
 
 from __future__ import annotations
 
+import time
 from concurrent import futures
 from typing import Any, Callable, Iterator
 
@@ -27,11 +30,12 @@ class Relay(grpc.GenericRpcHandler):
 
     def __init__(self, target: str, *, edit_reply: Callable[[pb.ToolReply], pb.ToolReply] | None = None,
                  before_run: Callable[[pb.CommandRequest], None] | None = None,
-                 missing: tuple[str, ...] = ()) -> None:
+                 missing: tuple[str, ...] = (), withhold_exit: bool = False) -> None:
         self.target = target
         self.edit_reply = edit_reply
         self.before_run = before_run
         self.missing = missing
+        self.withhold_exit = withhold_exit
         self.tools: list[str] = []
         self._channel = grpc.insecure_channel(target)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=[self])
@@ -61,7 +65,12 @@ class Relay(grpc.GenericRpcHandler):
                                                           timeout=context.time_remaining())
                 context.add_callback(call.cancel)  # (Core leaving the stream ends it on the executor)
                 try:
-                    yield from call
+                    for event in call:
+                        if self.withhold_exit and pb.CommandEvent.FromString(event).WhichOneof("event") == "exit":
+                            while context.is_active():  # (held open, the exit never sent)
+                                time.sleep(0.05)
+                            return
+                        yield event
                 except grpc.RpcError as exc:
                     context.abort(exc.code(), exc.details() or "")  # type: ignore[attr-defined]
 

@@ -18,6 +18,7 @@ import trio
 
 from proto import executor_pb2 as pb
 from runtime.executor_client import ExecutorClient, ExecutorError, ExecutorToolError
+from runtime.stop_now import StopNow
 from tools.command_output import StreamJoin
 from tools.executor.commands import KILL_GRACE_S
 from tools.executor.runs import MAX_RUN_ID_CHARS
@@ -150,7 +151,7 @@ async def test_an_executor_without_stop_leaves_the_abort_as_it_was(executor: Any
                         join.write(ev.WhichOneof("event"), ev.stdout or ev.stderr)
                     groups.append(int(out.split(b"\n", 1)[0]))
                     began = trio.current_time()
-                    assert await stop_and_drain(client, "old", events, join) is None
+                    assert await stop_and_drain(client, "old", events, join) == (None, False)
                     assert trio.current_time() - began < ABORT_OUTPUT_WAIT_S + 1
             assert wait_group_gone(groups[0]) == []
 
@@ -211,8 +212,9 @@ async def test_the_wait_for_the_exit_counts_from_the_executor_s_answer_on_a_slow
                 nursery.start_soon(thaw)
                 began = trio.current_time()
                 with trio.CancelScope(shield=True):  # (as an abort calls it: its own bounds only)
-                    ended = await stop_and_drain(client, "slow-host", events, join)
+                    ended, whole = await stop_and_drain(client, "slow-host", events, join)
                 took.append(trio.current_time() - began)
+                assert whole  # (the stream was read to its exit)
         return ended
 
     with reaping() as groups:
@@ -239,8 +241,9 @@ async def _timed_stop(client: ExecutorClient, command: str, run_id: str) -> tupl
     async def aborted(events: Any, join: StreamJoin) -> Any:
         began = trio.current_time()
         with trio.CancelScope(shield=True):
-            ended = await stop_and_drain(client, run_id, events, join)
+            ended, whole = await stop_and_drain(client, run_id, events, join)
         took.append(trio.current_time() - began)
+        assert whole == (ended is not None)  # (an exit here is the stream's own)
         return ended
 
     with reaping() as groups:
@@ -282,7 +285,8 @@ async def test_an_executor_that_never_answers_the_stop_holds_the_abort_no_longer
     async def aborted(events: Any, join: StreamJoin) -> Any:
         with frozen(executor.pid):
             began = trio.current_time()
-            ended = await stop_and_drain(client, "never-answers", events, join)
+            ended, whole = await stop_and_drain(client, "never-answers", events, join)
+            assert not whole
             took.append(trio.current_time() - began)
         return ended
 
@@ -306,7 +310,8 @@ async def test_an_abort_whose_executor_is_gone_does_not_wait(tmp_path: Path) -> 
         gone.proc.kill()
         gone.proc.wait()
         began = trio.current_time()
-        ended = await stop_and_drain(client, "gone", events, join)
+        ended, whole = await stop_and_drain(client, "gone", events, join)
+        assert not whole
         took.append(trio.current_time() - began)
         return ended
 
@@ -319,3 +324,57 @@ async def test_an_abort_whose_executor_is_gone_does_not_wait(tmp_path: Path) -> 
             assert out.endswith(b"ready\n"), out
     finally:
         stop_process(gone.proc)
+
+
+async def test_an_exit_only_the_stop_answer_gave_is_said_to_leave_the_output_unread(executor: Any) -> None:
+    """The executor answers ``Stop`` with the exit, but the stream's exit (and whatever it sent
+    with it) never reaches Core (a relay withholds it): the stop-and-read gives the answer's exit
+    at its bound, saying the stream was not read to it, so the caller marks the output cut."""
+    with Relay(executor.address, withhold_exit=True) as relay, reaping() as groups:
+        client = ExecutorClient(relay.address, executor.token)
+        with contextlib.closing(client):
+            await client.hello()
+            took: list[float] = []
+
+            async def aborted(events: Any, join: StreamJoin) -> Any:
+                began = trio.current_time()
+                with trio.CancelScope(shield=True):
+                    got = await stop_and_drain(client, "withheld", events, join)
+                took.append(trio.current_time() - began)
+                return got
+
+            out, (ended, whole) = await _until_ready(client, TRAPPING, "withheld", groups, aborted)
+            assert ended is not None and (ended.exit_code, ended.stopped) == (3, True), ended
+            assert not whole
+            assert ABORT_STOP_ANSWER_WAIT_S <= took[0] < ABORT_STOP_ANSWER_WAIT_S + 1, took
+        assert wait_group_gone(groups[0]) == []
+
+
+async def test_the_daemons_second_stop_signal_ends_the_wait_for_a_stop_the_executor_never_answers(
+        client: ExecutorClient, executor: Any) -> None:
+    """The executor gets no time during the stop (a remote one, stuck): the stop-and-read would
+    wait ``ABORT_STOP_ANSWER_WAIT_S``; the daemon's stop now (a second stop signal) ends it at
+    once, as it ends the stop's other waits, with no exit known."""
+    stop_now = StopNow()
+    took: list[float] = []
+
+    async def aborted(events: Any, join: StreamJoin) -> Any:
+        async with trio.open_nursery() as nursery:
+            with frozen(executor.pid):
+                async def second_signal() -> None:
+                    await trio.sleep(0.3)
+                    stop_now.set()
+
+                nursery.start_soon(second_signal)
+                began = trio.current_time()
+                with trio.CancelScope(shield=True):  # (as an abort calls it)
+                    got = await stop_and_drain(client, "stop-now", events, join, stop_now)
+                took.append(trio.current_time() - began)
+        return got
+
+    with reaping() as groups:
+        out, (ended, whole) = await _until_ready(client, TRAPPING, "stop-now", groups, aborted)
+        assert (ended, whole) == (None, False)
+        assert 0.3 <= took[0] < ABORT_STOP_ANSWER_WAIT_S - 2, took
+        assert out.endswith(b"ready\n"), out
+        assert wait_group_gone(groups[0]) == []

@@ -84,7 +84,7 @@ from machine_parts import Host, Pending, RuntimeMachine, log_is_gap_free, pick, 
 from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, snapshot_bytes, state_from_snapshot,
                                        working_context)
 from projections.context_budget import item_marks, prunable_results
-from runtime.actor import Abort, Configure, Delete, GetView, Rename, Steer, Submit, Withdraw, _reset_for_fork
+from runtime.actor import RESULT_RECORDS, Abort, Configure, Delete, GetView, Rename, Steer, Submit, Withdraw, _reset_for_fork
 from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
 from runtime.errors import LensError
 from runtime.providers.base import ModelRequest
@@ -118,22 +118,24 @@ MAIN_ONLY = ("subagent", "todo")
 
 
 def fork_point(events: list[StoredEvent], seq: int) -> int:
-    """Where a fork asked at ``seq`` is made (docs/http-api.md): at a call's ``tool.finished``, or
-    a file copy stored with it, after the records its result wrote with it, naming that call."""
+    """Where a fork asked at ``seq`` is made (docs/http-api.md): at a call's ``tool.finished``, a
+    record its result wrote with it or a file copy stored among them, after the last of those
+    records naming that call."""
     at = next(i for i, e in enumerate(events) if e.seq == seq)
-    finished = next((e.event for e in reversed(events[:at + 1]) if not isinstance(e.event, t.ArtifactStored)), None)
-    if not isinstance(finished, t.ToolFinished):
+    owner = next((i for i in range(at, -1, -1)
+                  if not isinstance(events[i].event, (t.ArtifactStored, *RESULT_RECORDS))), None)
+    if owner is None or not isinstance(events[owner].event, t.ToolFinished):
         return seq
-    end = seq
-    for e in events[at + 1:]:
+    call_id = events[owner].event.call_id
+    end = events[owner].seq
+    for e in events[owner + 1:]:
         if isinstance(e.event, t.ArtifactStored):
             continue
-        if (isinstance(e.event, (t.TodoUpdated, t.FileEdited, t.FileReverted, t.CapabilityLoaded, t.SkillUnloaded))
-                and e.event.call_id == finished.call_id):
+        if isinstance(e.event, RESULT_RECORDS) and e.event.call_id == call_id:
             end = e.seq
             continue
         break
-    return end
+    return max(seq, end)
 # No round kept as written (a manual compaction of a short conversation has something to
 # replace); automatic compaction on at the default 80 % of a window the conversations reach in a
 # few rounds; pruning on, of every result older than the last response. A session's saved
