@@ -539,13 +539,15 @@ def refuse_empty_beside_a_wal(path: Path) -> None:
     file gets its first page when the log is made, before anything is written to the WAL): it was
     cut short or replaced, and both files are left as they are for the user to restore."""
     wal = path.with_name(path.name + "-wal")
+    # The WAL is read first, then the database file: a log being made gets its first page before
+    # its WAL gets any bytes, and never goes back to 0 bytes, so a WAL with bytes read first finds
+    # the file's page after it. Read the other way round, a daemon making the log between the two
+    # reads (the file seen empty, then the WAL seen written) looked like this damage.
     try:
-        if not _empty_file(path):
-            return
         size = os.stat(wal).st_size
     except OSError:
         return
-    if size > 0:
+    if size > 0 and _empty_file(path):
         raise StoreCorrupt(
             f"{path} is empty, but {wal.name} beside it holds {size} bytes of the log's writes: the "
             f"database file was cut short or replaced, and SQLite would delete that WAL (every commit "
