@@ -12,8 +12,9 @@ import os
 import stat
 import time
 import urllib.parse
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 import apsw
 
@@ -277,8 +278,38 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
     return data_dir
 
 
+def schema_entries(conn: apsw.Connection) -> list[tuple[str, str]]:
+    """The ``(type, name)`` of every table and view in ``conn``'s main schema (SQLite's own
+    ``sqlite_*`` tables included), in the schema's order."""
+    return [(str(kind), str(name)) for kind, name in
+            conn.execute("SELECT type, name FROM sqlite_schema WHERE type IN ('table', 'view')")]
+
+
 def _tables(conn: apsw.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type='table'")]
+    return [name for kind, name in schema_entries(conn) if kind == "table"]
+
+
+@contextmanager
+def probe(path: Path, *, through_wal: bool = False) -> Iterator[apsw.Connection | None]:
+    """A read-only connection to the SQLite file ``path`` for a look before the real open
+    (``None`` when SQLite cannot open it), closed on leaving.
+
+    By default the read is immutable: it reads the main file alone and makes nothing beside it
+    (no ``-wal``, no ``-shm``), so a foreign WAL database is not given side files by being
+    looked at. ``through_wal`` reads the file through its ``-wal`` too, read-only (such a
+    connection never checkpoints, so neither file changes), but SQLite may make a ``-shm``, its
+    index of the WAL, beside a file that has none."""
+    uri = "file:" + urllib.parse.quote(str(path.absolute())) + ("?mode=ro" if through_wal else "?mode=ro&immutable=1")
+    try:
+        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    except apsw.Error:
+        yield None
+        return
+    try:
+        conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        yield conn
+    finally:
+        conn.close()
 
 
 def not_sqlite(where: Path) -> ForeignStore:
@@ -467,20 +498,16 @@ def refuse_foreign_early(path: Path) -> None:
     """
     if not path.is_file():
         return
-    uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro&immutable=1"
-    try:
-        probe = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-    except apsw.Error:
-        return
-    try:
-        if _tables(probe):
-            check_format(probe, path)  # raises ForeignStore / UnsupportedFormat naming what it found
-    except apsw.NotADBError:
-        raise not_sqlite(path) from None
-    except (apsw.Error, StoreCorrupt):
-        return
-    finally:
-        probe.close()
+    with probe(path) as conn:
+        if conn is None:
+            return
+        try:
+            if _tables(conn):
+                check_format(conn, path)  # raises ForeignStore / UnsupportedFormat naming what it found
+        except apsw.NotADBError:
+            raise not_sqlite(path) from None
+        except (apsw.Error, StoreCorrupt):
+            return
 
 
 def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> apsw.Connection:
@@ -539,13 +566,15 @@ def refuse_empty_beside_a_wal(path: Path) -> None:
     file gets its first page when the log is made, before anything is written to the WAL): it was
     cut short or replaced, and both files are left as they are for the user to restore."""
     wal = path.with_name(path.name + "-wal")
+    # The WAL is read first, then the database file: a log being made gets its first page before
+    # its WAL gets any bytes, and never goes back to 0 bytes, so a WAL with bytes read first finds
+    # the file's page after it. Read the other way round, a daemon making the log between the two
+    # reads (the file seen empty, then the WAL seen written) looked like this damage.
     try:
-        if not _empty_file(path):
-            return
         size = os.stat(wal).st_size
     except OSError:
         return
-    if size > 0:
+    if size > 0 and _empty_file(path):
         raise StoreCorrupt(
             f"{path} is empty, but {wal.name} beside it holds {size} bytes of the log's writes: the "
             f"database file was cut short or replaced, and SQLite would delete that WAL (every commit "

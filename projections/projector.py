@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.parse
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +30,8 @@ from events.schema import (
     PROJECTIONS_DB,
     check_side_files,
     create_private,
+    probe,
+    schema_entries,
     store_busy,
 )
 
@@ -184,10 +185,9 @@ def _tables(conn: apsw.Connection) -> tuple[list[str], bool]:
     """The tables and views of ``conn``'s database (SQLite's own left out), sorted, and whether
     one of the tables is ``positions``, which every ``projections.db`` Lens made has, whatever its
     layout (it is the first table made, before anything else is written)."""
-    names = sorted(str(name) for name, in conn.execute(
-        "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"))
-    ours = any(str(name).lower() == "positions" for name, in conn.execute(
-        "SELECT name FROM sqlite_schema WHERE type = 'table'"))
+    entries = schema_entries(conn)
+    names = sorted(name for _kind, name in entries if not name.lower().startswith("sqlite_"))
+    ours = any(kind == "table" and name.lower() == "positions" for kind, name in entries)
     return names, ours
 
 
@@ -207,23 +207,20 @@ def _refuse_foreign_early(path: Path) -> None:
 
     A database whose tables are all still in its ``-wal`` shows none to the immutable read: it is
     read again through its WAL, read-only (a read-only connection never checkpoints the WAL into
-    the main file, which a closing writer would)."""
+    the main file, which a closing writer would); SQLite may then make a ``-shm`` (its index of
+    the WAL) beside a file that has none, as the real open would too. Both reads are
+    :func:`events.schema.probe`'s, which ``events.db``'s early check uses as well."""
     if not path.is_file():
         return
     wal = path.with_name(path.name + "-wal")
-    quoted = "file:" + urllib.parse.quote(str(path.absolute()))
-    for uri in (quoted + "?mode=ro&immutable=1", quoted + "?mode=ro"):
-        try:
-            probe = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-        except apsw.Error:
-            return
-        try:
-            probe.setbusytimeout(BUSY_TIMEOUT_MS)
-            names, ours = _tables(probe)
-        except apsw.Error:
-            return
-        finally:
-            probe.close()
+    for through_wal in (False, True):
+        with probe(path, through_wal=through_wal) as conn:
+            if conn is None:
+                return
+            try:
+                names, ours = _tables(conn)
+            except apsw.Error:
+                return
         if names and not ours:
             raise ProjectionsForeign(path, names)
         # (a WAL database's file has its first page before anything goes to the WAL, and SQLite

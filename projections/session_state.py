@@ -333,26 +333,38 @@ SKILL_COMMAND = "/skill:"
 def skill_command(content: list[t.ContentPart]) -> tuple[str, list[t.ContentPart]] | None:
     """An input ``/skill:<name> args`` (its first part a text starting so): (name, the content the
     model sees: the args, then any further parts; a short default text when that is empty). The
-    name is the first word of the command's line, blanks after the colon skipped (``/skill: rev``
-    names ``rev``), the line ended by any line break ``str.splitlines`` reads (``\\r`` and U+2028
-    as ``\\n``); a line with no word names none (``None``, which the actor refuses).
-    ``None`` for any other input. The input is recorded as submitted; the actor refuses a
-    command naming no loadable skill, and loads the skill when placing the input."""
+    name is the first word of the command's line (cut at ``\\n``), blanks after the colon skipped
+    (``/skill: rev`` names ``rev``); a line with no word names none (``None``, which the actor
+    refuses). ``None`` for any other input. The input is recorded as submitted; the actor refuses a
+    command naming no loadable skill, and loads the skill when placing the input.
+
+    This is how inputs already in the log are folded (the reducer, the history projection), so
+    it must not change: a new input is held to a stricter rule where it is accepted
+    (:func:`skill_name_on_its_line`), and every input that rule accepts gets from this one the
+    same name."""
     first = content[0] if content else None
     if not isinstance(first, t.TextPart) or not first.text.startswith(SKILL_COMMAND):
         return None
-    command = first.text[len(SKILL_COMMAND):]
-    # (any line break ends the command's line, as str.splitlines reads them: \r, \r\n, U+2028 too)
-    line = command.splitlines()[0] if command else ""
+    line, newline, rest = first.text[len(SKILL_COMMAND):].partition("\n")
     words = line.split(None, 1)
     if not words:
         return None
     name = words[0]
-    args = ((words[1].strip() if len(words) > 1 else "") + command[len(line):]).strip()
+    args = ((words[1].strip() if len(words) > 1 else "") + newline + rest).strip()
     parts: list[t.ContentPart] = [*([t.TextPart(args)] if args else []), *content[1:]]
     if not any(isinstance(p, t.ImagePart) or p.text.strip() for p in parts):
         parts = [t.TextPart(f"Use the skill \"{name}\".")]
     return name, parts
+
+
+def skill_name_on_its_line(text: str) -> str | None:
+    """The name a NEW ``/skill:`` input (``text``, its first part) gives on the command's line as
+    any line break ``str.splitlines`` reads ends it (``\\r``, ``\\r\\n``, U+2028 as ``\\n``): the
+    first word of that line, ``None`` when it has none. Where it gives one, it is the name
+    :func:`skill_command` reads (every line break is a blank to ``str.split``)."""
+    command = text[len(SKILL_COMMAND):] if text.startswith(SKILL_COMMAND) else ""
+    words = command.splitlines()[0].split(None, 1) if command else []
+    return words[0] if words else None
 
 
 def merge_tool_policy(saved: Any, patch: Any) -> dict[str, Any]:

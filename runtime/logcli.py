@@ -99,6 +99,15 @@ def resolve_data_dir(data: str | None, config: Path | None) -> tuple[Path, Path 
     return expand_path(cfg.data_dir, "dataDir", str(path)), path if path.exists() or path.is_symlink() else None
 
 
+SHOWN_VALUE_CHARS = 120  # of a value echoed in a usage error, as a request path is in the API's
+
+
+def _shown_value(value: str) -> str:
+    """A command-line value for a message: quoted (a control character shows escaped) and cut to
+    :data:`SHOWN_VALUE_CHARS` characters (a long value is not echoed whole)."""
+    return repr(value if len(value) <= SHOWN_VALUE_CHARS else value[:SHOWN_VALUE_CHARS] + "…")
+
+
 def _comma_list(what: str, nothing: str, example: str) -> Callable[[str], str]:
     """The type of an option that repeats or takes a comma-separated list (``--kind``,
     ``--projection``): every item must name a ``what``. A value that names none (``''``, ``,,``)
@@ -113,7 +122,7 @@ def _comma_list(what: str, nothing: str, example: str) -> Callable[[str], str]:
         if empty:
             places = ("item " if len(empty) == 1 else "items ") + ", ".join(str(n) for n in empty)
             raise argparse.ArgumentTypeError(
-                f"{value!r} has an empty item ({places} of {len(items)}); each comma-separated "
+                f"{_shown_value(value)} has an empty item ({places} of {len(items)}); each comma-separated "
                 f"{what} must name one, such as {example}")
         return value
     return parse

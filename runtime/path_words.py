@@ -106,7 +106,8 @@ def _routes(adapter: MapAdapter, path: str) -> bool:
 def _absent_mark(text: str) -> str:
     """A character of Unicode's private use area that ``text`` does not hold: it stands for a slash
     inside a word while the route table matches the words."""
+    held = set(text)  # (one pass over the text, not one a candidate)
     code = 0xE000
-    while chr(code) in text:
+    while chr(code) in held:
         code += 1
     return chr(code)

@@ -30,6 +30,7 @@ from projections.session_state import (
     SkillDue,
     loaded_skill_states,
     skill_command,
+    skill_name_on_its_line,
     text_of,
 )
 from tools.base import ToolContext, ToolRegistry
@@ -146,13 +147,16 @@ class SkillLoads:
     @staticmethod
     def command_name(content: list[t.ContentPart]) -> str | None:
         """The skill a ``/skill:`` input names (``None`` for other inputs): the first word of its
-        line, blanks after the colon skipped (``/skill: review`` names ``review``);
-        ``INVALID_ARGUMENT`` for ``/skill:`` without a name on its line. Reads nothing."""
+        line, blanks after the colon skipped (``/skill: review`` names ``review``), the line ended by any
+        line break ``str.splitlines`` reads; ``INVALID_ARGUMENT`` for ``/skill:`` without a name on
+        its line. Reads nothing."""
         first = content[0] if content else None
         if not isinstance(first, t.TextPart) or not first.text.startswith(SKILL_COMMAND):
             return None
         command = skill_command(content)
-        if command is None:
+        # (a new input is held to the stricter line: any line break str.splitlines reads ends it;
+        # inputs already in the log are still folded by skill_command, whose reading they got)
+        if command is None or skill_name_on_its_line(first.text) is None:
             raise InvalidCommand("/skill: needs a skill name after it, on its line: /skill:<name> [text]")
         return command[0]
 

@@ -109,6 +109,22 @@ UNFINISHED_SUMMARY = {
     CONTENT_FILTER: "cut by the provider's content filter",
 }
 
+def _not_a_result(item: Any, mark: str) -> str:
+    """What an item named to include (which takes tool results only) is, by its mark, and what
+    brings it back where something can: unsnip for a snipped item, its result's include for a
+    snipped call, unhide for a hidden one."""
+    if mark == "snipped":
+        return ("a snipped tool call: it comes back with its result's include" if item.role == "tool_call"
+                else "snipped: unsnip brings it back")
+    if mark == "hidden":
+        return "hidden by the user: unhide brings it back"
+    if mark == "compacted":
+        return "replaced by a summary"
+    if mark == "removed":
+        return "gone with its tool call or result"
+    return "in the Working Context already: nothing to bring back"
+
+
 # The ``item_marks`` of the items the next model request sees (a pruned result as its placeholder).
 IN_CONTEXT = ("visible", "included", "pruned")
 
@@ -657,9 +673,10 @@ class WorkingContextOps:
             by_id = self._items_by_id(agent, cmd.agent_id, ids)
             wrong = [i for i in ids if by_id[i].role != "tool_result"]
             if wrong:
-                raise ContextError("CONTEXT_EDIT_INVALID", f"include re-attaches tool results; {', '.join(wrong[:10])} "
-                                                           "is not one (unsnip brings back a snipped item; a snipped call "
-                                                           "comes back with its result's include)")
+                marks = item_marks(agent)
+                said = "; ".join(f"{i} ({by_id[i].role}) is {_not_a_result(by_id[i], marks.get(i, 'visible'))}"
+                                 for i in wrong[:10])
+                raise ContextError("CONTEXT_EDIT_INVALID", f"include re-attaches tool results only; {said}")
         self._refuse_hidden(agent, ids)
         marks = item_marks(agent)
         return [i for i in ids if marks.get(i) != "visible" and i not in agent.included]

@@ -509,6 +509,8 @@ def test_an_empty_or_oldest_layout_projections_db_is_still_used(small_log: Path,
      "', input.submitted, ,' has an empty item (items 1, 3, 4 of 4)"),
     (("rebuild", "--projection", "stats,,history"), "--projection", "'stats,,history' has an empty item (item 2 of 3)"),
     (("rebuild", "--projection", ",stats"), "--projection", "',stats' has an empty item (item 1 of 2)"),
+    # (a long value is echoed cut to 120 characters, as a long request path is)
+    (("decode", "--kind", "k" * 300 + ",,x"), "--kind", "'" + "k" * 120 + "…' has an empty item (item 2 of 3)"),
 ])
 def test_an_empty_item_in_a_list_is_a_usage_error(small_log: Path, tmp_path: Path, args: tuple[str, ...],
                                                    option: str, shown: str) -> None:

@@ -266,7 +266,7 @@ async def test_a_pruned_result_is_kept_in_the_view_and_history_and_once_included
     assert len(prunes) == 1, prunes
 
 
-async def test_include_of_an_item_that_is_no_tool_result_points_to_unsnip(daemon_factory):
+async def test_include_of_an_item_that_is_no_tool_result_says_what_brings_it_back_by_its_mark(daemon_factory):
     d = await daemon_factory()
     token = await d.pair("c", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
@@ -277,9 +277,15 @@ async def test_include_of_an_item_that_is_no_tool_result_points_to_unsnip(daemon
     r = await d.post(f"/sessions/{sid}/context/include", token, {"itemId": user})
     assert r.status_code == 400 and error_of(r) == "CONTEXT_EDIT_INVALID", r.text
     message = r.json()["error"]["message"]
-    assert user in message and "unsnip" in message, message
+    assert f"{user} (user) is snipped: unsnip brings it back" in message, message
     r = await d.post(f"/sessions/{sid}/context/unsnip", token, {"itemIds": [user]})
     assert r.status_code == 200 and r.json()["items"] == [{"id": user, "context": "visible"}], r.text
+    # An item that is not snipped is not pointed to unsnip: the message says what it is.
+    r = await d.post(f"/sessions/{sid}/context/include", token, {"itemId": user})
+    assert r.status_code == 400 and error_of(r) == "CONTEXT_EDIT_INVALID", r.text
+    message = r.json()["error"]["message"]
+    assert f"{user} (user) is in the Working Context already: nothing to bring back" in message, message
+    assert "unsnip" not in message, message
 
 
 async def test_a_snip_made_while_a_manual_compaction_summarizes_drops_the_summary(daemon_factory, nursery, monkeypatch):

@@ -11,9 +11,9 @@ clients and restarts already. This module covers what they leave:
   output holding CRLF and a lone CR, replayed and live, on three streams of one connection;
 - two hundred subscribers at once, each given the same live event, then all gone: the daemon's
   trio tasks and stream bodies are back to what they were;
-- a client that reads nothing while 10,000 events are written with the default buffer: the
-  writer's acknowledgements keep their pace, the client is dropped with ``stream.dropped`` naming
-  the last seq it got, and a resume from there gets every later event once, in order.
+- a client that reads nothing while eight times its buffer of events (``sseBufferEvents`` 64) is
+  written: no write waits on it, the client is dropped with ``stream.dropped`` naming the last seq
+  it got, and a resume from there gets every later event once, in order.
 - a fork's events on the streams of its session and its project, never on its parent's;
 - a strong credential's trust lowered by hand in the pair file while its stream is open;
 - one frame larger than the 32 MiB a client may fall behind, read as it comes over HTTP/2;
@@ -151,6 +151,7 @@ async def test_over_http2_the_stream_is_the_same_bytes_resumes_and_goes_live(dae
 
 
 SUBSCRIBERS = 200
+SLACK = 12  # tasks above the baseline the test's own HTTP client may hold (its kept-alive connections)
 
 
 async def test_two_hundred_subscribers_get_the_same_event_and_leave_nothing_behind(daemon: Daemon, strong: str):
@@ -175,32 +176,32 @@ async def test_two_hundred_subscribers_get_the_same_event_and_leave_nothing_behi
     def request(i: int) -> bytes:
         return (f"GET {API}/events/stream{query if i % 2 else ''} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\n"
                 f"Authorization: Bearer {strong}\r\n\r\n").encode()
-    with trio.fail_after(LIMIT * 3):
-        for i in range(SUBSCRIBERS):
+    for i in range(SUBSCRIBERS):  # (each connect and each read below bounded on its own)
+        with trio.fail_after(LIMIT):
             s = await trio.open_tcp_stream("127.0.0.1", daemon.port)
             await s.send_all(request(i))
-            sockets.append(s)
-        bodies: dict[int, bytes] = {}
+        sockets.append(s)
+    bodies: dict[int, bytes] = {}
 
-        async def read(i: int, s: trio.SocketStream, upto: bytes) -> None:
+    async def read(i: int, s: trio.SocketStream, upto: bytes) -> None:
+        with trio.fail_after(LIMIT):
             while upto not in bodies.get(i, b""):
                 chunk = await s.receive_some(1 << 16)
                 assert chunk, bodies.get(i)
                 bodies[i] = bodies.get(i, b"") + chunk
 
-        async with trio.open_nursery() as nursery:
-            for i, s in enumerate(sockets):
-                nursery.start_soon(read, i, s, b": lens stream\n\n")
-        assert open_streams() == SUBSCRIBERS
-        # (each subscriber holds five tasks: its connection's handler, the request's, the ASGI
-        # messages', the stream's write-stall watch and a task group's)
-        assert (collections.Counter(task_names()) - collections.Counter(base_names))[
-            "runtime.write_stall._BoundedSend._watch"] == SUBSCRIBERS
-        seq = (await daemon.project(strong, "q"))["seq"]  # of another project: the filtered do not get it
-        seq2 = (await daemon.submit(strong, sid, "r1", "hello"))["seq"]  # of theirs: every subscriber's
-        async with trio.open_nursery() as nursery:
-            for i, s in enumerate(sockets):
-                nursery.start_soon(read, i, s, f"id: {seq2}\n".encode())
+    async with trio.open_nursery() as nursery:
+        for i, s in enumerate(sockets):
+            nursery.start_soon(read, i, s, b": lens stream\n\n")
+    assert open_streams() == SUBSCRIBERS
+    # (each subscriber holds tasks of its own while it is open: the daemon's count of them grew by
+    # at least one a subscriber, which the return to the baseline below must give back)
+    assert len(task_names()) - len(base_names) >= SUBSCRIBERS, len(task_names()) - len(base_names)
+    seq = (await daemon.project(strong, "q"))["seq"]  # of another project: the filtered do not get it
+    seq2 = (await daemon.submit(strong, sid, "r1", "hello"))["seq"]  # of theirs: every subscriber's
+    async with trio.open_nursery() as nursery:
+        for i, s in enumerate(sockets):
+            nursery.start_soon(read, i, s, f"id: {seq2}\n".encode())
     for i, body in bodies.items():
         assert body.startswith(b"HTTP/1.1 200"), body[:100]
         payload = body.partition(b"\r\n\r\n")[2]
@@ -217,26 +218,33 @@ async def test_two_hundred_subscribers_get_the_same_event_and_leave_nothing_behi
     # (its pool opens one beside another when calls overlap); a subscriber's leak is 200 of a kind.
     def left() -> collections.Counter:
         return collections.Counter(task_names()) - collections.Counter(base_names)
+
+    def back() -> bool:
+        return all(n <= 2 for n in left().values()) and sum(left().values()) <= SLACK
     with trio.move_on_after(LIMIT):
-        while any(n > 2 for n in left().values()):
+        while not back():
             await trio.sleep(0.05)
-    assert all(n <= 2 for n in left().values()), f"tasks left by the subscribers: {left()}"
+    assert back(), f"tasks left by the subscribers: {left()}"
     # and the daemon goes on streaming to a new subscriber
     await daemon.wait_idle(strong, sid)
     async with daemon.sse(strong, last_event_id=seq) as again:
         assert (await again.next_event()).id == seq2
 
 
-EVENTS = 10_000
+BUFFER_EVENTS = 64  # the daemon's server.sseBufferEvents here
+EVENTS = 512  # eight times the buffer
 WRITERS = 8  # clients submitting at once
+PAD = 1024  # characters of each input's text, so that the frames fill the socket's buffers too
 
 
-async def test_a_client_reading_nothing_through_10000_events_is_dropped_and_resumes_exactly(
+async def test_a_client_reading_nothing_through_many_times_its_buffer_is_dropped_and_resumes_exactly(
         daemon_factory: DaemonFactory):
-    # On a loaded machine the writes take longer than the 30 s after which a client that takes no
-    # byte is reset without a final event (docs/http-api.md); that bound is lifted here so the
-    # drop is what this client meets.
-    daemon = await daemon_factory(write_stall_seconds=600)
+    # No write waits on a client that takes no byte: every one is acknowledged within the bound
+    # while it reads nothing, the client is dropped with stream.dropped naming the last seq it
+    # got, and a resume from there gets every later event once, in order. The 30 s after which
+    # such a client is reset without a final event (docs/http-api.md) is lifted to 600 s, past
+    # the bound, so a write waiting on the client fails this test instead of being freed by it.
+    daemon = await daemon_factory(config={"server": {"sseBufferEvents": BUFFER_EVENTS}}, write_stall_seconds=600)
     strong = await daemon.pair("c", strong=True)
     p = await daemon.project(strong)
     sids = [(await daemon.session(strong, p["id"]))["id"] for _ in range(WRITERS)]
@@ -249,7 +257,8 @@ async def test_a_client_reading_nothing_through_10000_events_is_dropped_and_resu
 
         async def writer(w: int) -> None:
             for i in range(n // WRITERS):
-                acks.append((await daemon.submit(strong, sids[w], f"{tag}{w}-{i}", f"{tag} {w} {i}"))["seq"])
+                text = f"{tag} {w} {i} " + "x" * PAD
+                acks.append((await daemon.submit(strong, sids[w], f"{tag}{w}-{i}", text))["seq"])
         async with trio.open_nursery() as nursery:
             for w in range(WRITERS):
                 nursery.start_soon(writer, w)
@@ -258,11 +267,11 @@ async def test_a_client_reading_nothing_through_10000_events_is_dropped_and_resu
     start = (await daemon.get("/health")).json()["lastSeq"]
     slow, head = await open_slow_stream(daemon, strong, f"project={p['id']}")
     with slow:
-        with trio.fail_after(120):
+        with trio.fail_after(LIMIT * 3):
             acks = await write(EVENTS, "e")
         assert acks == list(range(start + 1, start + EVENTS + 1))
-        # (every write was acknowledged while the client read nothing; how fast is the benchmark's
-        # to say, bench/sse_bench.py, not a timed test's)
+        # (every write was acknowledged while the client read nothing: none waited on it. How
+        # fast the writes go beside such a client no benchmark measures; this bound is no timing)
         data = await read_response(slow, head)
     events = chunked_events(data)
     assert events[-1].event == "stream.dropped", [m.event for m in events][-3:]
@@ -272,7 +281,7 @@ async def test_a_client_reading_nothing_through_10000_events_is_dropped_and_resu
     last = events[-1].json()["lastEventId"]
     assert last == (got[-1] if got else start)
     async with daemon.sse(strong, params={"project": p["id"]}, last_event_id=last) as again:
-        await again.until(lambda m: m.id == acks[-1], timeout=60)
+        await again.until(lambda m: m.id == acks[-1])
         assert got + again.seqs == acks
     for sid in sids:
         await daemon.post(f"/sessions/{sid}/abort", strong)

@@ -478,11 +478,39 @@ async def test_a_name_past_64_characters_cut_to_a_loadable_skills_name_keeps_its
     ("/skill:review\r\nmore", "review", "more"),
     ("/skill: review\u2028go on", "review", "go on"),
 ])
-def test_any_line_break_ends_a_skill_commands_line(text: str, name: str | None, args: str | None) -> None:
-    # The command's line ends at any line break str.splitlines reads, as documented ("a line break
-    # ends the command"): `\r` and U+2028 were read as blanks, so `/skill:\rreview go` named review.
-    got = skill_command([t.TextPart(text)])
+def test_any_line_break_ends_a_new_skill_commands_line(text: str, name: str | None, args: str | None) -> None:
+    # A NEW input's command line ends at any line break str.splitlines reads: a name after one is
+    # refused as after \n. What the rule accepts, the fold (skill_command) reads with the same name.
+    from runtime.skill_loads import SkillLoads
+
+    content = [t.TextPart(text)]
     if name is None:
-        assert got is None, got
+        with pytest.raises(LensError) as info:
+            SkillLoads.command_name(content)
+        assert info.value.code == "INVALID_ARGUMENT", info.value
+        assert "a skill name after it, on its line" in info.value.message, info.value.message
     else:
+        assert SkillLoads.command_name(content) == name
+        got = skill_command(content)
         assert got is not None and got[0] == name and got[1] == [t.TextPart(args)], got
+
+
+def test_a_log_written_before_the_line_break_rule_folds_as_it_did() -> None:
+    # Inputs already in the log are folded by the parse they were accepted under (the line cut
+    # at \n alone, the rest split on blanks): the stricter rule for new inputs does not replay
+    # them differently. Before, `\r\n` kept its `\r` in the text, and `/skill:\rrev go` became
+    # a plain user item.
+    from events.reader import StoredEvent
+    from projections.session_state import SessionState, fold
+
+    drafts: list[tuple[str | None, t._Event]] = [(None, t.SessionCreated())]
+    for rid, text in [("r1", "/skill:rev do this \r\nmore"), ("r2", "/skill:\rrev go"),
+                      ("r3", "/skill: \u2028rev next")]:
+        drafts += [(rid, t.InputSubmitted(content=[t.TextPart(text)])),
+                   (None, t.SkillLoaded(name="rev", instructions="REV")), (None, t.InputPlaced(input_request_id=rid))]
+    events = [StoredEvent(seq=n, ts=n, project_id="prj", session_id="s1", session_seq=n, agent_id="main",
+                          task_id="t1", kind=ev.__struct_config__.tag, request_id=rid, event=ev)
+              for n, (rid, ev) in enumerate(drafts, 1)]
+    state = fold(SessionState("s1"), events)
+    users = [i.text for i in state.agent("main").items if i.role == "user"]
+    assert users == ["do this\nmore", "go", "next"], users
