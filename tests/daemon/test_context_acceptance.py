@@ -19,6 +19,7 @@ from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import ScriptedServer
 from .conftest import error_of, stop_daemon
 from .keyleaks import loop_config
+from .review_skill import write_review_skill
 
 
 # Each prompt of agents_md_prompts is a new project's first request, which spawns its executor:
@@ -244,9 +245,7 @@ async def test_a_skill_loaded_later_stays_at_its_real_position_on_each_protocols
          "apiKeyEnv": "LENS_TEST_CTX_KEY", "maxRetries": 0, "models": [{"id": "m"}]}], "defaultModel": "loop/m"})
     token = await d.pair("c", strong=True)
     project = await d.project(token)
-    skill = Path(project["workspace"], "skills", "review")
-    skill.mkdir(parents=True)
-    (skill / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-DESC\n---\nREVIEW-STEPS: read twice.\n")
+    write_review_skill(project["workspace"])
     sid = (await d.session(token, project["id"]))["id"]
     for rid, text, answer in (("r1", "first question", "one"), ("r2", "/skill:review second question", "two"),
                               ("r3", "third question", "three")):

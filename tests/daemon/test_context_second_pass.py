@@ -17,15 +17,21 @@ from ..providers.servers.base import ScriptedServer
 from ..providers.wire import check_anthropic_turns
 from .conftest import error_of, wait_until
 from .keyleaks import loop_config
+from .review_skill import write_review_skill
 
 KEY_ENV = "LENS_TEST_CTX2_KEY"
 
 
-async def _loop_daemon(daemon_factory, nursery, monkeypatch, **more: Any):
+async def _loop_daemon(daemon_factory, nursery, monkeypatch, *, anthropic: bool = False, **more: Any):
+    """A daemon whose default model is at a loopback server speaking Chat Completions (or, with
+    ``anthropic``, the Anthropic Messages protocol), ``more`` of the config, and a strong token."""
     monkeypatch.setenv(KEY_ENV, "sk-test-ctx2-0123456789")
     loop = ScriptedServer()
     url = await loop.start(nursery)
-    d = await daemon_factory(config=loop_config(url, KEY_ENV, **more))
+    config = loop_config(url, KEY_ENV, **more)
+    if anthropic:
+        config["providers"] = [{**config["providers"][0], "protocol": "anthropic", "baseUrl": url}]
+    d = await daemon_factory(config=config)
     token = await d.pair("c", strong=True)
     return loop, d, token
 
@@ -130,17 +136,9 @@ async def test_a_fork_compacts_its_own_context_and_the_source_keeps_its_items(da
 
 async def test_anthropic_gets_a_later_skill_as_a_marked_user_block_and_the_log_keeps_it_unmarked(
         daemon_factory, nursery, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "sk-test-ctx2-0123456789")
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
-    d = await daemon_factory(config={"providers": [
-        {"id": "loop", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": KEY_ENV, "maxRetries": 0,
-         "models": [{"id": "m"}]}], "defaultModel": "loop/m"})
-    token = await d.pair("c", strong=True)
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch, anthropic=True)
     project = await d.project(token)
-    skill = Path(project["workspace"], "skills", "review")
-    skill.mkdir(parents=True)
-    (skill / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-DESC\n---\nREVIEW-STEPS: read twice.\n")
+    write_review_skill(project["workspace"])
     sid = (await d.session(token, project["id"]))["id"]
     await _turn(d, token, sid, loop, "r1", "first", an.message_stream(text="one"))
     body = await _turn(d, token, sid, loop, "r2", "/skill:review second", an.message_stream(text="two"))
@@ -203,17 +201,10 @@ async def test_a_fork_from_before_a_compaction_sends_what_the_compaction_replace
 
 async def test_anthropic_after_a_compaction_starts_with_a_user_turn_and_keeps_the_later_skill_marked(
         daemon_factory, nursery, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "sk-test-ctx2-0123456789")
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
-    d = await daemon_factory(config={"providers": [
-        {"id": "loop", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": KEY_ENV, "maxRetries": 0,
-         "models": [{"id": "m"}]}], "defaultModel": "loop/m", "context": {"compaction": {"keepRecentTokens": 0}}})
-    token = await d.pair("c", strong=True)
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch, anthropic=True,
+                                        context={"compaction": {"keepRecentTokens": 0}})
     project = await d.project(token)
-    skill = Path(project["workspace"], "skills", "review")
-    skill.mkdir(parents=True)
-    (skill / "SKILL.md").write_text("---\nname: review\ndescription: REVIEW-DESC\n---\nREVIEW-STEPS: read twice.\n")
+    write_review_skill(project["workspace"])
     sid = (await d.session(token, project["id"]))["id"]
     await _turn(d, token, sid, loop, "r1", "first", an.message_stream(text="one"))
     await _turn(d, token, sid, loop, "r2", "/skill:review second", an.message_stream(text="two"))
@@ -325,13 +316,7 @@ async def test_a_snip_made_while_a_manual_compaction_summarizes_drops_the_summar
 
 async def test_anthropic_requests_stay_well_formed_when_a_call_and_then_the_first_input_are_snipped(
         daemon_factory, nursery, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "sk-test-ctx2-0123456789")
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
-    d = await daemon_factory(config={"providers": [
-        {"id": "loop", "protocol": "anthropic", "baseUrl": url, "apiKeyEnv": KEY_ENV, "maxRetries": 0,
-         "models": [{"id": "m"}]}], "defaultModel": "loop/m"})
-    token = await d.pair("c", strong=True)
+    loop, d, token = await _loop_daemon(daemon_factory, nursery, monkeypatch, anthropic=True)
     project = await d.project(token)
     (Path(project["workspace"]) / "a.txt").write_text("AARDVARK")
     sid = (await d.session(token, project["id"]))["id"]

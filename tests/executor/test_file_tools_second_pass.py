@@ -20,7 +20,6 @@ import pytest
 import trio
 
 from events import types as t
-from proto import executor_pb2 as pb
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from tools.artifacts import ArtifactStore
@@ -31,27 +30,10 @@ from tests.daemon.conftest import Daemon, daemon, daemon_factory, run_tool  # no
 from tests.files.sample_images import JPEG
 
 from .conftest import ExecutorProcess, running_pool
+from .test_commands import collect
 from .test_tools import CoreTools, core, fails, sub  # noqa: F401  (core and sub are fixtures)
 
 BOUND_S = 20
-
-
-async def run_to_end(client: ExecutorClient, command: str, **kw: object) -> tuple[bytes, bytes, pb.CommandExit]:
-    out, err, end = bytearray(), bytearray(), None
-    with trio.fail_after(BOUND_S):
-        async with client.run(command, **kw) as events:  # type: ignore[arg-type]
-            async for ev in events:
-                if isinstance(ev, Exception):
-                    raise ev
-                which = ev.WhichOneof("event")
-                if which == "stdout":
-                    out += ev.stdout
-                elif which == "stderr":
-                    err += ev.stderr
-                else:
-                    end = ev.exit
-    assert end is not None, "no exit event"
-    return bytes(out), bytes(err), end
 
 
 # ---------------------------------------------------------------------------- F-EXE-7 commands
@@ -69,22 +51,22 @@ async def test_a_command_bound_past_its_most_is_refused_and_nothing_runs(client:
     # executor took more and quietly ran the command under the bound instead: a client asking
     # for a two-hour timeout had its command killed after one, told nothing but "timed out".
     marker = workspace / sub / "ran"
-    err = await fails("INVALID_ARGUMENT", run_to_end(client, "touch ran", cwd=sub, **{field: value}))
+    err = await fails("INVALID_ARGUMENT", collect(client, "touch ran", cwd=sub, **{field: value}))
     assert says in str(err), str(err)
     assert not marker.exists()
 
 
 async def test_a_command_bound_at_its_most_runs(client: ExecutorClient, workspace: Path, sub: str) -> None:
-    out, err, end = await run_to_end(client, "printf ok", cwd=sub, timeout_ms=MAX_TIMEOUT_MS,
+    out, err, end = await collect(client, "printf ok", cwd=sub, timeout_ms=MAX_TIMEOUT_MS,
                                      max_output_bytes=MAX_OUTPUT)
     assert (out, err, end.exit_code, end.timed_out, end.truncated) == (b"ok", b"", 0, False, False)
 
 
 async def test_the_output_cap_counts_both_streams_and_exactly_the_cap_is_not_truncated(client: ExecutorClient
                                                                                        ) -> None:
-    out, err, end = await run_to_end(client, "printf 01234; printf 56789 >&2", max_output_bytes=10)
+    out, err, end = await collect(client, "printf 01234; printf 56789 >&2", max_output_bytes=10)
     assert (out, err, end.truncated) == (b"01234", b"56789", False)
-    out, err, end = await run_to_end(client, "printf 01234; printf 56789 >&2; printf x", max_output_bytes=10)
+    out, err, end = await collect(client, "printf 01234; printf 56789 >&2; printf x", max_output_bytes=10)
     assert (len(out) + len(err), end.truncated, end.exit_code) == (10, True, 0)
 
 

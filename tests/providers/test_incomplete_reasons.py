@@ -47,15 +47,20 @@ async def test_a_call_at_the_message_limit_is_answered_as_cut_and_not_run(server
 
 async def test_a_call_the_final_output_leaves_out_at_the_message_limit_is_kept_as_cut(server, make, tmp_path):
     # (As at the output limit: the call the stream was writing is the answer's last, not lost.)
-    scripted = _incomplete("max_messages", last_unfinished=True)
+    await _assert_left_out_call_kept_as_cut(_incomplete("max_messages", last_unfinished=True), server, make, tmp_path,
+                                            cause="cut at the provider's limit on messages (max_messages)")
+
+
+async def _assert_left_out_call_kept_as_cut(scripted: Reply, server, make, tmp_path, *, cause: str) -> None:
+    """``scripted`` with ``call_b`` taken out of its final ``response.output``, through a session:
+    the answer still has both calls, and ``call_b`` is answered as cut (``cause``) and not run."""
     name, data = scripted.events[-1]
     output = [item for item in data["response"]["output"] if item.get("call_id") != "call_b"]
     scripted.events[-1] = (name, {**data, "response": {**data["response"], "output": output}})
     _state, evs = await _session(PROTOCOL, scripted, server, make, tmp_path)
     responded = [e.event for e in evs if e.kind == "model.responded"][0]
     assert [c.call_id for c in responded.tool_calls] == ["call_a", "call_b"]
-    _assert_not_run(PROTOCOL, evs, server, "call_b", "sleep_milliseconds",
-                    cause="cut at the provider's limit on messages (max_messages)")
+    _assert_not_run(PROTOCOL, evs, server, "call_b", "sleep_milliseconds", cause=cause)
 
 
 async def test_the_calls_of_a_steered_response_are_whole_and_run(server, make, tmp_path):
@@ -95,12 +100,6 @@ async def test_an_incomplete_response_that_gives_no_reason_is_a_cut(details, ser
 
 async def test_a_call_the_final_output_of_an_incomplete_response_without_reason_leaves_out_is_kept_as_cut(
         server, make, tmp_path):
-    scripted = _without_reason(_incomplete("max_messages", last_unfinished=True), None)
-    name, data = scripted.events[-1]
-    output = [item for item in data["response"]["output"] if item.get("call_id") != "call_b"]
-    scripted.events[-1] = (name, {**data, "response": {**data["response"], "output": output}})
-    _state, evs = await _session(PROTOCOL, scripted, server, make, tmp_path)
-    responded = [e.event for e in evs if e.kind == "model.responded"][0]
-    assert [c.call_id for c in responded.tool_calls] == ["call_a", "call_b"]
-    _assert_not_run(PROTOCOL, evs, server, "call_b", "sleep_milliseconds",
-                    cause="cut before the provider finished it (an incomplete response that gave no reason)")
+    await _assert_left_out_call_kept_as_cut(
+        _without_reason(_incomplete("max_messages", last_unfinished=True), None), server, make, tmp_path,
+        cause="cut before the provider finished it (an incomplete response that gave no reason)")
