@@ -224,6 +224,15 @@ async def test_an_aborted_command_s_output_past_the_log_s_event_limit_is_cut_to_
     assert [e["kind"] for e in events][-2:] == ["run.aborted", "task.finished"], [e["kind"] for e in events]
 
 
+def assert_stopped_with_its_own_exit(body: dict) -> None:
+    """The aborted command's trap printed its last line and exited 3: all of it is kept, and the
+    exit is the command's own, not a kill."""
+    assert body["content"][0]["text"] == (
+        f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
+    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
+                                          "killed_by_abort": True}, body
+
+
 async def test_an_aborted_command_that_ends_with_its_own_code_is_recorded_with_it(
         daemon_factory: DaemonFactory) -> None:
     """The command traps the abort's SIGTERM, prints a last line and exits 3: its result says the
@@ -234,10 +243,7 @@ async def test_an_aborted_command_that_ends_with_its_own_code_is_recorded_with_i
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
     await _abort_once_printed(d, token, sid, ws)
     body = await _aborted_result(d, token, sid)
-    assert body["content"][0]["text"] == (
-        f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
-    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
-                                          "killed_by_abort": True}, body
+    assert_stopped_with_its_own_exit(body)
 
 
 # How long the command's cleanup on SIGTERM takes in the test below (the trap's own ``sleep``, the
@@ -259,10 +265,7 @@ async def test_an_aborted_command_whose_cleanup_outlasts_the_output_wait_is_reco
     await d.submit(token, sid, "a1", "/tool run_command " + json.dumps({"command": command}))
     await _abort_once_printed(d, token, sid, ws)
     body = await _aborted_result(d, token, sid)
-    assert body["content"][0]["text"] == (
-        f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
-    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
-                                          "killed_by_abort": True}, body
+    assert_stopped_with_its_own_exit(body)
 
 
 async def test_an_aborted_command_that_ignores_sigterm_is_killed_after_the_grace_and_recorded_so(
@@ -353,10 +356,7 @@ async def test_an_abort_on_a_slow_host_waits_for_the_executor_s_answer_and_recor
     finally:
         os.kill(executor, signal.SIGCONT)
     body = await _aborted_result(d, token, sid)
-    assert body["content"][0]["text"] == (
-        f"{MARKER}\ncleaning up\n\n[stopped by the abort: exit 3]\n{ABORTED_TEXT}"), body
-    assert body["structured_content"] == {"aborted": True, "truncated": False, "exit_code": 3, "signal": None,
-                                          "killed_by_abort": True}, body
+    assert_stopped_with_its_own_exit(body)
 
 
 async def test_an_exit_only_the_stop_answer_gave_leaves_the_output_marked_cut(

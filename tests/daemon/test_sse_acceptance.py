@@ -13,7 +13,7 @@ any stream, and the code of the final event that ends a revoked client's stream.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import trio
 from openai._streaming import SSEDecoder
@@ -200,10 +200,18 @@ async def test_a_revoked_credential_ends_its_stream_with_the_code_it_would_now_g
     """The final event names the credential's code (``AUTH_INVALID``, as a request with it now
     gets) beside its reason and the last seq delivered, so a client knows not to resume with it."""
     token = await daemon.pair("gone")
+    await stream_ends_as_revoked(daemon, strong, token,
+                                 lambda: trio.to_thread.run_sync(lambda: daemon.pairs().revoke("gone")))
+
+
+async def stream_ends_as_revoked(daemon: Daemon, strong: str, token: str,
+                                 act: Callable[[], Awaitable[object]]) -> None:
+    """``token``'s open stream, once ``act`` has taken its credential away, ends with
+    ``stream.end`` naming ``AUTH_INVALID`` and the last seq delivered, and cannot be resumed."""
     p = await daemon.project(strong, "p")
     async with daemon.sse(token, last_event_id=0) as stream:
         await stream.until(lambda m: m.id == p["seq"])
-        await trio.to_thread.run_sync(lambda: daemon.pairs().revoke("gone"))
+        await act()
         end = await stream.until(lambda m: m.event is not None and m.id is None)
         assert end.event == "stream.end"
         assert end.json() == {"reason": "credential revoked", "code": "AUTH_INVALID", "lastEventId": p["seq"]}

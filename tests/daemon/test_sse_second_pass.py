@@ -34,10 +34,10 @@ import h2.connection
 import h2.events
 import trio
 
-from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, error_of, parse_block, run_tool
+from .conftest import API, BUSY, LIMIT, Daemon, DaemonFactory, parse_block, run_tool
 from .test_auth import edit_pair_file, record
 from .test_sse import chunked_events, open_slow_stream, read_response
-from .test_sse_acceptance import raw_stream
+from .test_sse_acceptance import raw_stream, stream_ends_as_revoked
 from .test_sse_write_stall import open_streams
 
 
@@ -322,16 +322,10 @@ async def test_trust_lowered_by_hand_in_the_pair_file_ends_the_open_stream_at_on
     credential is bound to the trust it was issued with): its open stream ends with the code a
     request with it now gets, and it cannot resume."""
     token = await daemon.pair("lowered", strong=True)
-    p = await daemon.project(strong, "p")
-    async with daemon.sse(token, last_event_id=0) as stream:
-        await stream.until(lambda m: m.id == p["seq"])
+
+    async def lower() -> None:
         edit_pair_file(daemon, lambda data: record(data, "lowered").update(trust="read"))
-        end = await stream.until(lambda m: m.event is not None and m.id is None)
-        assert end.event == "stream.end"
-        assert end.json() == {"reason": "credential revoked", "code": "AUTH_INVALID", "lastEventId": p["seq"]}
-        assert await stream.to_end() == []
-    r = await daemon.get("/events/stream", token, headers={"Last-Event-ID": str(p["seq"])})
-    assert r.status_code == 401 and error_of(r) == "AUTH_INVALID"
+    await stream_ends_as_revoked(daemon, strong, token, lower)
 
 
 async def test_one_frame_larger_than_the_byte_bound_reaches_an_http2_reader_that_keeps_up(

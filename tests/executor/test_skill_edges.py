@@ -169,12 +169,17 @@ async def test_a_skills_size_is_checked_once_until_its_skill_md_changes(tmp_path
         assert await in_prompt() == ["review"] and sizes.checks == 3
 
 
+def write_review_and_lint(ws: Path) -> None:
+    """Two workspace skills: ``review`` (named by its front matter) and ``lint`` (by its directory)."""
+    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
+    write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
+
+
 async def test_skill_command_inputs_at_their_edges(tmp_path: Path) -> None:
     # Names are case-sensitive; only an input starting with "/skill:" is a command; a second
     # "/skill:" in it is text among the args (its skill is not loaded).
     ws = tmp_path / "ws"
-    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
-    write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
+    write_review_and_lint(ws)
     async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
         sid = await sup.create_session("proj")
         with pytest.raises(LensError) as info:
@@ -374,8 +379,7 @@ async def test_blanks_after_the_colon_of_a_skill_command_are_skipped(tmp_path: P
     # `/skill: review` (a space after the colon) names the skill `review`, as a user typing it
     # means; a name on a later line is no name: the input is refused, saying where it goes.
     ws = tmp_path / "ws"
-    write(ws / "skills" / "review" / "SKILL.md", "---\nname: review\n---\nREVIEW-STEPS\n")
-    write(ws / "skills" / "lint" / "SKILL.md", "LINT-STEPS\n")
+    write_review_and_lint(ws)
     async with harness(tmp_path, ws, []) as (sup, store, faux, _pool):
         sid = await sup.create_session("proj")
         for request_id, text in [("n1", "/skill: \nreview"), ("n2", "/skill:   "), ("n3", "/skill:\t\n"),
