@@ -399,6 +399,16 @@ async def test_blanks_after_the_colon_of_a_skill_command_are_skipped(tmp_path: P
             "/skill: review go", "/skill:\t lint"]  # (recorded as typed)
 
 
+async def ask_each(sup, store, sid: str, asked: dict[str, dict]) -> dict[str, t.ToolFinished]:
+    """Each of ``asked``'s inputs in turn (the faux script answers each with its ``skill`` call):
+    the call's result, by input."""
+    answers = {}
+    for when in asked:
+        await run(sup, sid, when.lower(), when)
+        answers[when] = results_of(await events_of(store, sid))[-1]
+    return answers
+
+
 async def test_a_skill_whose_name_is_too_long_is_refused_for_it_however_it_is_asked_for(tmp_path: Path) -> None:
     # A front-matter name of 65 characters is listed cut to 64 with its problem. Asked for by the
     # name its SKILL.md gives, it was "no skill named …" (SKILL_NOT_FOUND) while the cut name was
@@ -414,10 +424,7 @@ async def test_a_skill_whose_name_is_too_long_is_refused_for_it_however_it_is_as
     script = [FauxTurn(when=when, tool_calls=[FauxToolCall("skill", args)]) for when, args in asked.items()]
     async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
         sid = await sup.create_session("proj")
-        answers = {}
-        for when in asked:
-            await run(sup, sid, when.lower(), when)
-            answers[when] = results_of(await events_of(store, sid))[-1]
+        answers = await ask_each(sup, store, sid, asked)
         listed = answers["LIST"].structured_content["skills"]
         assert [(s["name"], s["base_dir"]) for s in listed] == [(long[:MAX_NAME_CHARS], "skills/longdir"),
                                                                  ("review", "skills/review")]
@@ -457,10 +464,7 @@ async def test_a_name_past_64_characters_cut_to_a_loadable_skills_name_keeps_its
     script = [FauxTurn(when=when, tool_calls=[FauxToolCall("skill", args)]) for when, args in asked.items()]
     async with harness(tmp_path, ws, script) as (sup, store, faux, _pool):
         sid = await sup.create_session("proj")
-        answers = {}
-        for when in asked:
-            await run(sup, sid, when.lower(), when)
-            answers[when] = results_of(await events_of(store, sid))[-1]
+        answers = await ask_each(sup, store, sid, asked)
         listed = answers["LIST"].structured_content["skills"]
         assert [(s["name"], s["base_dir"], "problem" in s) for s in listed] == [
             (name, "skills/a", False), (name, "skills/b", True)], listed
