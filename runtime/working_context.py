@@ -109,6 +109,7 @@ UNFINISHED_SUMMARY = {
     CONTENT_FILTER: "cut by the provider's content filter",
 }
 
+
 def _not_a_result(item: Any, mark: str) -> str:
     """What an item named to include (which takes tool results only) is, by its mark, and what
     brings it back where something can: unsnip for a snipped item, its result's include for a

@@ -104,7 +104,8 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
                  "pre-compaction items). Words must all match; \"quoted phrases\"; prefix*; a OR b for either; "
                  "a NOT b for a without b (OR, AND, NOT in capitals); Chinese, Japanese and "
                  "Korean text matches any run of its characters. Filters: agent_id, "
-                 "session_id, task_id. Page with after_context_item_id.",
+                 "session_id, task_id. Page with after_context_item_id. This call itself is never among "
+                 "its results.",
                  {"type": "object", "properties": {
                      "query": {"type": "string"}, "agent_id": {"type": "string"}, "session_id": {"type": "string"},
                      "task_id": {"type": "string"}, "after_context_item_id": {"type": "string"},

@@ -95,6 +95,8 @@ async def test_results_map_images_errors_and_the_output_cap(start: Any, tmp_path
     res = await r.call("mcp__t__big", {"bytes": 300 * 1024})
     assert len(res.content[0].text) == 256 * 1024
     assert res.content[-1].text == f"[output truncated: {44 * 1024} more bytes of text above the 262144-byte cap]"
+    res = await r.call("mcp__t__big", {"bytes": 256 * 1024 + 1})  # one byte past the cap: said in the singular
+    assert res.content[-1].text == "[output truncated: 1 more byte of text above the 262144-byte cap]"
     res = await r.call("mcp__t__big", {"bytes": 8 * 1024 * 1024})  # one 8 MiB JSON-RPC line
     assert len(res.content[0].text) == 256 * 1024 and res.content[-1].text.startswith("[output truncated: 8126464 more")
 

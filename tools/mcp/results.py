@@ -132,7 +132,7 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
     except OSError as exc:  # (a full disk fails this call, not the session)
         return ToolResult.error("ARTIFACT_WRITE_FAILED", f"a binary {tool} returned could not be stored ({why_not_written(exc)})")
     if b.cut:
-        b.content.append(t.TextPart(f"[output truncated: {b.cut} more bytes of text above the {MAX_TEXT_BYTES}-byte cap]"))
+        b.content.append(t.TextPart(f"[output truncated: {b.cut} more {'byte' if b.cut == 1 else 'bytes'} of text above the {MAX_TEXT_BYTES}-byte cap]"))
     if b.binaries_left:
         b.content.append(t.TextPart(f"[{b.binaries_left} more binaries left out: at most {MAX_BINARIES} "
                                     f"are stored per result]"))
