@@ -34,9 +34,8 @@ async def check_session_searched(svc: Services, project_id: str, session_id: str
     """A search filtered by a session names one of the project's sessions, as every other route
     names a session: one the project does not have (none, or another project's) is 404
     ``SESSION_NOT_FOUND``. A deleted session is one it has (its search finds nothing: history
-    search leaves deleted sessions out). The project was just caught up."""
-    rows = await svc.projections.query("SELECT project_id FROM sessions WHERE id = ?", (session_id,))
-    if not rows or rows[0][0] != project_id:
+    search leaves deleted sessions out). The ``history_search`` tool checks the same."""
+    if not await svc.projections.project_has_session(project_id, session_id):
         raise ApiError("SESSION_NOT_FOUND", f"project {project_id!r} has no session {session_id!r}")
 
 

@@ -434,6 +434,13 @@ class ProjectionService:
 
         return await self._history(run)
 
+    async def project_has_session(self, project_id: str, session_id: str) -> bool:
+        """Whether ``session_id`` is one of the project's sessions (a deleted one too), once the
+        projections have caught up: what a search filtered by a session must name."""
+        await self.caught_up()
+        rows = await self.query("SELECT project_id FROM sessions WHERE id = ?", (session_id,))
+        return bool(rows) and rows[0][0] == project_id
+
     async def history_read(self, item_id: str, *, project_id: str | None = None, offset: int = 0,
                            limit: int = 16384) -> dict[str, Any]:
         await self.caught_up()

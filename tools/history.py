@@ -27,6 +27,8 @@ class HistoryBackend(Protocol):
 
     async def history_read(self, item_id: str, *, project_id: str | None, offset: int, limit: int) -> dict[str, Any]: ...
 
+    async def project_has_session(self, project_id: str, session_id: str) -> bool: ...
+
 
 def _opt_str(args: dict[str, Any], key: str) -> str | None:
     v = args.get(key)
@@ -61,9 +63,14 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
             raise ToolError("INVALID_ARGUMENT", "history_search needs a 'query' string")
         if ctx.project_id is None:
             raise ToolError("HISTORY_UNAVAILABLE", "this session belongs to no project")
+        session_id = _opt_id(args, "session_id")
+        if session_id is not None and not await backend.project_has_session(ctx.project_id, session_id):
+            # as POST /history/search answers it: a filter naming no session of the project is a
+            # mistake to tell the model of, not a search that found nothing
+            raise ToolError("SESSION_NOT_FOUND", f"project {ctx.project_id!r} has no session {session_id!r}")
         try:
             hits, nxt = await backend.history_search(
-                ctx.project_id, query, session_id=_opt_id(args, "session_id"), agent_id=_opt_id(args, "agent_id"),
+                ctx.project_id, query, session_id=session_id, agent_id=_opt_id(args, "agent_id"),
                 task_id=_opt_id(args, "task_id"), after_item_id=_opt_id(args, "after_context_item_id"),
                 limit=_opt_int(args, "limit", 20), leave_out=ctx.call_item_id)
         except HistoryError as exc:

@@ -88,8 +88,11 @@ async def test_the_history_tools_refuse_malformed_ids_as_the_routes_do(daemon: D
         text = body["content"][0]["text"]
         assert body["status"] == "error" and text.startswith("INVALID_ARGUMENT: "), (args, body)
         assert field in text and "1 to 200 characters" in text and len(text) < 300, text
-    # well formed, they work as before: a filter naming nothing finds nothing, an unknown item is not found
+    # well formed, they work as the routes do: a session the project does not have is not found (as
+    # on POST /history/search), an agent naming nothing finds nothing, an unknown item is not found
     body = await run_tool(daemon, strong, sid, "ok1", "history_search", {"query": "quokka", "session_id": "ses_none"})
+    assert body["content"][0]["text"].startswith("SESSION_NOT_FOUND: "), body
+    body = await run_tool(daemon, strong, sid, "ok4", "history_search", {"query": "quokka", "agent_id": "sub_none"})
     assert body["status"] == "ok" and body["structured_content"]["results"] == [], body
     body = await run_tool(daemon, strong, sid, "ok2", "history_read", {"context_item_id": ids["garden"]})
     assert body["status"] == "ok" and body["structured_content"]["eof"] is True, body
