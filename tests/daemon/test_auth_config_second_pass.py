@@ -6,10 +6,11 @@ a real daemon on a loopback port, raw HTTP where the exact bytes of a header mat
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from .conftest import Daemon, DaemonFactory, raw_http
+from .conftest import Daemon, DaemonFactory, raw_http, run_lens, serving
 
 # --------------------------------------------------------------------------- Authorization as sent
 
@@ -35,6 +36,61 @@ async def test_a_credential_followed_by_a_byte_that_is_no_http_space_is_refused_
         got = json.loads(r.body)["error"]["code"] if r.status >= 400 else None
         assert (r.status, got) == (status, code), (repr(value), r.status, r.body[:200])
 
+
+
+async def test_authorization_a_parser_refuses_or_a_size_limits_is_a_clear_error_never_a_500(
+        daemon: Daemon, strong: str) -> None:
+    cases = [
+        ("a NUL in the credential", f"Bearer {strong[:9]}\x00{strong[9:]}", 400, "INVALID_ARGUMENT"),
+        ("a vertical tab after it", f"Bearer {strong}\x0b", 400, "INVALID_ARGUMENT"),
+        ("a no-break space for the space", f"Bearer\xa0{strong}", 401, "AUTH_REQUIRED"),
+        ("a credential of 15,000 characters", "Bearer " + "a" * 15000, 401, "AUTH_INVALID"),
+        ("a head past 16,384 bytes", "Bearer " + "a" * 17000, 431, "HEADERS_TOO_LARGE"),
+        ("a quoted credential", f'Bearer "{strong}"', 401, "AUTH_INVALID"),
+        ("a second scheme after a comma", f"Bearer {strong}, Basic eDp5", 401, "AUTH_INVALID"),
+        ("a non-ASCII token", "Bearer caf\xe9", 401, "AUTH_INVALID"),
+    ]
+    wrong = []
+    for label, value, status, code in cases:
+        r = await raw_http(daemon.port, "GET", "/api/v1/projects", {"Authorization": value})
+        error = json.loads(r.body).get("error", {}) if r.status >= 400 else {}
+        if (r.status, error.get("code")) != (status, code) or strong[:16] in error.get("message", ""):
+            wrong.append((label, r.status, r.body[:200]))
+    assert not wrong, wrong
+    assert (await daemon.get("/projects", strong)).status_code == 200  # (the daemon is still serving)
+
+
+async def test_a_credential_sent_wrong_never_reaches_the_serving_process_output(tmp_path: Path) -> None:
+    # `lens serve` as a process: its stdout and stderr, and `lens log decode`, read whole after
+    # requests that carry the credential where the HTTP parser, the head limit, the router or a
+    # revocation refuses it (a leak is any 8 characters of it)
+    (tmp_path / "config").mkdir()
+    async with serving(tmp_path) as (serve, d):
+        await d.register("admin")
+        token = (await run_lens(tmp_path, "pair", "approve", "--client", "admin", "--strong-trust")
+                 ).stdout.splitlines()[-1]
+        await d.wait_accepted(token)
+        bearer = f"Bearer {token}"
+        sent = [
+            ("/api/v1/projects", {"Authorization": bearer + "\x00"}, 400),
+            ("/api/v1/projects", {"Authorization": bearer + "\xa0"}, 401),
+            ("/api/v1/projects", {"Authorization": bearer, "X-Pad": "a" * 17000}, 431),
+            ("/api/v1/projects", {"Authorization": "Bearer x" + token}, 401),
+            (f"/api/v1/sessions/{token}", {"Authorization": bearer}, 404),
+            (f"/api/v1/projects?token={token}", {"Authorization": bearer}, 200),
+            (f"/api/v1/{token}", {"Authorization": bearer}, 404),
+        ]
+        for target, headers, status in sent:
+            r = await raw_http(d.port, "GET", target, headers)
+            assert r.status == status, (target, r.status, r.body[:200])
+        await run_lens(tmp_path, "pair", "revoke", "--client", "admin")
+        await d.wait_refused(token)
+        assert await serve.terminate() == 0
+    decoded = await run_lens(tmp_path, "log", "decode", "--data", "data")
+    output = ("\n".join(serve.lines) + (tmp_path / "serve-0.err").read_text(errors="replace")
+              + decoded.stdout + decoded.stderr)
+    assert "listening on" in output  # (the output was read)
+    assert not [token[i:i + 8] for i in range(len(token) - 7) if token[i:i + 8] in output]
 
 # --------------------------------------------------------------------------- keys in a config write's answer
 
