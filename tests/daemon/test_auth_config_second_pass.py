@@ -120,3 +120,29 @@ async def test_an_unknown_key_cut_to_80_characters_shows_no_piece_of_a_provider_
         assert "[redacted" in answer["unknownKeys"][0], r.text  # (the marker, itself cut)
         assert not [p for p in pieces_of(KEY) if p in r.text], r.text
         assert d.config_path.read_text() == text  # (the file as written: the answer alone is scrubbed)
+
+
+async def test_a_provider_key_in_a_pairing_name_is_neither_stored_nor_listed(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (F-MOD-6: the pair file is a store, `lens pair list` prints; the name is any caller's text)
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": KEY_ENV, "models": [{"id": "m"}]}]}
+    d = await daemon_factory(config=cfg)
+    r = await d.post("/pair/requests", body={"clientId": "pasted", "name": "laptop " + KEY})
+    assert r.status_code == 202, r.text
+    stored = json.loads(d.pair_path.read_text())["clients"]
+    assert stored[0]["name"] == f"laptop [redacted {KEY_ENV}]", stored
+    # a name at the limit whose marker is longer than the key is cut back to the limit, not refused
+    long_name = "n" * (200 - len(KEY)) + KEY
+    r = await d.post("/pair/requests", body={"clientId": "long", "name": long_name})
+    assert r.status_code == 202, r.text
+    record = next(c for c in json.loads(d.pair_path.read_text())["clients"] if c["clientId"] == "long")
+    assert len(record["name"]) <= 200 and record["name"].startswith("n" * (200 - len(KEY)) + "[redacted"), record
+    # a record that holds one already (written by hand, or before) is listed without it
+    data = json.loads(d.pair_path.read_text())
+    data["clients"].append({"clientId": "by-hand", "name": "desk " + KEY, "requestedAt": 1})
+    d.pair_path.write_text(json.dumps(data))
+    listed = (await run_lens(d.root, "pair", "list")).stdout
+    assert "by-hand" in listed and f"desk [redacted {KEY_ENV}]" in listed, listed
+    assert not [p for p in pieces_of(KEY) if p in listed], listed
+    assert d.pair_path.read_text().count(KEY[:8]) == 1  # (the record written by hand alone)
