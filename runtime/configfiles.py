@@ -26,6 +26,8 @@ from typing import Any
 
 import msgspec
 
+from events.secrets import Secrets
+
 from . import jsonc
 from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
                          why_not_written)
@@ -92,8 +94,10 @@ MAX_UNKNOWN_KEYS_SHOWN = 100  # unknown keys a write's answer lists (each cut to
 
 
 class ConfigFiles:
-    def __init__(self, main_config: Path, pair_file: Path, max_bytes: int = 1024 * 1024) -> None:
+    def __init__(self, main_config: Path, pair_file: Path, max_bytes: int = 1024 * 1024,
+                 secrets: Secrets | None = None) -> None:
         self.main = Path(main_config)
+        self.secrets = secrets or Secrets()  # the daemon's keys: scrubbed from a key name before it is cut
         self.pair = Path(pair_file)
         self.dir = self.main.parent
         self.max_bytes = max_bytes
@@ -233,13 +237,20 @@ class ConfigFiles:
         # Each shown key near a known one is answered with it too (a misspelt `contextWindw`:
         # `contextWindow`), as the start-up note says `(did you mean "contextWindow"?)`.
         unknown = unknown_keys(text) if role == "main" else []
-        written["unknownKeys"] = [shortened(key.path) for key in unknown[:MAX_UNKNOWN_KEYS_SHOWN]]
+        # (each scrubbed, then cut: a provider key pasted as a key name and cut first left its
+        # first characters, which the answer's scrub of whole keys does not recognise)
+        written["unknownKeys"] = [self._shown_key(key.path) for key in unknown[:MAX_UNKNOWN_KEYS_SHOWN]]
         written["unknownKeysTotal"] = len(unknown)
-        written["unknownKeysMeant"] = unknown_keys_meant(unknown, MAX_UNKNOWN_KEYS_SHOWN)
+        written["unknownKeysMeant"] = unknown_keys_meant(unknown, MAX_UNKNOWN_KEYS_SHOWN, self._shown_key)
         # ... and when the write takes effect: a 200 read as "applied" left the running daemon on
         # the config it started with and the writer none the wiser.
         written["appliesAt"] = APPLIES_AT.get(role, NOT_READ)
         return written
+
+    def _shown_key(self, path: str) -> str:
+        """A key's path as a write's answer shows it: scrubbed of the daemon's keys (whole, or any
+        piece of 8 characters or more, as a message is), then cut to 80 characters."""
+        return shortened(self.secrets.scrub_message(path))
 
     def _replace(self, path: Path, role: str, name: str, raw: bytes,
                  expect_digest: str | None | msgspec.UnsetType) -> dict[str, Any]:

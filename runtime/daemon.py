@@ -280,7 +280,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         supervisor = Supervisor(deps, max_restarts=cfg.sessions.max_restarts,
                                 pending=projections.sessions_with_pending_work)
         svc = Services(cfg, opts.data_dir, store, supervisor, bus, pairs, guard, projections, catalog,
-                       ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes), new_id, mcp=mcp,
+                       ConfigFiles(opts.config_path, pairs.path, cfg.server.max_body_bytes, store.secrets), new_id, mcp=mcp,
                        artifacts=artifacts, write_stall_seconds=opts.write_stall_seconds)
         svc.executors = executors  # (workspace browsing, F-HAR-3)
         app = create_app(svc)

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from .errors import LensError, shortened
 from .pairing import PairFileInvalid, PairStore, Principal
 
+HTTP_SPACE = " \t"  # (RFC 9110 OWS)
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -142,9 +143,16 @@ class Guard:
         if not authorization:
             raise AuthRequired("this route needs Authorization: Bearer <credential>")
         scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        # HTTP's white space around a value is the space and the tab alone: str.strip() would also
+        # drop NBSP, NEL and the separators 0x1C-0x1F, taking a credential with one of them for it
+        token = token.strip(HTTP_SPACE)
+        if scheme.lower() != "bearer" or not token:
             raise AuthRequired("use Authorization: Bearer <credential>")
-        principal = self.pairs.authenticate(token.strip())
+        stray = next((c for c in token if not " " <= c <= "~"), None)
+        if stray is not None:  # (named by code point only: the credential is never echoed)
+            raise AuthInvalid(f"the credential holds U+{ord(stray):04X}, which no credential holds: a credential "
+                              "is printable ASCII, sent as `lens pair approve` printed it")
+        principal = self.pairs.authenticate(token)
         if principal is None and not self.pairs.valid:
             # The daemon's fault, not the credential's: a client must not discard a good one.
             raise PairFileInvalid("no credential can be checked while the daemon's pair file is invalid "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Collection, NamedTuple, Sequence
+from typing import Callable, Collection, NamedTuple, Sequence
 
 from .body_hints import fields_at
 from .errors import MAX_QUOTED, MAX_REASON, shortened
@@ -89,14 +89,16 @@ def unknown_keys_listed(keys: Sequence[UnknownKey]) -> str:
     return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
-def unknown_keys_meant(keys: Sequence[UnknownKey], limit: int) -> dict[str, str]:
-    """For an answer listing the first ``limit`` of ``keys`` (each cut to 80 characters): those
-    of them near a known key, to that key. Keys shown alike (the same path written of different
-    objects, ``a.b`` + ``c`` and ``a`` + ``b.c``, or paths cut to the same 80 characters) are left
-    out unless all have the same hint: the answer could not say which one a hint is for."""
+def unknown_keys_meant(keys: Sequence[UnknownKey], limit: int,
+                       show: Callable[[str], str] = shortened) -> dict[str, str]:
+    """For an answer listing the first ``limit`` of ``keys`` (each as ``show`` gives it: cut to 80
+    characters): those of them near a known key, to that key. Keys shown alike (the same path
+    written of different objects, ``a.b`` + ``c`` and ``a`` + ``b.c``, or paths cut to the same
+    80 characters) are left out unless all have the same hint: the answer could not say which
+    one a hint is for."""
     hints: dict[str, set[str | None]] = {}
     for k in keys[:limit]:
-        hints.setdefault(shortened(k.path), set()).add(k.meant)
+        hints.setdefault(show(k.path), set()).add(k.meant)
     return {path: meant for path, (meant, *others) in hints.items() if meant and not others}
 
 

@@ -57,6 +57,7 @@ PENDING_TTL_MS = 60 * 60 * 1000
 # again, as an unknown one does. So a pair file that sees fresh client ids paired and revoked
 # (one per CI run, say) does not grow for ever.
 MAX_REVOKED = 1000
+MAX_NAME = 200  # characters of a client's name (a pairing request's, a record's)
 # The largest pair file read: records of at most ~400 bytes, and at most
 # ``server.maxPendingPairings`` (100,000) of them pending, fit many times over.
 MAX_PAIR_FILE_BYTES = 64 * 1024 * 1024
@@ -172,7 +173,7 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
         seen.add(c.client_id)
         if c.credential_hash is not None and not SHA256_RE.fullmatch(c.credential_hash):
             raise PairFileInvalid(f"{where}: clients[{i}].credentialHash is not 64 lowercase hex digits")
-        if len(c.name) > 200:
+        if len(c.name) > MAX_NAME:
             raise PairFileInvalid(f"{where}: clients[{i}].name is longer than 200 characters")
     return data
 
@@ -360,7 +361,7 @@ class PairStore:
         """Record a pairing request; returns the client's status (never a credential)."""
         validate_client_id(client_id)
         found = unshowable_in(name) if isinstance(name, str) else None
-        if not isinstance(name, str) or len(name) > 200 or found is not None:
+        if not isinstance(name, str) or len(name) > MAX_NAME or found is not None:
             raise PairingError("name must be a string of at most 200 characters without control characters, "
                                "line separators or invisible format characters (zero-width characters, "
                                "bidirectional controls)" + ("" if found is None else f"; it holds {found}"))

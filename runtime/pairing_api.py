@@ -18,7 +18,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from .http_parts import Body, json_response, principal, read_body
-from .pairing import PairFileInvalid, PairFileUnwritable
+from .pairing import MAX_NAME, PairFileInvalid, PairFileUnwritable
 from .services import Services
 
 log = logging.getLogger("lens.http")
@@ -53,8 +53,12 @@ def add_pairing_routes(app: QuartTrio, svc: Services) -> None:
         # until its watcher's next look, and its request was answered "pending" with nothing
         # recorded. (Here, on the event loop, where the credential checks look too.)
         svc.pairs.reload()
+        # A provider key in the name (any caller's text) is not stored (F-MOD-6): replaced by its
+        # marker as in event content, and cut back to the limit if the marker is longer than the
+        # key was; a name past the limit as sent is refused as it was sent.
+        name = body.name if len(body.name) > MAX_NAME else svc.store.secrets.cut(body.name, MAX_NAME)
         try:
-            await trio.to_thread.run_sync(svc.pairs.register, body.client_id, body.name,
+            await trio.to_thread.run_sync(svc.pairs.register, body.client_id, name,
                                           svc.config.server.max_pending_pairings)
         except (PairFileInvalid, PairFileUnwritable) as exc:
             # Unauthenticated callers learn that pairing is unavailable, not where the file lives.

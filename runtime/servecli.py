@@ -156,10 +156,15 @@ def cmd_pair_list(args: argparse.Namespace) -> int:
     # (as wide as the longest id: a client id may have 64 characters, and one past 32 pushed the
     # columns of its line out of line with the heading's)
     width = max(32, *(len(c.client_id) for c in clients))
+    from events.secrets import Secrets  # (as the CLI imports it: only for the command that needs it)
+
+    secrets = getattr(args, "secrets", None) or Secrets()
     print(f"{'clientId':<{width}} {'status':<9} {'trust':<7} name".rstrip())
     for c in clients:
         trust = c.trust if c.status == "approved" else "-"
-        print(f"{c.client_id:<{width}} {c.status:<9} {trust:<7} {shown(c.name)}".rstrip())
+        # (a provider key in a name, stored before names were scrubbed or written by hand, is not printed)
+        name = secrets.scrub_message(c.name)
+        print(f"{c.client_id:<{width}} {c.status:<9} {trust:<7} {shown(name)}".rstrip())
     return 0
 
 
