@@ -1,0 +1,106 @@
+"""web_search, capability_search and get_system_time driven as a user drives them (F-TOOL-8,
+F-TOOL-3, F-TOOL-9): a daemon on loopback port 0, a faux-model session, a loopback server
+standing in for the search backend and the stdio test MCP server for deferred tools."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from ..web.conftest import web_server  # noqa: F401 (fixture: a loopback HTTP server)
+from ..web.server import Request, WebServer, response
+from .conftest import Daemon, DaemonFactory, run_tool
+
+KEY = "k-search-0123456789abcdef"
+
+
+async def searching(daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch,
+                    answer: Any) -> tuple[Daemon, str, str]:
+    """A daemon whose search backend is ``web_server``, answering each request with ``answer(req)``
+    (the raw response bytes); its key in the environment. (daemon, token, session id)"""
+    async def search(req: Request, stream: trio.SocketStream) -> None:
+        await stream.send_all(answer(req))
+    web_server.route("/search", search)
+    monkeypatch.setenv("LENS_TEST_WEB_SEARCH_KEY", KEY)
+    d = await daemon_factory(config={"webSearch": {"baseUrl": web_server.base, "apiKeyEnv": "LENS_TEST_WEB_SEARCH_KEY"}})
+    token = await d.pair("search-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    return d, token, sid
+
+
+def text(body: dict[str, Any]) -> str:
+    return body["content"][0]["text"]
+
+
+# --------------------------------------------------------------------------- web_search
+
+
+async def test_a_backend_quoting_the_key_in_any_field_of_a_result_shows_it_redacted(
+        daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a backend that reflects the request's headers: the key in the title, URL, date, author and text)
+    def answer(req: Request) -> bytes:
+        k = req.headers["x-api-key"]
+        results = [{"title": f"t {k}", "url": f"https://x.example/?k={k}", "publishedDate": k, "author": f"a {k}",
+                    "text": f"page {k}"}]
+        return response(200, json.dumps({"results": results}).encode(), [("Content-Type", "application/json")])
+    d, token, sid = await searching(daemon_factory, web_server, monkeypatch, answer)
+    body = await run_tool(d, token, sid, "r1", "web_search", {"query": "lens"})
+    assert not body["is_error"], body["content"]
+    assert web_server.requests[0].headers["x-api-key"] == KEY  # (the key was sent)
+    marker = "[redacted LENS_TEST_WEB_SEARCH_KEY]"
+    assert text(body) == (f"## 1. t {marker}\nURL: https://x.example/?k={marker}\nPublished: {marker}\n"
+                          f"Author: a {marker}\n\npage {marker}")
+    assert body["structured_content"]["results"] == [{"title": f"t {marker}", "url": f"https://x.example/?k={marker}",
+                                                      "published_date": marker, "author": f"a {marker}", "score": None}]
+    assert KEY not in json.dumps(await d.events(token, sid))
+
+
+async def test_a_backend_refusing_redirecting_or_flooding_ends_the_call_with_its_code_and_the_session_goes_on(
+        daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = iter([
+        response(429, b'{"error": "rate limited for key %s"}' % KEY.encode(), [("Retry-After", "30")],
+                 reason="Too Many Requests"),
+        response(302, b"", [("Location", "http://127.0.0.1:1/search")], reason="Found"),
+        response(200, b"<html><body>Sign in</body></html>", [("Content-Type", "text/html")]),
+        # 40 MiB of spaces gzipped to 40 KiB: held to the 32 MiB bound as it is decoded
+        response(200, gzip.compress(b" " * (40 * 1024 * 1024)), [("Content-Encoding", "gzip")]),
+        response(200, json.dumps({"results": [1, "two", None]}).encode()),
+    ])
+    d, token, sid = await searching(daemon_factory, web_server, monkeypatch, lambda req: next(answers))
+    seen = []
+    for i in range(5):
+        body = await run_tool(d, token, sid, f"r{i}", "web_search", {"query": "lens"})
+        seen.append((body["error_code"] if body["is_error"] else None, text(body)))
+    assert seen == [
+        ("WEB_SEARCH_FAILED", 'WEB_SEARCH_FAILED: the search backend answered 429 Too Many Requests: '
+                              '{"error": "rate limited for key [redacted]"}'),
+        ("WEB_SEARCH_FAILED", "WEB_SEARCH_FAILED: the search backend answered 302 Found"),
+        ("WEB_SEARCH_FAILED", "WEB_SEARCH_FAILED: the search backend's answer is not JSON"),
+        ("RESPONSE_TOO_LARGE", "RESPONSE_TOO_LARGE: the search backend: the response body is larger than "
+                               "33554432 bytes (after decompression)"),
+        (None, "No results for 'lens'."),
+    ]
+    assert [q.path for q in web_server.requests] == ["/search"] * 5  # (the redirect was not followed)
+    assert (await d.view(token, sid))["status"] == "idle"
+
+
+# --------------------------------------------------------------------------- get_system_time
+
+
+async def test_get_system_time_refuses_anything_but_an_empty_object(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory()
+    token = await d.pair("time-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    refused = {"tz": ({"tz": "UTC"}, "get_system_time does not take 'tz'"),
+               "array": ([], 'get_system_time arguments must be a JSON object, not an array; received: "[]"'),
+               "null": (None, 'get_system_time arguments must be a JSON object, not null; received: "null"')}
+    for name, (args, message) in refused.items():
+        body = await run_tool(d, token, sid, f"t-{name}", "get_system_time", args)
+        assert body["error_code"] == "INVALID_ARGUMENT" and text(body) == f"INVALID_ARGUMENT: {message}", name
+    body = await run_tool(d, token, sid, "t-ok", "get_system_time", {})
+    fields = body["structured_content"]
+    assert set(fields) == {"unix_ms", "utc", "local"} and text(body).startswith(fields["utc"])
