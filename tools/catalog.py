@@ -300,10 +300,7 @@ def score(query: str, spec: ToolSpec) -> int:
     name_words = set(tokens(spec.name))
     name_chars = _characters(spec.name)
     desc_words = set(tokens(spec.description)) | _characters(spec.description)
-    asked = query.strip()
-    offered = alias_for(spec.name)
-    total = (11 if asked in (spec.name, offered) else
-             10 if _fold(asked) in (_fold(spec.name), _fold(offered)) else 0)
+    total = named(query, spec)
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3
@@ -314,6 +311,15 @@ def score(query: str, spec: ToolSpec) -> int:
         elif w in desc_words or (len(w) >= 3 and any(d.startswith(w) for d in desc_words)):
             total += 1
     return total
+
+
+def named(query: str, spec: ToolSpec) -> int:
+    """The bonus of a query that is ``spec``'s name (or the digest alias it is offered under):
+    11 exactly as written, 10 in another case, else 0."""
+    asked = query.strip()
+    offered = alias_for(spec.name)
+    return (11 if asked in (spec.name, offered) else
+            10 if _fold(asked) in (_fold(spec.name), _fold(offered)) else 0)
 
 
 def rank(query: str, specs: Sequence[ToolSpec]) -> list[tuple[int, ToolSpec]]:
@@ -544,7 +550,12 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         have = set(loaded)
         # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
         # of a server's tools, where the ones loaded by the first search filled the limit again)
-        top = sorted(rank(query, [*searchable, *already]), key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
+        ranked = rank(query, [*searchable, *already])
+        # A query that is a tool's name finds that tool alone (both, for two names differing only
+        # by case): every tool of its server shares the words "mcp" and the server's name, and
+        # those loaded tools nobody asked for beside it.
+        ranked = [x for x in ranked if named(query, x[1])] or ranked
+        top = sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
         new = [s.name for _score, s in top if s.name not in have] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,
                     "loaded": s.name in have or s.name in new,

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from typing import Any
 
 import pytest
 import trio
 
+from ..mcp.conftest import SERVER
 from ..web.conftest import web_server  # noqa: F401 (fixture: a loopback HTTP server)
 from ..web.server import Request, WebServer, response
 from .conftest import Daemon, DaemonFactory, run_tool
@@ -86,6 +88,40 @@ async def test_a_backend_refusing_redirecting_or_flooding_ends_the_call_with_its
     ]
     assert [q.path for q in web_server.requests] == ["/search"] * 5  # (the redirect was not followed)
     assert (await d.view(token, sid))["status"] == "idle"
+
+
+# --------------------------------------------------------------------------- capability_search
+
+
+async def mcp_session(daemon_factory: DaemonFactory) -> tuple[Daemon, str, str]:
+    """A daemon with the test MCP server's tools (and 12 generated ones, t0…t11) all deferred."""
+    d = await daemon_factory(config={"tools": {"deferred": ["mcp__*"]},
+                                     "mcpServers": {"t": {"command": sys.executable, "args": [SERVER, "--many", "12"]}}})
+    token = await d.pair("search-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    return d, token, sid
+
+
+async def test_a_query_naming_a_tool_finds_that_tool_alone(daemon_factory: DaemonFactory) -> None:
+    # Every tool of a server shares the words "mcp" and the server's name: the query
+    # "mcp__t__echo" (default limit 5) loaded echo and four tools nobody asked for (add, big,
+    # crash, fail: 6 points each from those two words).
+    d, token, sid = await mcp_session(daemon_factory)
+    body = await run_tool(d, token, sid, "c1", "capability_search", {"query": "mcp__t__echo"})
+    assert not body["is_error"], body["content"]
+    found = body["structured_content"]
+    assert [m["name"] for m in found["matches"]] == ["mcp__t__echo"] and found["loaded"] == ["mcp__t__echo"]
+    assert text(body).endswith("Loaded mcp__t__echo: callable from your next request.")
+    loads = [e["body"]["capability_ids"] for e in await d.events(token, sid) if e["kind"] == "capability.loaded"]
+    assert loads == [["mcp__t__echo"]]
+    # in another case it still names that tool; with other words beside it, it is a search again
+    body = await run_tool(d, token, sid, "c2", "capability_search", {"query": "MCP__T__ADD", "load": False})
+    assert [m["name"] for m in body["structured_content"]["matches"]] == ["mcp__t__add"]
+    body = await run_tool(d, token, sid, "c3", "capability_search", {"query": "mcp__t__add numbers", "load": False})
+    assert len(body["structured_content"]["matches"]) == 5
+    # the loaded tool runs
+    body = await run_tool(d, token, sid, "c4", "mcp__t__echo", {"text": "hi"})
+    assert body["content"] == [{"type": "text", "text": "echo: hi"}]
 
 
 # --------------------------------------------------------------------------- get_system_time
