@@ -31,7 +31,7 @@ import msgspec
 
 from events import types as t
 from projections.tokens import UNSPACED, fold_text
-from runtime.errors import short_reason  # (imports nothing: no cycle)
+from runtime.errors import short_reason, shortened_json, shortened_names  # (imports nothing: no cycle)
 from runtime.providers.names import alias_for  # (imports nothing of tools: no cycle)
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
@@ -526,20 +526,26 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         unknown = set(args) - {"query", "limit", "load"}
         if unknown:
-            raise ToolError("INVALID_ARGUMENT", f"unknown argument(s): {', '.join(sorted(unknown))[:200]}")
-        query = args.get("query")
-        if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
-            raise ToolError("INVALID_ARGUMENT", f"query must be a non-blank string of at most {MAX_QUERY_CHARS} characters")
+            raise ToolError("INVALID_ARGUMENT", f"{CAPABILITY_SEARCH} does not take {shortened_names(unknown)}")
+        if "query" not in args:
+            raise ToolError("INVALID_ARGUMENT", f"{CAPABILITY_SEARCH} needs 'query'")
+        query = args["query"]
+        if not isinstance(query, str):
+            raise ToolError("INVALID_ARGUMENT", f"query must be a string, got {shortened_json(query)}")
+        if not query.strip():
+            raise ToolError("INVALID_ARGUMENT", "query is empty (or only white space)")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ToolError("INVALID_ARGUMENT", f"query is {len(query):,} characters, more than {MAX_QUERY_CHARS}")
         words = tokens(query)
         if not words:
             raise ToolError("INVALID_ARGUMENT", f"query {query[:100]!r} holds no word to search for (letters or "
                             f"digits): name what the tool does, such as 'issue tracker'")
         limit = args.get("limit", DEFAULT_LIMIT)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise ToolError("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}")
+            raise ToolError("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}, got {shortened_json(limit)}")
         load = args.get("load", True)
         if not isinstance(load, bool):
-            raise ToolError("INVALID_ARGUMENT", "load must be true or false")
+            raise ToolError("INVALID_ARGUMENT", f"load must be true or false, got {shortened_json(load)}")
         loaded = list(ctx.loaded_capabilities() if ctx.loaded_capabilities is not None else [])
         _offered, searchable = catalog.planes(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
                                               loaded=loaded, session=ctx.tool_policy)

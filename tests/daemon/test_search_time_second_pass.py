@@ -90,6 +90,33 @@ async def test_a_backend_refusing_redirecting_or_flooding_ends_the_call_with_its
     assert (await d.view(token, sid))["status"] == "idle"
 
 
+async def test_web_search_refusals_name_the_value_received_as_json(
+        daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The values were quoted as Python writes them (None, True, '5'): a model reads JSON.
+    d, token, sid = await searching(daemon_factory, web_server, monkeypatch, lambda req: response(200, b'{"results": []}'))
+    refused = {
+        "num_results": ({"query": "q", "num_results": None}, "num_results must be an integer from 1 to 50, got null"),
+        "true": ({"query": "q", "num_results": True}, "num_results must be an integer from 1 to 50, got true"),
+        "string": ({"query": "q", "num_results": "5"}, 'num_results must be an integer from 1 to 50, got "5"'),
+        "0": ({"query": "q", "num_results": 0}, "num_results must be an integer from 1 to 50, got 0"),
+        "51": ({"query": "q", "num_results": 51}, "num_results must be an integer from 1 to 50, got 51"),
+        "5.5": ({"query": "q", "num_results": 5.5}, "num_results must be an integer from 1 to 50, got 5.5"),
+        "type": ({"query": "q", "type": None}, "type must be one of auto, fast, deep, got null"),
+        "livecrawl": ({"query": "q", "livecrawl": "always"}, 'livecrawl must be one of fallback, preferred, got "always"'),
+        "query": ({"query": 5}, "web_search needs 'query', a non-empty string, got 5"),
+        "blank": ({"query": " \t\n"}, "web_search needs 'query', a non-empty string, got \" \\t\\n\""),
+        "missing": ({}, "web_search needs 'query', a non-empty string"),
+    }
+    for name, (args, message) in refused.items():
+        body = await run_tool(d, token, sid, f"r-{name}", "web_search", args)
+        assert body["error_code"] == "INVALID_ARGUMENT" and text(body) == f"INVALID_ARGUMENT: {message}", name
+    # at the edges: taken, and the backend asked for exactly that many
+    for i, n in enumerate((1, 50, 7.0)):
+        body = await run_tool(d, token, sid, f"ok{i}", "web_search", {"query": "q", "num_results": n})
+        assert not body["is_error"], body["content"]
+    assert [q.json()["numResults"] for q in web_server.requests] == [1, 50, 7]
+
+
 # --------------------------------------------------------------------------- capability_search
 
 
@@ -122,6 +149,32 @@ async def test_a_query_naming_a_tool_finds_that_tool_alone(daemon_factory: Daemo
     # the loaded tool runs
     body = await run_tool(d, token, sid, "c4", "mcp__t__echo", {"text": "hi"})
     assert body["content"] == [{"type": "text", "text": "echo: hi"}]
+
+
+async def test_capability_search_refusals_say_what_was_wrong_and_what_was_sent(daemon_factory: DaemonFactory) -> None:
+    # One message served a blank query, a number and one of 501 characters, and the limit and
+    # load refusals did not say what was sent.
+    d, token, sid = await mcp_session(daemon_factory)
+    refused = {
+        "unknown": ({"query": "echo", "verbose": True}, "capability_search does not take 'verbose'"),
+        "missing": ({}, "capability_search needs 'query'"),
+        "number": ({"query": 5}, "query must be a string, got 5"),
+        "blank": ({"query": "  "}, "query is empty (or only white space)"),
+        "long": ({"query": "a" * 501}, "query is 501 characters, more than 500"),
+        "limit0": ({"query": "echo", "limit": 0}, "limit must be an integer from 1 to 20, got 0"),
+        "limit21": ({"query": "echo", "limit": 21}, "limit must be an integer from 1 to 20, got 21"),
+        "limit-str": ({"query": "echo", "limit": "3"}, 'limit must be an integer from 1 to 20, got "3"'),
+        "load": ({"query": "echo", "load": "yes"}, 'load must be true or false, got "yes"'),
+    }
+    for name, (args, message) in refused.items():
+        body = await run_tool(d, token, sid, f"c-{name}", "capability_search", args)
+        assert body["error_code"] == "INVALID_ARGUMENT" and text(body) == f"INVALID_ARGUMENT: {message}", name
+    assert [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"] == []
+    # at the edges: 500 characters and a limit of 20 (or 20.0) are taken
+    for i, args in enumerate(({"query": "e" * 500}, {"query": "generated", "limit": 20.0, "load": False})):
+        body = await run_tool(d, token, sid, f"ok{i}", "capability_search", args)
+        assert not body["is_error"], body["content"]
+    assert len(body["structured_content"]["matches"]) == 12
 
 
 # --------------------------------------------------------------------------- get_system_time

@@ -36,7 +36,7 @@ from typing import Any, Mapping
 import trio
 
 from events.secrets import Secrets
-from runtime.errors import shortened_names  # (imports nothing: no cycle)
+from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 from runtime.providers.redact import redact_key
 
 from ..base import INT64, ToolContext, ToolError, ToolResult, ToolSpec
@@ -63,20 +63,22 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     extra = sorted(set(args) - {"query", "num_results", "livecrawl", "type", "context_max_characters"})
     if extra:
         raise ToolError("INVALID_ARGUMENT", f"web_search does not take {shortened_names(extra)}")
-    query = args.get("query")
-    if not isinstance(query, str) or not query.strip():
+    if "query" not in args:
         raise ToolError("INVALID_ARGUMENT", "web_search needs 'query', a non-empty string")
+    query = args["query"]
+    if not isinstance(query, str) or not query.strip():
+        raise ToolError("INVALID_ARGUMENT", f"web_search needs 'query', a non-empty string, got {shortened_json(query)}")
     out: dict[str, Any] = {"query": query}
     for name, default, hi in (("num_results", DEFAULT_RESULTS, MAX_RESULTS),
                               ("context_max_characters", DEFAULT_CONTEXT_CHARS, MAX_CONTEXT_CHARS)):
         value = args.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
-            raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from 1 to {hi}, got {value!r}"[:300])
+            raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from 1 to {hi}, got {shortened_json(value)}")
         out[name] = value
     for name, default, allowed in (("livecrawl", "fallback", LIVECRAWL), ("type", "auto", TYPES)):
         value = args.get(name, default)
         if value not in allowed:
-            raise ToolError("INVALID_ARGUMENT", f"{name} must be one of {', '.join(allowed)}, got {value!r}"[:300])
+            raise ToolError("INVALID_ARGUMENT", f"{name} must be one of {', '.join(allowed)}, got {shortened_json(value)}")
         out[name] = value
     return out
 
