@@ -522,6 +522,18 @@ class ToolCatalog:
 # --------------------------------------------------------------------------- capability_search
 
 
+def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str], deferred: set[str],
+                    listed: set[str]) -> str:
+    """Why ``spec``, which a query names, is not among the tools an agent's search may load."""
+    if spec.name not in {s.name for s in assigned}:
+        return f"{spec.name} is not assigned to you"
+    if spec.name in off:
+        return f"{spec.name} is disabled by the tools policy"
+    if spec.name not in deferred or spec.name in listed:
+        return f"{spec.name} is not deferred: it is in your tool list already"
+    return f"{spec.name} cannot be loaded"  # (not reached: every other case is ranked)
+
+
 def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         unknown = set(args) - {"query", "limit", "load"}
@@ -560,7 +572,16 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         # A query that is a tool's name finds that tool alone (both, for two names differing only
         # by case): every tool of its server shares the words "mcp" and the server's name, and
         # those loaded tools nobody asked for beside it.
-        ranked = [x for x in ranked if named(query, x[1])] or ranked
+        if any(named(query, x[1]) for x in ranked):
+            ranked = [x for x in ranked if named(query, x[1])]
+        else:
+            # A query naming a tool this search cannot load answers why, and loads nothing in its
+            # place (the other tools of its server, by the shared words).
+            named_here = [x for x in catalog.registry.all() if named(query, x)]
+            if named_here:
+                why = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()))
+                return ToolResult.text(f"No deferred capability matches {query!r}: {why}. Nothing was loaded.",
+                                       {"matches": [], "loaded": [], "searchable": len(searchable)})
         top = sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
         new = [s.name for _score, s in top if s.name not in have] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,

@@ -151,6 +151,26 @@ async def test_a_query_naming_a_tool_finds_that_tool_alone(daemon_factory: Daemo
     assert body["content"] == [{"type": "text", "text": "echo: hi"}]
 
 
+async def test_a_query_naming_a_tool_the_search_cannot_load_says_why_and_loads_nothing(
+        daemon_factory: DaemonFactory) -> None:
+    # The named tool was no candidate (disabled, or eager and offered already): the query was
+    # taken as words, and "mcp" and "t" loaded five other tools of the server in its place.
+    d = await daemon_factory(config={"tools": {"deferred": ["mcp__*"], "policy": {"mcp__t__echo": {"enabled": False}}},
+                                     "mcpServers": {"t": {"command": sys.executable, "args": [SERVER]}}})
+    token = await d.pair("search-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    answers = {"mcp__t__echo": "mcp__t__echo is disabled by the tools policy",
+               "READ_FILE": "read_file is not deferred: it is in your tool list already"}
+    for i, (query, why) in enumerate(answers.items()):
+        body = await run_tool(d, token, sid, f"c{i}", "capability_search", {"query": query})
+        assert not body["is_error"] and body["structured_content"]["matches"] == [], body["content"]
+        assert text(body) == f"No deferred capability matches {query!r}: {why}. Nothing was loaded."
+    assert [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"] == []
+    # a query naming no tool is still a search of its words
+    body = await run_tool(d, token, sid, "c9", "capability_search", {"query": "mcp__t__adder", "load": False})
+    assert body["structured_content"]["matches"][0]["name"] == "mcp__t__add"
+
+
 async def test_capability_search_refusals_say_what_was_wrong_and_what_was_sent(daemon_factory: DaemonFactory) -> None:
     # One message served a blank query, a number and one of 501 characters, and the limit and
     # load refusals did not say what was sent.
