@@ -83,11 +83,29 @@ async def test_a_backend_refusing_redirecting_or_flooding_ends_the_call_with_its
         ("WEB_SEARCH_FAILED", "WEB_SEARCH_FAILED: the search backend answered 302 Found"),
         ("WEB_SEARCH_FAILED", "WEB_SEARCH_FAILED: the search backend's answer is not JSON"),
         ("RESPONSE_TOO_LARGE", "RESPONSE_TOO_LARGE: the search backend: the response body is larger than "
-                               "33554432 bytes (after decompression)"),
+                               "33554432 bytes (after decompression); ask for less: fewer results (num_results 8) "
+                               "or less text per result (context_max_characters 10000)"),
         (None, "No results for 'lens'."),
     ]
     assert [q.path for q in web_server.requests] == ["/search"] * 5  # (the redirect was not followed)
     assert (await d.view(token, sid))["status"] == "idle"
+
+
+async def test_an_answer_past_the_bound_for_arguments_in_range_says_how_to_ask_for_less(
+        daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 50 results of up to 1,048,576 characters each are arguments in range, and a backend that
+    # gives that much answers past the 32 MiB held in memory (50 x 700,000 characters here): the
+    # refusal did not say that asking for less would do.
+    results = [{"title": f"R{i}", "url": f"https://r{i}.example/", "text": "w" * 700_000} for i in range(50)]
+    body = gzip.compress(json.dumps({"results": results}).encode(), 1)
+    d, token, sid = await searching(daemon_factory, web_server, monkeypatch,
+                                    lambda req: response(200, body, [("Content-Encoding", "gzip")]))
+    args = {"query": "lens", "num_results": 50, "context_max_characters": 1_048_576}
+    answer = await run_tool(d, token, sid, "r1", "web_search", args)
+    assert answer["error_code"] == "RESPONSE_TOO_LARGE"
+    assert text(answer) == ("RESPONSE_TOO_LARGE: the search backend: the response body is larger than 33554432 bytes "
+                            "(after decompression); ask for less: fewer results (num_results 50) or less text per "
+                            "result (context_max_characters 1048576)")
 
 
 async def test_web_search_refusals_name_the_value_received_as_json(
