@@ -529,7 +529,9 @@ def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str],
         return f"{spec.name} is not assigned to you"
     if spec.name in off:
         return f"{spec.name} is disabled by the tools policy"
-    if spec.name not in deferred or spec.name in listed:
+    if spec.name in listed:
+        return f"{spec.name} is in your tool list already"
+    if spec.name not in deferred:
         return f"{spec.name} is not deferred: it is in your tool list already"
     return f"{spec.name} cannot be loaded"  # (not reached: every other case is ranked)
 
