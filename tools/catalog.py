@@ -31,7 +31,7 @@ import msgspec
 
 from events import types as t
 from projections.tokens import UNSPACED, fold_text
-from runtime.errors import short_reason  # (imports nothing: no cycle)
+from runtime.errors import short_reason, shortened_json, shortened_names  # (imports nothing: no cycle)
 from runtime.providers.names import alias_for  # (imports nothing of tools: no cycle)
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
@@ -300,10 +300,7 @@ def score(query: str, spec: ToolSpec) -> int:
     name_words = set(tokens(spec.name))
     name_chars = _characters(spec.name)
     desc_words = set(tokens(spec.description)) | _characters(spec.description)
-    asked = query.strip()
-    offered = alias_for(spec.name)
-    total = (11 if asked in (spec.name, offered) else
-             10 if _fold(asked) in (_fold(spec.name), _fold(offered)) else 0)
+    total = named(query, spec)
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3
@@ -314,6 +311,15 @@ def score(query: str, spec: ToolSpec) -> int:
         elif w in desc_words or (len(w) >= 3 and any(d.startswith(w) for d in desc_words)):
             total += 1
     return total
+
+
+def named(query: str, spec: ToolSpec) -> int:
+    """The bonus of a query that is ``spec``'s name (or the digest alias it is offered under):
+    11 exactly as written, 10 in another case, else 0."""
+    asked = query.strip()
+    offered = alias_for(spec.name)
+    return (11 if asked in (spec.name, offered) else
+            10 if _fold(asked) in (_fold(spec.name), _fold(offered)) else 0)
 
 
 def rank(query: str, specs: Sequence[ToolSpec]) -> list[tuple[int, ToolSpec]]:
@@ -516,24 +522,44 @@ class ToolCatalog:
 # --------------------------------------------------------------------------- capability_search
 
 
+def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str], deferred: set[str],
+                    listed: set[str]) -> str:
+    """Why ``spec``, which a query names, is not among the tools an agent's search may load."""
+    if spec.name not in {s.name for s in assigned}:
+        return f"{spec.name} is not assigned to you"
+    if spec.name in off:
+        return f"{spec.name} is disabled by the tools policy"
+    if spec.name in listed:
+        return f"{spec.name} is in your tool list already"
+    if spec.name not in deferred:
+        return f"{spec.name} is not deferred: it is in your tool list already"
+    return f"{spec.name} cannot be loaded"  # (not reached: every other case is ranked)
+
+
 def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         unknown = set(args) - {"query", "limit", "load"}
         if unknown:
-            raise ToolError("INVALID_ARGUMENT", f"unknown argument(s): {', '.join(sorted(unknown))[:200]}")
-        query = args.get("query")
-        if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
-            raise ToolError("INVALID_ARGUMENT", f"query must be a non-blank string of at most {MAX_QUERY_CHARS} characters")
+            raise ToolError("INVALID_ARGUMENT", f"{CAPABILITY_SEARCH} does not take {shortened_names(unknown)}")
+        if "query" not in args:
+            raise ToolError("INVALID_ARGUMENT", f"{CAPABILITY_SEARCH} needs 'query'")
+        query = args["query"]
+        if not isinstance(query, str):
+            raise ToolError("INVALID_ARGUMENT", f"query must be a string, got {shortened_json(query)}")
+        if not query.strip():
+            raise ToolError("INVALID_ARGUMENT", "query is empty (or only white space)")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ToolError("INVALID_ARGUMENT", f"query is {len(query):,} characters, more than {MAX_QUERY_CHARS}")
         words = tokens(query)
         if not words:
             raise ToolError("INVALID_ARGUMENT", f"query {query[:100]!r} holds no word to search for (letters or "
                             f"digits): name what the tool does, such as 'issue tracker'")
         limit = args.get("limit", DEFAULT_LIMIT)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise ToolError("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}")
+            raise ToolError("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}, got {shortened_json(limit)}")
         load = args.get("load", True)
         if not isinstance(load, bool):
-            raise ToolError("INVALID_ARGUMENT", "load must be true or false")
+            raise ToolError("INVALID_ARGUMENT", f"load must be true or false, got {shortened_json(load)}")
         loaded = list(ctx.loaded_capabilities() if ctx.loaded_capabilities is not None else [])
         _offered, searchable = catalog.planes(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
                                               loaded=loaded, session=ctx.tool_policy)
@@ -544,7 +570,21 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         have = set(loaded)
         # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
         # of a server's tools, where the ones loaded by the first search filled the limit again)
-        top = sorted(rank(query, [*searchable, *already]), key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
+        ranked = rank(query, [*searchable, *already])
+        # A query that is a tool's name finds that tool alone (both, for two names differing only
+        # by case): every tool of its server shares the words "mcp" and the server's name, and
+        # those loaded tools nobody asked for beside it.
+        if any(named(query, x[1]) for x in ranked):
+            ranked = [x for x in ranked if named(query, x[1])]
+        else:
+            # A query naming a tool this search cannot load answers why, and loads nothing in its
+            # place (the other tools of its server, by the shared words).
+            named_here = [x for x in catalog.registry.all() if named(query, x)]
+            if named_here:
+                why = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()))
+                return ToolResult.text(f"No deferred capability matches {query!r}: {why}. Nothing was loaded.",
+                                       {"matches": [], "loaded": [], "searchable": len(searchable)})
+        top = sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
         new = [s.name for _score, s in top if s.name not in have] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,
                     "loaded": s.name in have or s.name in new,

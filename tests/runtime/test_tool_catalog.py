@@ -437,3 +437,20 @@ async def test_a_tool_the_policy_disables_is_neither_offered_nor_searchable_but_
     cat = catalog([spec("a"), spec("b")], {"disclose": "assigned", "deferred": ["b"], "policy": {"*": {"enabled": False},
                                                                                             "a": {"enabled": True}}})
     assert names(cat.planes(is_main_agent=True, allowed=None, loaded=())[0]) == ["a"]  # (capability_search: off too)
+
+
+async def test_a_query_naming_a_tool_a_subagent_cannot_load_says_why_for_each_reason():
+    # (the daemon test covers the disabled and the eager tool; these are a subagent's reasons)
+    tools = [spec("mcp__s__echo", "Echo", source="mcp"), spec("mcp__s__add", "Add", source="mcp"),
+             spec("mcp__s__secret", "Main only", source="mcp", main_only=True)]
+    cat = catalog(tools, {"deferred": ["mcp__*"]})
+    cases = {("mcp__s__secret", None): "mcp__s__secret is not assigned to you",
+             ("mcp__s__add", (CAPABILITY_SEARCH, "mcp__s__echo")): "mcp__s__add is not assigned to you",
+             ("mcp__s__echo", (CAPABILITY_SEARCH, "mcp__s__echo")): "mcp__s__echo is in your tool list already"}
+    for (query, given), why in cases.items():
+        res = await search(cat, {"query": query}, ctx(main=False, tools=list(given) if given else None))
+        assert res.content[0].text == f"No deferred capability matches {query!r}: {why}. Nothing was loaded.", query
+        assert res.structured_content["matches"] == [] and res.events == []
+    # the main agent is given the main-only tool, alone
+    res = await search(cat, {"query": "mcp__s__secret"})
+    assert res.structured_content["loaded"] == ["mcp__s__secret"]

@@ -36,7 +36,7 @@ from typing import Any, Mapping
 import trio
 
 from events.secrets import Secrets
-from runtime.errors import shortened_names  # (imports nothing: no cycle)
+from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 from runtime.providers.redact import redact_key
 
 from ..base import INT64, ToolContext, ToolError, ToolResult, ToolSpec
@@ -48,7 +48,10 @@ MAX_RESULTS = 50
 DEFAULT_RESULTS = 8
 MAX_CONTEXT_CHARS = 1_048_576
 DEFAULT_CONTEXT_CHARS = 10_000
-MAX_RESPONSE_BYTES = 32 * 1024 * 1024  # 50 results of up to a million characters each, as JSON
+# The backend's answer held in memory. Not every answer arguments in range may ask for: 50
+# results of up to 1,048,576 characters each can be past it (RESPONSE_TOO_LARGE then says to ask
+# for less); the answer shows at most context_max_characters of page text in all.
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 LIVECRAWL = ("fallback", "preferred")
 TYPES = ("auto", "fast", "deep")
 ERROR_EXCERPT_CHARS = 500
@@ -63,20 +66,22 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     extra = sorted(set(args) - {"query", "num_results", "livecrawl", "type", "context_max_characters"})
     if extra:
         raise ToolError("INVALID_ARGUMENT", f"web_search does not take {shortened_names(extra)}")
-    query = args.get("query")
-    if not isinstance(query, str) or not query.strip():
+    if "query" not in args:
         raise ToolError("INVALID_ARGUMENT", "web_search needs 'query', a non-empty string")
+    query = args["query"]
+    if not isinstance(query, str) or not query.strip():
+        raise ToolError("INVALID_ARGUMENT", f"web_search needs 'query', a non-empty string, got {shortened_json(query)}")
     out: dict[str, Any] = {"query": query}
     for name, default, hi in (("num_results", DEFAULT_RESULTS, MAX_RESULTS),
                               ("context_max_characters", DEFAULT_CONTEXT_CHARS, MAX_CONTEXT_CHARS)):
         value = args.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
-            raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from 1 to {hi}, got {value!r}"[:300])
+            raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from 1 to {hi}, got {shortened_json(value)}")
         out[name] = value
     for name, default, allowed in (("livecrawl", "fallback", LIVECRAWL), ("type", "auto", TYPES)):
         value = args.get(name, default)
         if value not in allowed:
-            raise ToolError("INVALID_ARGUMENT", f"{name} must be one of {', '.join(allowed)}, got {value!r}"[:300])
+            raise ToolError("INVALID_ARGUMENT", f"{name} must be one of {', '.join(allowed)}, got {shortened_json(value)}")
         out[name] = value
     return out
 
@@ -118,7 +123,11 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
         except trio.TooSlowError:
             raise ToolError("WEB_SEARCH_TIMEOUT", f"the search backend did not answer within {TIMEOUT_SECONDS} s") from None
         except ToolError as exc:
-            raise ToolError(exc.code, _scrub(f"the search backend: {exc.message}", key)) from None
+            # (arguments in range may ask for more than is held: 50 results of up to 1,048,576
+            # characters each is more than MAX_RESPONSE_BYTES; the model can ask for less)
+            hint = (f"; ask for less: fewer results (num_results {a['num_results']}) or less text per result "
+                    f"(context_max_characters {a['context_max_characters']})" if exc.code == "RESPONSE_TOO_LARGE" else "")
+            raise ToolError(exc.code, _scrub(f"the search backend: {exc.message}{hint}", key)) from None
         if resp.status != 200:
             # (redacted before it is cut, so that a key at the cut is judged whole)
             excerpt = _scrub(resp.body[:4 * ERROR_EXCERPT_CHARS].decode("utf-8", errors="replace"), key)
