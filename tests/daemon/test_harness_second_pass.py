@@ -160,6 +160,13 @@ async def test_a_name_not_utf8_or_with_a_newline_is_listed_and_a_rename_by_comma
     assert [e["path"] for e in r.json()["entries"]] == ["bad\ufffdname.txt", "new\nline.txt"]
     r = await daemon.get(f"/sessions/{sid}/workspace/file", token, params={"path": "new\nline.txt"})
     assert r.status_code == 200 and r.json()["text"] == "nl\n", r.text
+    # The listed name is not the name on disk: the read is 404, and says why rather than "no
+    # such file" for a file the listing just showed.
+    r = await daemon.get(f"/sessions/{sid}/workspace/file", token, params={"path": "bad\ufffdname.txt"})
+    assert (r.status_code, error_of(r)) == (404, "PATH_NOT_FOUND"), r.text
+    assert "not UTF-8" in r.json()["error"]["message"], r.text
+    r = await daemon.get(f"/sessions/{sid}/workspace/file", token, params={"path": "gone\ufffd.txt"})
+    assert (r.status_code, error_of(r)) == (404, "PATH_NOT_FOUND") and "no such file" in r.text, r.text
     # "changes this session" are the edit calls (docs/decisions.md): a file an edit created and a
     # command renamed is listed as created under the name the edit wrote
     body = await run_tool(daemon, token, sid, "c1", "edit_file", {"path": "x.txt", "mode": "create", "content": "x\n"})

@@ -152,6 +152,18 @@ def _shown_name(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "replace")
 
 
+def _listed_not_utf8(dir_fd: int, name: str | None) -> bool:
+    """Whether ``name``, which is not in ``dir_fd``, is how the listing shows an entry of it whose
+    name is not UTF-8 (only asked for a name holding U+FFFD)."""
+    if not name or "\ufffd" not in name:
+        return False
+    try:
+        names = os.listdir(dir_fd)
+    except OSError:
+        return False
+    return any(n != name and _shown_name(n) == name for n in names)
+
+
 def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MAX_ENTRIES,
               include_ignored: object = False, still_wanted: Callable[[], bool] | None = None,
               ignore_cache: IgnoreCache | None = None) -> dict[str, Any]:
@@ -262,6 +274,9 @@ def read_text(root: Root, path: str, offset: object = 0, limit: object = 64 * 10
         if sensitive_path(t.rel):
             raise FileToolError("SENSITIVE_FILE", f"{path}: leads to a credential file; it is listed but never read")
         if not t.exists:
+            if _listed_not_utf8(t.dir_fd, t.name):
+                raise FileToolError("NOT_FOUND", f"{path}: the name on disk is not UTF-8 (the listing shows "
+                                                 f"U+FFFD for its bytes), so no request can name it; rename it to read it")
             raise FileToolError("NOT_FOUND", f"{path}: no such file")
         if not t.is_file or t.fd is None or t.st is None:
             raise FileToolError("NOT_A_FILE", f"{path}: not a regular file")
