@@ -167,6 +167,18 @@ async def test_a_name_not_utf8_or_with_a_newline_is_listed_and_a_rename_by_comma
     assert "not UTF-8" in r.json()["error"]["message"], r.text
     r = await daemon.get(f"/sessions/{sid}/workspace/file", token, params={"path": "gone\ufffd.txt"})
     assert (r.status_code, error_of(r)) == (404, "PATH_NOT_FOUND") and "no such file" in r.text, r.text
+    (ws / "real\ufffd.txt").write_text("U+FFFD is a character a name may hold\n")
+    r = await daemon.get(f"/sessions/{sid}/workspace/file", token, params={"path": "real\ufffd.txt"})
+    assert r.status_code == 200 and r.json()["text"].startswith("U+FFFD"), r.text
+    # a directory so named: listed, its files too; the tree of it and a read below it say the same
+    os.mkdir(os.fsencode(ws) + b"/dir\xfe")
+    os.close(os.open(os.fsencode(ws) + b"/dir\xfe/in.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+    r = await daemon.get(f"/sessions/{sid}/workspace/tree", token, params={"depth": "2"})
+    assert "dir\ufffd/in.txt" in [e["path"] for e in r.json()["entries"]], r.text
+    for route, path in (("tree", "dir\ufffd"), ("file", "dir\ufffd/in.txt")):
+        r = await daemon.get(f"/sessions/{sid}/workspace/{route}", token, params={"path": path})
+        assert (r.status_code, error_of(r)) == (404, "PATH_NOT_FOUND"), (route, r.text)
+        assert "'dir\ufffd' on disk is not UTF-8" in r.json()["error"]["message"], (route, r.text)
     # "changes this session" are the edit calls (docs/decisions.md): a file an edit created and a
     # command renamed is listed as created under the name the edit wrote
     body = await run_tool(daemon, token, sid, "c1", "edit_file", {"path": "x.txt", "mode": "create", "content": "x\n"})
