@@ -8,9 +8,9 @@ What ``test_harness_acceptance.py``, ``test_harness_edges_acceptance.py``,
 ``todo`` calls in one answer (the view and the stream), a repeated todo id or question/option id
 and an unknown todo status named in the refusal, an answer repeating an option id, an answer
 sent after a restart cancelled its question, a job's output at the documented 1 MiB ring and
-4 KiB tail and one byte past each, stops of a job already stopped, and a workspace entry whose
-name is not UTF-8 or holds a newline, beside a rename made by a command. Every wait is bounded
-(conftest ``wait_until``)."""
+4 KiB tail and one byte past each, stops of a job already stopped, a workspace entry whose name
+is not UTF-8 or holds a newline, beside a rename made by a command, and a job's end while a
+question waits. Every wait is bounded (conftest ``wait_until``)."""
 
 from __future__ import annotations
 
@@ -188,3 +188,48 @@ async def test_a_name_not_utf8_or_with_a_newline_is_listed_and_a_rename_by_comma
     r = await daemon.get(f"/sessions/{sid}/changes", token)
     assert [(f["path"], f["status"]) for f in r.json()["files"]] == [("x.txt", "created")], r.text
     assert json.loads(r.text)["sessionId"] == sid
+
+
+async def test_a_jobs_end_while_a_question_waits_queues_its_report_behind_the_answer(daemon_factory: DaemonFactory):
+    # F-HAR-1 and F-HAR-2 together: the report is a follow-up (docs/decisions.md "Background
+    # jobs"), so it waits while the session awaits an answer, runs once the question is settled,
+    # and an abort of the wait withdraws it; a stop while the question waits answers at once.
+    d = await daemon_factory(config=CONFIG)
+    token, sid, ws = await _setup(d)
+    job_id = await start_job(d, token, sid, "j1", "while [ ! -e go ]; do sleep 0.01; done; echo done")
+    await d.wait_idle(token, sid)
+
+    async def asked(rid: str) -> str:
+        await d.submit(token, sid, rid, "<ask>")
+
+        async def awaiting() -> str | None:
+            v = await d.view(token, sid)
+            return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v["questions"] else None
+
+        return await wait_until(awaiting, what="an open question")
+
+    qid = await asked("r1")
+    (ws / "go").touch()
+    await finished_of(d, token, sid, job_id)
+    view = await d.view(token, sid)
+    assert view["status"] == "awaiting_answer"
+    assert [(q["requestId"], q["whenBusy"]) for q in view["queued"]] == [(f"job:{job_id}", "followUp")]
+    r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "skip"})
+    assert r.status_code == 200, r.text
+    view = await report_answered(d, token, sid, job_id)
+    texts = [it.get("text", "") for it in view["items"]]
+    skipped = texts.index("The tool answered: The user skipped the question.")
+    assert texts[skipped + 1].startswith(f"[background job {job_id} exited with code 0]"), texts
+    sleeper = await start_job(d, token, sid, "j2", "exec sleep 600")
+    await d.wait_idle(token, sid)
+    await asked("r2")
+    r = await d.post(f"/sessions/{sid}/jobs/{sleeper}/stop", token)
+    assert r.status_code == 200 and r.json()["status"] == "stopped", r.text
+    assert [q["requestId"] for q in (await d.view(token, sid))["queued"]] == [f"job:{sleeper}"]
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.json() == {"aborted": True, "withdrawn": [f"job:{sleeper}"]}, r.text
+    view = await d.wait_idle(token, sid)
+    assert view["queued"] == [] and [(j["jobId"], j["status"]) for j in view["jobs"]] == \
+        [(job_id, "exited"), (sleeper, "stopped")]
+    assert not any(t.startswith(f"[background job {sleeper} ") for t in
+                   [it.get("text", "") for it in view["items"]])
