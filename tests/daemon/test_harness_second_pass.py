@@ -9,8 +9,8 @@ What ``test_harness_acceptance.py``, ``test_harness_edges_acceptance.py``,
 and an unknown todo status named in the refusal, an answer repeating an option id, an answer
 sent after a restart cancelled its question, a job's output at the documented 1 MiB ring and
 4 KiB tail and one byte past each, stops of a job already stopped, a workspace entry whose name
-is not UTF-8 or holds a newline, beside a rename made by a command, and a job's end while a
-question waits. Every wait is bounded (conftest ``wait_until``)."""
+is not UTF-8 or holds a newline, beside a rename made by a command, a job's end while a question
+waits, and a job's report withdrawn before a restart. Every wait is bounded (conftest ``wait_until``)."""
 
 from __future__ import annotations
 
@@ -233,3 +233,32 @@ async def test_a_jobs_end_while_a_question_waits_queues_its_report_behind_the_an
         [(job_id, "exited"), (sleeper, "stopped")]
     assert not any(t.startswith(f"[background job {sleeper} ") for t in
                    [it.get("text", "") for it in view["items"]])
+
+
+async def test_a_withdrawn_report_stays_withdrawn_across_a_restart_and_the_other_runs(daemon_factory: DaemonFactory):
+    # Two jobs end while a command runs: both reports queue; one is withdrawn. After a restart
+    # (the command's call recorded interrupted, README) the other report runs, the withdrawn one
+    # never does, and both jobs stay listed as they ended.
+    d = await daemon_factory()
+    token, sid, ws = await _setup(d)
+    kept = await start_job(d, token, sid, "j1", "while [ ! -e go ]; do sleep 0.01; done; echo kept")
+    dropped = await start_job(d, token, sid, "j2", "while [ ! -e go ]; do sleep 0.01; done; echo dropped")
+    await d.wait_idle(token, sid)
+    await d.submit(token, sid, "busy", '/tool run_command {"command": "exec sleep 600"}')
+    await d.wait_running_call(token, sid)
+    (ws / "go").touch()
+    await finished_of(d, token, sid, kept)
+    await finished_of(d, token, sid, dropped)
+    assert sorted(q["requestId"] for q in (await d.view(token, sid))["queued"]) == \
+        sorted([f"job:{kept}", f"job:{dropped}"])
+    r = await d.post(f"/sessions/{sid}/inputs/job:{dropped}/withdraw", token)
+    assert r.json()["status"] == "withdrawn", r.text
+    await stop_daemon(d)
+    d2 = await daemon_factory(root=d.root)
+    view = await report_answered(d2, token, sid, kept)
+    texts = [it.get("text", "") for it in view["items"]]
+    assert not any(t.startswith(f"[background job {dropped} ") for t in texts), texts
+    assert any(t.startswith("The tool answered: This tool call was interrupted") for t in texts), texts
+    assert sorted((j["jobId"], j["status"]) for j in view["jobs"]) == sorted([(kept, "exited"), (dropped, "exited")])
+    r = (await d2.get(f"/sessions/{sid}/jobs/{dropped}", token)).json()
+    assert (r["source"], r["output"]) == ("tail", "dropped\n"), r
