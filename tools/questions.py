@@ -14,6 +14,8 @@ import msgspec
 
 from events import types as t
 
+from runtime.errors import shortened  # (imports nothing: no cycle)
+
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
 MAX_QUESTIONS = 5
@@ -55,9 +57,14 @@ async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             if not o.label.strip() or len(o.label) > MAX_LABEL:
                 raise ToolError("INVALID_ARGUMENT", f"question {q.id!r}: option {o.id!r} needs a label of 1 to "
                                 f"{MAX_LABEL} characters, not blank")
-    ids = [q.id for q in questions] + [o.id for q in questions for o in q.options]
-    if len(set(ids)) != len(ids):
-        raise ToolError("INVALID_ARGUMENT", "question and option ids must be unique")
+    seen: dict[str, str] = {}  # id -> what it first named
+    for q in questions:
+        for value, what in [(q.id, f"question {shortened(repr(q.id))}"),
+                            *((o.id, f"an option of question {shortened(repr(q.id))}") for o in q.options)]:
+            if value in seen:  # (named: "ids must be unique" left the model to find the pair)
+                raise ToolError("INVALID_ARGUMENT", f"id {shortened(repr(value))} is used twice, by {what} and "
+                                f"before by {seen[value]}; question and option ids must be unique")
+            seen[value] = what
     for q in questions:
         if not q.text.strip() or len(q.text) > MAX_TEXT or len(q.options) > MAX_OPTIONS:
             raise ToolError("INVALID_ARGUMENT",

@@ -8,12 +8,15 @@ import msgspec
 
 from events import types as t
 
+from runtime.errors import shortened  # (imports nothing: no cycle)
+
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
 MAX_TODOS = 200
 MAX_TODO_TEXT = 2000
 MAX_TODO_ID = 200
 ITEM_FIELDS = frozenset({"id", "text", "status"})
+STATUSES = ("pending", "in_progress", "done", "cancelled")
 
 
 async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -27,6 +30,10 @@ async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if extra:  # (a misspelt "state" was dropped in silence: the item stayed pending)
             raise ToolError("INVALID_ARGUMENT",
                             f"todo items[{i}]: unknown field(s) {', '.join(sorted(extra))}; an item is {{id, text, status}}")
+        status = raw.get("status") if isinstance(raw, dict) else None
+        if isinstance(status, str) and status not in STATUSES:
+            raise ToolError("INVALID_ARGUMENT", f"todo items[{i}]: unknown status {shortened(repr(status))}; "
+                            f"a status is {', '.join(STATUSES[:-1])} or {STATUSES[-1]}")
     try:
         items = msgspec.convert(args["items"], list[t.TodoItem])
     except msgspec.ValidationError as exc:
@@ -37,8 +44,12 @@ async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if not it.text.strip() or len(it.text) > MAX_TODO_TEXT:
             raise ToolError("INVALID_ARGUMENT",
                             f"todo {it.id!r}: text must be 1 to {MAX_TODO_TEXT} characters, not blank")
-    if len({it.id for it in items}) != len(items):
-        raise ToolError("INVALID_ARGUMENT", "todo item ids must be unique")
+    first: dict[str, int] = {}
+    for i, it in enumerate(items):
+        if it.id in first:  # (named, with both places: in a list of 200 the model cannot find the pair)
+            raise ToolError("INVALID_ARGUMENT", f"todo items[{i}]: id {shortened(repr(it.id))} is used twice "
+                            f"(first by items[{first[it.id]}]); item ids must be unique")
+        first[it.id] = i
     done = sum(1 for it in items if it.status == "done")
     return ToolResult.text(
         f"todo list updated: {len(items)} item(s), {done} done",
@@ -61,7 +72,7 @@ TODO_TOOL = ToolSpec(
                     "properties": {
                         "id": {"type": "string", "minLength": 1, "maxLength": MAX_TODO_ID},
                         "text": {"type": "string", "minLength": 1, "maxLength": MAX_TODO_TEXT},
-                        "status": {"enum": ["pending", "in_progress", "done", "cancelled"]},
+                        "status": {"enum": list(STATUSES)},
                     },
                     "required": ["id", "text"],
                     "additionalProperties": False,

@@ -39,6 +39,7 @@ import heapq
 import os
 import stat
 from collections import deque
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from .confine import Root, check_path_text, resolve
@@ -152,6 +153,44 @@ def _shown_name(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "replace")
 
 
+def _not_utf8_on_disk(root: Root, path: str) -> str | None:
+    """The leading part of ``path`` up to its first component that names nothing but is how the
+    listing shows an entry whose name is not UTF-8 (U+FFFD for its bytes); None when there is
+    none. Asked only after ``path`` was not found and holds U+FFFD."""
+    parts = [c for c in path.split("/") if c not in ("", ".")]
+    for i, part in enumerate(parts):
+        if "\ufffd" not in part:
+            continue
+        try:
+            with resolve(root, "/".join(parts[:i]) or ".") as parent:
+                if not parent.is_dir or parent.fd is None:
+                    return None
+                names = os.listdir(parent.fd)
+        except (FileToolError, OSError):
+            return None
+        if part in names or not any(_shown_name(n) == part for n in names):
+            continue  # (a name that is U+FFFD on disk too, or nothing listed: look further, or not found)
+        return "/".join(parts[:i + 1])
+    return None
+
+
+@contextmanager
+def _shown_names_explained(root: Root, path: str) -> Iterator[None]:
+    """A not-found ``path`` that is a listed name not UTF-8 on disk (or below one) says so: no
+    request can spell such a name, and "no such file" about a file the listing shows misleads."""
+    try:
+        yield
+    except FileToolError as exc:
+        if exc.code != "NOT_FOUND" or "\ufffd" not in path:
+            raise
+        shown = _not_utf8_on_disk(root, path)
+        if shown is None:
+            raise
+        raise FileToolError("NOT_FOUND", f"{path}: the name of {shown!r} on disk is not UTF-8 (the listing shows "
+                                         f"U+FFFD for its bytes), so no request can name it; rename it to browse "
+                                         f"it") from None
+
+
 def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MAX_ENTRIES,
               include_ignored: object = False, still_wanted: Callable[[], bool] | None = None,
               ignore_cache: IgnoreCache | None = None) -> dict[str, Any]:
@@ -171,7 +210,7 @@ def list_tree(root: Root, path: str, depth: object = 1, max_entries: object = MA
         raise FileToolError("INVALID_ARGUMENT", "include_ignored must be true or false")
     if hidden_path(path):
         raise FileToolError("PATH_HIDDEN", f"{path}: .git is not browsed")
-    with resolve(root, path) as t:
+    with _shown_names_explained(root, path), resolve(root, path) as t:
         if not t.exists:
             raise FileToolError("NOT_FOUND", f"{path}: no such directory")
         if not t.is_dir:
@@ -256,7 +295,7 @@ def read_text(root: Root, path: str, offset: object = 0, limit: object = 64 * 10
         raise FileToolError("PATH_HIDDEN", f"{path}: .git is not browsed")
     if sensitive_path(path):
         raise FileToolError("SENSITIVE_FILE", f"{path}: a credential file; it is listed but never read")
-    with resolve(root, path) as t:
+    with _shown_names_explained(root, path), resolve(root, path) as t:
         if hidden_path(t.rel):
             raise FileToolError("PATH_HIDDEN", f"{path}: leads into .git, which is not browsed")
         if sensitive_path(t.rel):
