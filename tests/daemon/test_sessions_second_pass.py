@@ -1,0 +1,90 @@
+"""SPEC §2 (F-ACT-1, F-ACT-3, F-ACT-6) and §9 read a second time as a user drives them: a real
+daemon on a loopback port, the ``faux`` provider, every call over HTTP. What the earlier modules
+pin (the 202 shape, withdraw/steer/abort in each state, ``whenBusy`` refusals, duplicates with
+other content, the queue's order in the view, a configuration sent mid-request) is not repeated.
+Every wait is bounded (conftest ``wait_until``)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import httpx2
+import trio
+
+from .conftest import API, BUSY, LIMIT, Daemon, auth, error_of
+
+BURST = 300  # inputs sent at the same moment, each on a connection of its own
+
+
+async def _session(d: Daemon, client: str = "second-pass") -> tuple[str, str]:
+    token = await d.pair(client, strong=True)
+    project = await d.project(token)
+    return token, (await d.session(token, project["id"]))["id"]
+
+
+async def _queued(d: Daemon, token: str, sid: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while True:
+        r = await d.get(f"/sessions/{sid}", token, params={"queuedStart": str(len(out)), "queuedLimit": "100"})
+        assert r.status_code == 200, r.text
+        page = r.json()["queued"]
+        out.extend(page)
+        if not page:
+            return out
+
+
+# --------------------------------------------------------------------------- F-ACT-3 under a burst
+
+
+async def test_a_burst_of_inputs_from_several_clients_at_once_is_each_answered_and_queued_once(daemon: Daemon):
+    # Three clients send 300 inputs at the same moment, each on its own connection (a dashboard
+    # reconnecting with its retries, a script fanning out), plus a retry of every tenth under
+    # another client with other content. The daemon listened with hypercorn's backlog of 100:
+    # past it the kernel's SYN cookies stood in for the queue, and connections it could not take
+    # in time were reset ("Connection reset by peer"), the client not knowing whether its input
+    # was recorded. Every one is answered now, and the log holds each request id once.
+    tokens = [await daemon.pair(f"burst-{i}", strong=True) for i in range(3)]
+    project = await daemon.project(tokens[0])
+    sid = (await daemon.session(tokens[0], project["id"]))["id"]
+    await daemon.submit(tokens[0], sid, "busy", BUSY)
+    await daemon.wait_running_call(tokens[0], sid)
+
+    rnd = random.Random(7)
+    plan = [(f"r{i:03d}", rnd.choice(["followUp", "steer"]), i % 3) for i in range(BURST)]
+    answers: dict[str, list[tuple[int, Any]]] = {rid: [] for rid, _, _ in plan}
+    limits = httpx2.Limits(max_connections=BURST, max_keepalive_connections=0)
+    clients = [httpx2.AsyncClient(base_url=daemon.url, timeout=LIMIT * 3, limits=limits) for _ in range(3)]
+    try:
+        async def send(rid: str, when_busy: str, client: int, content: str) -> None:
+            r = await clients[client].post(f"{API}/sessions/{sid}/inputs", headers=auth(tokens[client]),
+                                           json={"requestId": rid, "content": content, "whenBusy": when_busy})
+            answers[rid].append((r.status_code, r.json()))
+
+        async with trio.open_nursery() as nursery:
+            for i, (rid, when_busy, client) in enumerate(plan):
+                nursery.start_soon(send, rid, when_busy, client, f"text of {rid}")
+                if i % 10 == 0:
+                    nursery.start_soon(send, rid, "followUp", (client + 1) % 3, f"a retry of {rid}")
+    finally:
+        for client in clients:
+            await client.aclose()
+
+    firsts: dict[str, dict[str, Any]] = {}
+    for rid, got in answers.items():
+        assert all(status == 202 for status, _ in got), (rid, got)
+        bodies = [body for _, body in got]
+        assert len({b["seq"] for b in bodies}) == 1 and [b["duplicate"] for b in bodies].count(False) == 1, (rid, got)
+        firsts[rid] = next(b for b in bodies if not b["duplicate"])
+
+    events = await daemon.events(tokens[0], sid)
+    submitted = [e for e in events if e["kind"] == "input.submitted" and e["request_id"] != "busy"]
+    assert sorted(e["request_id"] for e in submitted) == sorted(answers)
+    assert {e["request_id"]: e["seq"] for e in submitted} == {rid: b["seq"] for rid, b in firsts.items()}
+    # The queue: the steers, then the follow-ups, each in the order the log recorded them.
+    by_seq = sorted(submitted, key=lambda e: e["seq"])
+    expected = ([e["request_id"] for e in by_seq if e["body"]["when_busy"] == "steer"]
+                + [e["request_id"] for e in by_seq if e["body"]["when_busy"] == "followUp"])
+    assert [q["requestId"] for q in await _queued(daemon, tokens[0], sid)] == expected
+    r = await daemon.post(f"/sessions/{sid}/abort", tokens[0])
+    assert r.status_code == 200 and r.json()["withdrawn"] == [e["request_id"] for e in by_seq], r.text
