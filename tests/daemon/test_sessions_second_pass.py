@@ -12,7 +12,9 @@ from typing import Any
 import httpx2
 import trio
 
+from ..files.sample_images import PNG
 from .conftest import API, BUSY, LIMIT, Daemon, auth, error_of
+from .test_routes import store_artifact
 
 BURST = 300  # inputs sent at the same moment, each on a connection of its own
 
@@ -88,3 +90,47 @@ async def test_a_burst_of_inputs_from_several_clients_at_once_is_each_answered_a
     assert [q["requestId"] for q in await _queued(daemon, tokens[0], sid)] == expected
     r = await daemon.post(f"/sessions/{sid}/abort", tokens[0])
     assert r.status_code == 200 and r.json()["withdrawn"] == [e["request_id"] for e in by_seq], r.text
+
+
+# --------------------------------------------------------------------------- F-LOG-4 on a retry
+
+
+async def test_a_retry_of_a_recorded_input_is_its_first_answer_whatever_its_images_say_now(daemon: Daemon):
+    # "A requestId sent again is answered duplicate: true with its first seq, whatever its
+    # content" (docs/http-api.md): the actor answers a retry before its own checks (blank content,
+    # a model that cannot serve), but the route checked an input's image parts first, so a retry
+    # whose image the daemon no longer holds (its file gone or damaged since the first try), or
+    # whose parts changed, was 404 ARTIFACT_NOT_FOUND, 500 ARTIFACT_CORRUPT or 422
+    # IMAGE_UNSUPPORTED, telling the client its input never landed though the log holds it.
+    token, sid = await _session(daemon)
+    aid = store_artifact(daemon, PNG)
+    image = {"type": "image", "artifactId": aid, "mime": "image/png"}
+    first = await daemon.submit(token, sid, "r1", [{"type": "text", "text": "what is this?"}, image])
+    await daemon.wait_idle(token, sid)
+    events = await daemon.events(token, sid)
+
+    missing = {"type": "image", "artifactId": "0" * 64, "mime": "image/png"}
+    async def retried(content: Any) -> None:
+        r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": content})
+        assert (r.status_code, r.json()) == (202, {**first, "duplicate": True}), (str(content)[:120], r.text)
+
+    await retried([image, missing])  # an artifact the daemon does not hold
+    await retried([{**image, "mime": "image/jpeg"}])  # a type its bytes are not
+    await retried([{**image, "mime": "text/plain"}])  # a type no model takes
+    await retried([image] * 21)  # past the 20 images of one input
+    (daemon.data_dir / "artifacts" / aid).write_bytes(PNG[:-1] + b"x")  # damaged since the first try
+    await retried([{"type": "text", "text": "what is this?"}, image])  # (the first try's very content)
+    (daemon.data_dir / "artifacts" / aid).unlink()  # then gone
+    await retried([{"type": "text", "text": "what is this?"}, image])
+    # The same parts under a new request id are refused as before, naming the problem.
+    r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": [missing]})
+    assert (r.status_code, error_of(r)) == (404, "ARTIFACT_NOT_FOUND") and "0" * 64 in r.text, r.text
+    r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": [image] * 21})
+    assert (r.status_code, error_of(r)) == (422, "IMAGE_UNSUPPORTED") and "21 images" in r.text, r.text
+    assert await daemon.events(token, sid) == events
+    # Deleted, the session still answers the retry as its first try, and refuses a new input.
+    assert (await daemon.request("DELETE", f"/sessions/{sid}", token)).status_code == 200
+    r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": [missing]})
+    assert (r.status_code, r.json()) == (202, {**first, "duplicate": True}), r.text
+    r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "r3", "content": [missing]})
+    assert r.status_code in (404, 409), r.text
