@@ -783,8 +783,8 @@ class SessionActor:
             return {"name": s.name}
         if isinstance(cmd, Delete):
             with self._holding_checked_inputs():
-                await self.jobs.stop_all("session deleted")  # (recorded stopped, with no report)
-                await self._abort("session deleted")
+                await self.jobs.stop_all(d.SESSION_DELETED)  # (recorded stopped, with no report)
+                await self._abort(d.SESSION_DELETED)
                 await self._emit([d.Scoped(t.SessionDeleted())])
             self._notify_idle()
             return {"deleted": True}

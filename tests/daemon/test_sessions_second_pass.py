@@ -13,10 +13,13 @@ import httpx2
 import trio
 
 from ..files.sample_images import PNG
-from .conftest import API, BUSY, LIMIT, Daemon, auth, error_of
+from .conftest import API, BUSY, LIMIT, Daemon, auth, awaiting_an_answer, error_of, stop_daemon
 from .test_routes import store_artifact
 
 BURST = 300  # inputs sent at the same moment, each on a connection of its own
+ASK = {"questions": [{"id": "go", "text": "Go on?", "options": [{"id": "yes", "label": "Yes"}]}]}
+ASKING = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    {"when": "ask", "toolCalls": [{"name": "ask_user", "arguments": ASK}]}]}], "defaultModel": "faux/faux-1"}
 
 
 async def _session(d: Daemon, client: str = "second-pass") -> tuple[str, str]:
@@ -134,3 +137,47 @@ async def test_a_retry_of_a_recorded_input_is_its_first_answer_whatever_its_imag
     assert (r.status_code, r.json()) == (202, {**first, "duplicate": True}), r.text
     r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "r3", "content": [missing]})
     assert r.status_code in (404, 409), r.text
+
+
+# --------------------------------------------------------------------------- F-ACT-6: deletion
+
+
+async def test_a_session_deleted_with_inputs_queued_records_them_withdrawn_by_the_deletion(daemon_factory):
+    # A deletion stops the run and withdraws what is queued, as an abort does; the log said
+    # `reason: "abort"` for each input (and "run aborted" for the open question), though the
+    # event's own type has `session_deleted` for this and the run's end said "session deleted".
+    # A reader of the log (or of the stream) could not tell a deletion from a user's abort.
+    d = await daemon_factory(config=ASKING)
+    token = await d.pair("deleter", strong=True)
+    sid, view = await awaiting_an_answer(d, token, "ask")
+    qid = view["questions"][0]["questionId"]
+    queued = {rid: await d.submit(token, sid, rid, f"text of {rid}", whenBusy=when)
+              for rid, when in (("f1", "followUp"), ("s1", "steer"), ("f2", "followUp"))}
+    r = await d.request("DELETE", f"/sessions/{sid}", token)
+    assert (r.status_code, r.json()) == (200, {"deleted": True}), r.text
+
+    events = await d.events(token, sid)
+    tail = events[[e["kind"] for e in events].index("tool.finished"):]
+    assert [(e["kind"], e["body"].get("input_request_id"), e["body"].get("reason")) for e in tail] == [
+        ("tool.finished", None, None),  # the question's call, interrupted
+        ("run.aborted", None, "session deleted"), ("task.finished", None, "session deleted"),
+        # (in submission order, as an abort withdraws them)
+        ("input.withdrawn", "f1", "session_deleted"), ("input.withdrawn", "s1", "session_deleted"),
+        ("input.withdrawn", "f2", "session_deleted"),
+        ("question.cancelled", None, "session deleted"), ("session.deleted", None, ""),
+    ], [(e["kind"], e["body"]) for e in tail]
+    view = await d.view(token, sid)
+    assert (view["status"], view["queued"], view["queuedTotal"], view["runningTaskId"]) == ("deleted", [], 0, None)
+    # The inputs it withdrew: a retry is answered as the first try was; a withdraw is refused.
+    for rid, first in queued.items():
+        r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": rid, "content": "again"})
+        assert (r.status_code, r.json()) == (202, {**first, "duplicate": True}), r.text
+        r = await d.post(f"/sessions/{sid}/inputs/{rid}/withdraw", token)
+        assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED") and sid in r.text, r.text
+    r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "skip"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED"), r.text
+    # Nothing of it runs after a restart either.
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=ASKING, root=d.root)
+    assert (await d2.view(token, sid))["status"] == "deleted"
+    assert await d2.events(token, sid) == events
