@@ -210,6 +210,10 @@ class Submit:
     request_id: str
     content: list[t.ContentPart]
     when_busy: t.WhenBusy = "followUp"
+    # What the route found wrong with the content (an image part naming an artifact not held, of
+    # a type its bytes are not, too many images): raised for a new input, never for a retry of one
+    # recorded, which is answered as its first try was whatever its content says now (F-LOG-4).
+    refused: LensError | None = None
 
 
 @dataclass(frozen=True)
@@ -709,6 +713,8 @@ class SessionActor:
                 waiting.append(env)
                 return _DEFERRED
             if cmd.request_id not in s.inputs:
+                if cmd.refused is not None:
+                    raise cmd.refused
                 if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
                     raise InvalidCommand("content must not be empty or only white space")
                 self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
@@ -777,8 +783,8 @@ class SessionActor:
             return {"name": s.name}
         if isinstance(cmd, Delete):
             with self._holding_checked_inputs():
-                await self.jobs.stop_all("session deleted")  # (recorded stopped, with no report)
-                await self._abort("session deleted")
+                await self.jobs.stop_all(d.SESSION_DELETED)  # (recorded stopped, with no report)
+                await self._abort(d.SESSION_DELETED)
                 await self._emit([d.Scoped(t.SessionDeleted())])
             self._notify_idle()
             return {"deleted": True}

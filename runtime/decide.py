@@ -380,6 +380,10 @@ def aborted_call_content(got: CutCall | CutProgram | None) -> tuple[list[t.Conte
     return [t.TextPart(text)], {"aborted": True, **_command_fields(got)}
 
 
+# The reason a deletion's abort gives (``run.aborted``, ``task.finished``, a cancelled question's).
+SESSION_DELETED = "session deleted"
+
+
 def abort_events(state: SessionState, reason: str = "user",
                  skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
                  cut: Mapping[str, CutRequest] | None = None,
@@ -432,12 +436,16 @@ def abort_events(state: SessionState, reason: str = "user",
     if task is not None:
         out.append(Scoped(t.RunAborted(reason=reason), MAIN_AGENT, task))
         out.append(Scoped(t.TaskFinished(status="aborted", reason=reason), MAIN_AGENT, task))
+    # (a deletion says so: its inputs are withdrawn `session_deleted`, its questions cancelled
+    # "session deleted", where a user's abort says `abort` and "run aborted")
+    deleted = reason == SESSION_DELETED
     for q in state.queue:
-        out.append(Scoped(t.InputWithdrawn(input_request_id=q.request_id, reason="abort")))
+        out.append(Scoped(t.InputWithdrawn(input_request_id=q.request_id,
+                                           reason="session_deleted" if deleted else "abort")))
     for qid, q in state.questions.items():
         agent_id = q.agent_id or MAIN_AGENT
-        out.append(Scoped(t.QuestionCancelled(question_id=qid, reason="run aborted"), agent_id,
-                          question_task(state, agent_id)))
+        out.append(Scoped(t.QuestionCancelled(question_id=qid, reason=SESSION_DELETED if deleted else "run aborted"),
+                          agent_id, question_task(state, agent_id)))
     return out
 
 

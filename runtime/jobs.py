@@ -472,7 +472,7 @@ class SessionJobs:
                 finished = [stored, finished]  # type: ignore[assignment]
             else:
                 finished = [finished]  # type: ignore[assignment]
-            if state.deleted or reason == "session deleted":
+            if state.deleted or reason == d.SESSION_DELETED:
                 return finished  # type: ignore[return-value]
             report = t.InputSubmitted(content=[t.TextPart(report_text(rec, status, code, reason, tail,
                                                                       saved=saved is not None))],

@@ -76,10 +76,18 @@ _ECHO = re.compile(r":? (?:bytearray\()?b['\"]")
 DROPPED_FIELDS = b"lens-dropped-field-bytes"
 # A method the access log may show for a refused request (anything else is "-").
 _METHOD = re.compile(r"[A-Z]{1,20}")
+# The listening socket's backlog (:class:`ServerConfig`).
+LISTEN_BACKLOG = 4096
 
 
 class ServerConfig(Config):
     """Hypercorn's config for the daemon's server: the server whose own answers get the error body."""
+
+    # The listening socket's queue of connections not accepted yet. Hypercorn's 100 reset
+    # connections of a burst past it (SYN cookies stood in for the full queue, and a connection
+    # the loop did not accept in time was reset): 300 clients posting at once lost some. The
+    # kernel caps the value at ``net.core.somaxconn`` (4096 on Linux since 5.4).
+    backlog = LISTEN_BACKLOG
 
 
 def body_headers(body: bytes) -> list[tuple[bytes, bytes]]:

@@ -259,18 +259,24 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         check_id(sid, "session id")
         body = await read_body(InputBody)
         check_id(body.request_id, "requestId")
+        refused: ApiError | None = None
         if isinstance(body.content, str):
             content: list[t.ContentPart] = [t.TextPart(body.content)]
         else:
             content = [t.TextPart(p.text) if isinstance(p, TextPartIn) else t.ImagePart(p.artifact_id, p.mime)
                        for p in body.content]
-            images = sum(isinstance(part, t.ImagePart) for part in content)
-            if images > MAX_INPUT_IMAGES:
-                raise ApiError("IMAGE_UNSUPPORTED", f"an input holds {images} images; at most {MAX_INPUT_IMAGES}")
-            for part in content:
-                if isinstance(part, t.ImagePart):
-                    await check_image(svc, part)
-        result = await svc.call(sid, a.Submit(body.request_id, content, body.when_busy))
+            # (a refusal goes to the actor, which raises it unless the request id is recorded:
+            # a retry is answered as its first try was, whatever its images say now)
+            try:
+                images = sum(isinstance(part, t.ImagePart) for part in content)
+                if images > MAX_INPUT_IMAGES:
+                    raise ApiError("IMAGE_UNSUPPORTED", f"an input holds {images} images; at most {MAX_INPUT_IMAGES}")
+                for part in content:
+                    if isinstance(part, t.ImagePart):
+                        await check_image(svc, part)
+            except ApiError as exc:
+                refused = exc
+        result = await svc.call(sid, a.Submit(body.request_id, content, body.when_busy, refused))
         return json_response(result, 202)
 
     @app.post("/api/v1/sessions/<sid>/inputs/<rid>/withdraw")
