@@ -32,6 +32,7 @@ MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
+DEFAULT_COMMAND_TIMEOUT_MS = 120_000  # the executor's default timeout_ms
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
 # How long an aborted run_command waits for its command's end once the executor has answered
 # ``Stop`` without it (an executor built before it answered with the end, or no running command
@@ -415,8 +416,12 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         async with locked(ctx, write=True) as ex:
             judged = await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
             with executor_failures("EXECUTOR_ERROR"):
+                # (a slot of the executor's command streams, all held by jobs and other
+                # sessions' commands, is waited for no longer than the command's timeout: the
+                # wait holds the domain's write lock)
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
-                                         cwd_leads_to=judged, run_id=run_id) as events:
+                                         cwd_leads_to=judged, run_id=run_id,
+                                         slot_wait_s=(timeout or DEFAULT_COMMAND_TIMEOUT_MS) / 1000) as events:
                     try:
                         exit_info = await drain(events, join)
                     except trio.Cancelled:

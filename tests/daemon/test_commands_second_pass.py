@@ -17,6 +17,7 @@ import trio
 from tests.procfs import read_proc
 
 from .conftest import Daemon, DaemonFactory, finished, run_tool, wait_until
+from .test_jobs import finished_of, start_job
 
 MIXED = "run the mixed batch"
 CALLS = [
@@ -205,3 +206,31 @@ async def test_provider_keys_of_the_daemon_are_not_in_a_commands_environment(dae
     for name, value in keys.items():
         assert f"{name}=" not in text and value not in text, name
 
+
+async def test_a_command_that_finds_every_command_slot_taken_waits_no_longer_than_its_timeout(
+        daemon_factory: DaemonFactory) -> None:
+    """Background jobs hold the executor's command streams (16) for as long as they run; a
+    ``run_command`` past them waited for a slot with no bound, holding the domain's write lock,
+    whatever its ``timeout_ms``."""
+    d = await daemon_factory()
+    token = await d.pair("p", strong=True)
+    project = await d.project(token, "p")
+    sid, other = [(await d.session(token, project["id"]))["id"] for _ in range(2)]
+    jobs = []
+    for n, session in enumerate([sid] * 8 + [other] * 8):
+        jobs.append((session, await start_job(d, token, session, f"j{n}", "exec sleep 300")))
+        await d.wait_idle(token, session)
+    with trio.fail_after(30):
+        body = await _command(d, token, sid, "c1", command="echo ran > ran.txt", timeout_ms=1000)
+    assert body["is_error"] and body["error_code"] == "TOO_MANY_COMMANDS", body
+    text = _text(body)
+    assert "16" in text and "1000 ms" in text and "job" in text, text
+    # the write lock was given back: the other session edits, and a slot freed lets a command run
+    edit = await run_tool(d, token, other, "e1", "edit_file", {"path": "x.txt", "mode": "create", "content": "x"})
+    assert edit["status"] == "ok", edit
+    session, job_id = jobs[0]
+    r = await d.post(f"/sessions/{session}/jobs/{job_id}/stop", token)
+    assert r.status_code == 200, r.text
+    await finished_of(d, token, session, job_id)
+    ran = await _command(d, token, sid, "c2", command="echo ran", timeout_ms=1000)
+    assert ran["status"] == "ok" and _text(ran).startswith("ran\n"), (_text(ran), ran)
