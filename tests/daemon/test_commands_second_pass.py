@@ -234,3 +234,24 @@ async def test_a_command_that_finds_every_command_slot_taken_waits_no_longer_tha
     await finished_of(d, token, session, job_id)
     ran = await _command(d, token, sid, "c2", command="echo ran", timeout_ms=1000)
     assert ran["status"] == "ok" and _text(ran).startswith("ran\n"), (_text(ran), ran)
+
+
+async def test_a_command_waiting_for_a_slot_is_aborted_at_once(daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory()
+    token = await d.pair("p", strong=True)
+    project = await d.project(token, "p")
+    sid, other = [(await d.session(token, project["id"]))["id"] for _ in range(2)]
+    for n, session in enumerate([sid] * 8 + [other] * 8):
+        await start_job(d, token, session, f"j{n}", "exec sleep 300")
+        await d.wait_idle(token, session)
+    await d.submit(token, sid, "c1", "/tool run_command " + json.dumps({"command": "echo ran > ran.txt",
+                                                                        "timeout_ms": 600_000}))
+    await d.wait_running_call(token, sid)
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await d.wait_idle(token, sid)
+    body = [b for b in finished(await d.events(token, sid)) if b["name"] == "run_command"][-1]
+    assert body["status"] == "interrupted" and body["error_code"] == "ABORTED", body
+    # the write lock was given back
+    edit = await run_tool(d, token, other, "e1", "edit_file", {"path": "x.txt", "mode": "create", "content": "x"})
+    assert edit["status"] == "ok", edit
