@@ -255,3 +255,32 @@ async def test_a_command_waiting_for_a_slot_is_aborted_at_once(daemon_factory: D
     # the write lock was given back
     edit = await run_tool(d, token, other, "e1", "edit_file", {"path": "x.txt", "mode": "create", "content": "x"})
     assert edit["status"] == "ok", edit
+
+
+async def test_an_edit_waiting_behind_a_command_whose_executor_is_killed_runs_on_the_next_executor(
+        daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory()
+    token = await d.pair("p", strong=True)
+    project = await d.project(token, "p")
+    ws = Path(project["workspace"])
+    sid, other = [(await d.session(token, project["id"]))["id"] for _ in range(2)]
+    await d.submit(token, sid, "r1", "/tool run_command " + json.dumps({"command": "echo $$ > shell.pid; exec sleep 300"}))
+
+    async def shell_pid() -> int:
+        text = (ws / "shell.pid").read_text() if (ws / "shell.pid").exists() else ""
+        return int(text) if text.strip() else 0
+
+    pid = await wait_until(shell_pid, what="the command's shell pid")
+    # the other session's edit waits for the domain's write lock the command holds
+    await d.submit(token, other, "e1", "/tool edit_file " + json.dumps(
+        {"path": "after.txt", "mode": "create", "content": "after\n"}))
+    await d.wait_running_call(token, other)
+    assert not (ws / "after.txt").exists()
+    os.kill(_executor_of(pid), signal.SIGKILL)
+    await d.wait_idle(token, sid)
+    await d.wait_idle(token, other)
+    (cmd,) = finished(await d.events(token, sid))
+    assert cmd["error_code"] == "EXECUTOR_UNAVAILABLE", cmd
+    (edit,) = finished(await d.events(token, other))
+    assert edit["status"] == "ok", edit
+    assert (ws / "after.txt").read_text() == "after\n"
