@@ -46,6 +46,9 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # output still streams on loopback as fast as before (about 0.15 s), and a remote executor gets
 # 1 MiB a round trip (about 20 MB/s at 50 ms).
 STREAM_BUFFER_EVENTS = 4
+# How long a command stream whose exit came is let end by itself (the executor frees the command's
+# slot just before that end) before it is cancelled.
+EXIT_END_WAIT_S = 2.0
 RECEIVE_WINDOW_BYTES = 1024 * 1024
 
 
@@ -258,13 +261,38 @@ class ExecutorClient:
         return await self._unary(self._stub.Stop, pb.StopRequest(run_id=run_id), timeout)
 
     @asynccontextmanager
+    async def _slot(self, wait_s: float | None, timeout_ms: int) -> AsyncIterator[None]:
+        """One of the client's stream slots, waited for at most ``wait_s`` (None: unbounded)."""
+        if wait_s is None:
+            async with self._streams:
+                yield
+            return
+        got = False
+        with trio.move_on_after(wait_s):
+            await self._streams.acquire()
+            got = True
+        if not got:
+            raise ExecutorToolError(
+                "TOO_MANY_COMMANDS",
+                f"all {int(self._streams.total_tokens)} command streams of this workspace's executor are in use "
+                f"(background jobs and other sessions' commands hold them while they run) and none came free "
+                f"within the command's timeout of {timeout_ms or DEFAULT_TIMEOUT_MS} ms; stop a job, "
+                f"or wait for one to end, and run it again")
+        try:
+            yield
+        finally:
+            self._streams.release()
+
+    @asynccontextmanager
     async def run(self, command: str, *, timeout_ms: int = 0, max_output_bytes: int = 0,
-                  cwd: str = "", cwd_leads_to: str = "",
-                  run_id: str = "") -> AsyncIterator[trio.MemoryReceiveChannel[pb.CommandEvent]]:
+                  cwd: str = "", cwd_leads_to: str = "", run_id: str = "",
+                  slot_wait_s: float | None = None) -> AsyncIterator[trio.MemoryReceiveChannel[pb.CommandEvent]]:
         """Stream a command's events; leaving the block (or cancellation) cancels it on the executor.
         ``cwd_leads_to``: where ``cwd`` was judged to lead (``resolve``); the executor refuses
         to start the command (``CWD_MOVED``) when its walk reaches another directory.
         ``run_id``: the id :meth:`stop` names the command by (empty: none).
+        ``slot_wait_s``: how long to wait for one of the client's stream slots when all are
+        taken (None: as long as it takes); past it, ``TOO_MANY_COMMANDS`` and nothing is sent.
 
         A failure of the stream arrives in-band as an :class:`ExecutorError` item: raise it (it
         comes out of the block as itself; the block opens no nursery).
@@ -274,11 +302,12 @@ class ExecutorClient:
         # No nursery here: an exception raised by the caller's block must come out as itself, not
         # wrapped in an ExceptionGroup. The pump is a plain thread; leaving the block cancels the
         # call (which ends the thread's iteration) and waits for the thread to finish.
-        async with self._streams, self._in_use():  # one slot per open stream
+        async with self._slot(slot_wait_s, timeout_ms), self._in_use():  # one slot per open stream
             call = self._stub.Run(req, metadata=self._meta, timeout=run_deadline_s(timeout_ms))
             send, recv = trio.open_memory_channel[Any](STREAM_BUFFER_EVENTS)
             trio_token = trio.lowlevel.current_trio_token()
             finished = trio.Event()
+            exited: list[bool] = []  # (set once the command's exit was handed to the consumer)
 
             def forward(item: Any) -> bool:
                 try:
@@ -293,6 +322,8 @@ class ExecutorClient:
                         if not forward(ev):
                             call.cancel()
                             return
+                        if ev.WhichOneof("event") == "exit":
+                            exited.append(True)
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
                         err = translate(exc)
@@ -314,6 +345,14 @@ class ExecutorClient:
             try:
                 yield recv
             finally:
+                if exited and not finished.is_set():
+                    # The executor gives back the command's slot as its handler ends, just after
+                    # the exit it sent: the stream's own end says it has. Cancelling at once freed
+                    # this client's slot a moment before the executor's, and a command sent in
+                    # that moment was refused TOO_MANY_COMMANDS. (Bounded: a stream that does not
+                    # end is cancelled as before.)
+                    with trio.CancelScope(shield=True), trio.move_on_after(EXIT_END_WAIT_S):
+                        await finished.wait()
                 call.cancel()
                 await recv.aclose()
                 with trio.CancelScope(shield=True), trio.move_on_after(10):

@@ -107,6 +107,8 @@ def _end_leftovers(me: int, groups: tuple[int, ...], linger_s: float = 0.0) -> N
         for pid in left:
             try:
                 os.kill(pid, sig)
+                if sig == signal.SIGTERM:  # (a stopped process acts on it once continued)
+                    os.kill(pid, signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.02)  # (a process killed now is re-parented, or reaped, the next time round)

@@ -32,6 +32,8 @@ MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
+DEFAULT_COMMAND_TIMEOUT_MS = 120_000  # the executor's default timeout_ms
+SLOT_RETRY_S = 0.1  # how often a command the executor refused TOO_MANY_COMMANDS is sent again
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
 # How long an aborted run_command waits for its command's end once the executor has answered
 # ``Stop`` without it (an executor built before it answered with the end, or no running command
@@ -415,34 +417,49 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         async with locked(ctx, write=True) as ex:
             judged = await check_where_it_leads(ctx, ex.client, "run_command", "cwd", cwd)
             with executor_failures("EXECUTOR_ERROR"):
-                async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
-                                         cwd_leads_to=judged, run_id=run_id) as events:
+                # A slot of the executor's command streams, all held by jobs and other sessions'
+                # commands, is waited for no longer than the command's timeout (the wait holds the
+                # domain's write lock): Core's count of them first, then the executor's own, which
+                # frees a cancelled stream's slot a moment after Core does (its refusal comes
+                # before anything runs, so the command is sent again while time is left).
+                slot_until = trio.current_time() + (timeout or DEFAULT_COMMAND_TIMEOUT_MS) / 1000
+                while True:
                     try:
-                        exit_info = await drain(events, join)
-                    except trio.Cancelled:
-                        if ctx.cut_output is not None:  # (an abort: what it printed is kept with it)
-                            # The executor is asked to stop the command and answers once the
-                            # command has ended; the output still on its way (the executor's read,
-                            # gRPC, the pump) is read up to the exit, which says how it ended, at
-                            # most ABORT_STOP_ANSWER_WAIT_S in all, so the abort stays bounded; the
-                            # stream is then cancelled, which ends the command's group on the
-                            # executor if the stop did not.
-                            ended, whole = None, False
-                            with trio.CancelScope(shield=True):
-                                ended, whole = await stop_and_drain(ex.client, run_id, events, join, pool.stop_now)
-                            join.flush()
-                            # (no exit: no ``truncated`` from the executor; the output was cut at
-                            # the cap when it reached it, as the executor sends no byte past it)
-                            reached = (ended.truncated if ended is not None
-                                       else len(out) >= (cap or DEFAULT_COMMAND_OUTPUT))
-                            # An exit from the Stop answer alone: the stream was not read to it,
-                            # so what came last may be missing; the text says it was cut.
-                            lost = ended is not None and not whole
-                            text, cut = command_text(out, ctx, cap, truncated=reached or lost,
-                                                     cut_end=ended is None or reached or lost)
-                            ctx.cut_output(text, cut, None if ended is None else CommandEnd(
-                                ended.exit_code, signal_name(ended.exit_code), ended.stopped))
-                        raise
+                        async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
+                                                 cwd_leads_to=judged, run_id=run_id,
+                                                 slot_wait_s=max(0.0, slot_until - trio.current_time())) as events:
+                            try:
+                                exit_info = await drain(events, join)
+                            except trio.Cancelled:
+                                if ctx.cut_output is not None:  # (an abort: what it printed is kept with it)
+                                    # The executor is asked to stop the command and answers once the
+                                    # command has ended; the output still on its way (the executor's read,
+                                    # gRPC, the pump) is read up to the exit, which says how it ended, at
+                                    # most ABORT_STOP_ANSWER_WAIT_S in all, so the abort stays bounded; the
+                                    # stream is then cancelled, which ends the command's group on the
+                                    # executor if the stop did not.
+                                    ended, whole = None, False
+                                    with trio.CancelScope(shield=True):
+                                        ended, whole = await stop_and_drain(ex.client, run_id, events, join, pool.stop_now)
+                                    join.flush()
+                                    # (no exit: no ``truncated`` from the executor; the output was cut at
+                                    # the cap when it reached it, as the executor sends no byte past it)
+                                    reached = (ended.truncated if ended is not None
+                                               else len(out) >= (cap or DEFAULT_COMMAND_OUTPUT))
+                                    # An exit from the Stop answer alone: the stream was not read to it,
+                                    # so what came last may be missing; the text says it was cut.
+                                    lost = ended is not None and not whole
+                                    text, cut = command_text(out, ctx, cap, truncated=reached or lost,
+                                                             cut_end=ended is None or reached or lost)
+                                    ctx.cut_output(text, cut, None if ended is None else CommandEnd(
+                                        ended.exit_code, signal_name(ended.exit_code), ended.stopped))
+                                raise
+                    except EXECUTOR_FAILURES as exc:
+                        if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or out or trio.current_time() >= slot_until:
+                            raise
+                        await trio.sleep(SLOT_RETRY_S)
+                        continue
+                    break
                 join.flush()
         if exit_info is None:
             raise ToolError("COMMAND_LOST", "the command's executor stream ended without an exit status")

@@ -37,6 +37,8 @@ MAX_OUTPUT = 16 * 1024 * 1024
 KILL_GRACE_S = 2.0
 # After the shell exits, output still arriving (from its background jobs) is read this long.
 DRAIN_GRACE_S = 0.5
+# At most this many reads (of up to 64 KiB) of what a command timed out wrote while it ended.
+RESTS_READ = 64
 # The command's shell first waits for a line on its standard input (a pipe from the executor),
 # then runs the command as ``/bin/sh -c COMMAND`` in the same process (same pid and group) with
 # /dev/null as its standard input. The executor sends the line once the group is recorded (see
@@ -68,6 +70,10 @@ def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pgid, sig)
+            if sig == signal.SIGTERM:
+                # A stopped process (SIGSTOP, SIGTSTP) holds the SIGTERM pending until it is
+                # continued: continued now, it ends by it (its trap run), not by the SIGKILL.
+                os.killpg(pgid, signal.SIGCONT)
         except ProcessLookupError:
             pass  # (the group is gone; the reaper may still be ending what left it)
         try:
@@ -266,6 +272,25 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
                 yield Chunk(key.data, data)
             if pipes < 0:
                 break
+        if timed_out and pipes > 0:
+            # What the group wrote while its timeout ended it (a trap's last words) is in the
+            # pipes, the writers gone: read it, as a stop's is. (Bounded: a writer that escaped
+            # the group and writes on is not waited for.)
+            for _ in range(RESTS_READ):
+                ready = [key for key, _ in sel.select(timeout=0) if key.data != "stop"]
+                if not ready:
+                    break
+                for key in ready:
+                    data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        continue
+                    room = max_output - sent
+                    if len(data) > room:
+                        data, truncated = data[:room], True
+                    if data:
+                        sent += len(data)
+                        yield Chunk(key.data, data)
         # Both pipes closed while the shell runs on (``exec >/dev/null 2>&1; sleep 600``): wait
         # for it as the read loop does, a tenth of a second at a time, so a cancel (or the
         # executor stopping) still ends it at once.
