@@ -62,6 +62,10 @@ async def test_without_the_grant_other_spellings_of_private_addresses_are_refuse
     for i, host in enumerate(("2130706433", "0x7f.1", "[::ffff:127.0.0.1]", "[fe80::1%25eth0]")):
         body = await run_tool(d, token, sid, f"r{i}", "web_fetch", {"url": f"http://{host}:{web_server.port}/secret"})
         assert body["error_code"] == "ADDRESS_NOT_PUBLIC", body["content"]
+    # an IPv4-mapped address is named with its IPv4 part dotted, not in hex (::ffff:7f00:1)
+    body = await run_tool(d, token, sid, "r-mapped", "web_fetch", {"url": f"http://[::ffff:7f00:1]:{web_server.port}/secret"})
+    assert body["content"][0]["text"].startswith("ADDRESS_NOT_PUBLIC: ::ffff:127.0.0.1 is at ::ffff:127.0.0.1, not a "
+                                                 "public address"), body["content"]
     assert web_server.requests == []
 
 

@@ -383,6 +383,25 @@ async def test_spellings_of_loopback_are_fetched_with_full_access(full: ToolRegi
     assert text_of(r) == "internal"
 
 
+async def test_a_mapped_address_is_named_in_dotted_form(public_only: ToolRegistry, full: ToolRegistry,
+                                                        web_server: WebServer) -> None:
+    # An IPv4-mapped IPv6 address was named in hex: "::ffff:7f00:1 is at ::ffff:7f00:1".
+    web_server.reply("/x", "internal", "text/plain")
+    for host in ("[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[::FFFF:127.0.0.1]"):
+        r = await call(public_only, "web_fetch", {"url": f"http://{host}:{web_server.port}/x"})
+        assert text_of(r).startswith("ADDRESS_NOT_PUBLIC: ::ffff:127.0.0.1 is at ::ffff:127.0.0.1, not a public "
+                                     "address; "), text_of(r)
+    # and so in a refused connection's message
+    r = await call(full, "web_fetch", {"url": "http://[::ffff:127.0.0.1]:1/x"})
+    # (after the address, the reason trio gives, which names it as it does)
+    assert text_of(r).startswith("CONNECTION_FAILED: cannot connect to ::ffff:127.0.0.1 port 1 (::ffff:127.0.0.1: "), \
+        text_of(r)
+    # (other IPv6 addresses are named as before)
+    r = await call(public_only, "web_fetch", {"url": f"http://[::1]:{web_server.port}/x"})
+    assert text_of(r).startswith("ADDRESS_NOT_PUBLIC: ::1 is at ::1, not a public address"), text_of(r)
+    assert web_server.requests == []
+
+
 async def test_a_trailing_dot_name_of_loopback_is_refused(public_only: ToolRegistry, web_server: WebServer) -> None:
     # (whether the system resolver knows "localhost." varies: it is refused either way)
     r = await call(public_only, "web_fetch", {"url": f"http://localhost.:{web_server.port}/x"})
