@@ -552,7 +552,7 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
             raise ToolError("INVALID_ARGUMENT", f"query is {len(query):,} characters, more than {MAX_QUERY_CHARS}")
         words = tokens(query)
         if not words:
-            raise ToolError("INVALID_ARGUMENT", f"query {query[:100]!r} holds no word to search for (letters or "
+            raise ToolError("INVALID_ARGUMENT", f"query {shortened_json(query)} holds no word to search for (letters or "
                             f"digits): name what the tool does, such as 'issue tracker'")
         limit = args.get("limit", DEFAULT_LIMIT)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
@@ -582,7 +582,8 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
             named_here = [x for x in catalog.registry.all() if named(query, x)]
             if named_here:
                 why = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()))
-                return ToolResult.text(f"No deferred capability matches {query!r}: {why}. Nothing was loaded.",
+                return ToolResult.text(f"No deferred capability matches {json.dumps(query, ensure_ascii=False)}: {why}. "
+                                       "Nothing was loaded.",
                                        {"matches": [], "loaded": [], "searchable": len(searchable)})
         top = sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
         new = [s.name for _score, s in top if s.name not in have] if load else []
@@ -590,7 +591,7 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
                     "loaded": s.name in have or s.name in new,
                     **({"inputExamples": list(s.input_examples)} if s.input_examples else {})} for sc, s in top]
         if not matches:
-            text = f"No deferred capability matches {query!r} ({len(searchable)} searchable)."
+            text = f"No deferred capability matches {json.dumps(query, ensure_ascii=False)} ({len(searchable)} searchable)."
             if all(w in COMMON_WORDS for w in words):
                 text += " Common words such as 'the' or 'for' match only tool names: name what the tool does."
         else:

@@ -236,8 +236,8 @@ class AnthropicProvider(SdkProvider):
                 calls.append(t.ToolCall(block["id"], compiled.names.internal(block["name"]), args))
         usage = _usage(msg.usage)
         diagnostics = self.diagnostics(compiled, cache)
-        if not calls and msg.stop_reason == "tool_use":
-            raise self.malformed(ValueError("stop_reason tool_use without a tool_use block"))
+        # (stop_reason tool_use without a tool_use block is kept as it came, as Chat keeps
+        # finish_reason tool_calls without a call: an answer without a call, which ends the task)
         stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, msg.stop_reason) else msg.stop_reason
         return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
                            stop_reason=stop, usage=usage, response_id=msg.id,

@@ -85,7 +85,7 @@ async def test_a_backend_refusing_redirecting_or_flooding_ends_the_call_with_its
         ("RESPONSE_TOO_LARGE", "RESPONSE_TOO_LARGE: the search backend: the response body is larger than "
                                "33554432 bytes (after decompression); ask for less: fewer results (num_results 8) "
                                "or less text per result (context_max_characters 10000)"),
-        (None, "No results for 'lens'."),
+        (None, 'No results for "lens".'),
     ]
     assert [q.path for q in web_server.requests] == ["/search"] * 5  # (the redirect was not followed)
     assert (await d.view(token, sid))["status"] == "idle"
@@ -124,6 +124,7 @@ async def test_web_search_refusals_name_the_value_received_as_json(
         "query": ({"query": 5}, "web_search needs 'query', a non-empty string, got 5"),
         "blank": ({"query": " \t\n"}, "web_search needs 'query', a non-empty string, got \" \\t\\n\""),
         "missing": ({}, "web_search needs 'query', a non-empty string"),
+        "long": ({"query": "q" * 4097}, "query is 4,097 characters, more than 4,096"),
     }
     for name, (args, message) in refused.items():
         body = await run_tool(d, token, sid, f"r-{name}", "web_search", args)
@@ -133,6 +134,10 @@ async def test_web_search_refusals_name_the_value_received_as_json(
         body = await run_tool(d, token, sid, f"ok{i}", "web_search", {"query": "q", "num_results": n})
         assert not body["is_error"], body["content"]
     assert [q.json()["numResults"] for q in web_server.requests] == [1, 50, 7]
+    # a query of 4,096 characters is taken, sent whole and quoted as JSON when nothing is found
+    body = await run_tool(d, token, sid, "ok-long", "web_search", {"query": '"' * 4096})
+    assert text(body) == "No results for " + '"' + '\\"' * 4096 + '".'
+    assert web_server.requests[-1].json()["query"] == '"' * 4096
 
 
 # --------------------------------------------------------------------------- capability_search
@@ -182,7 +187,7 @@ async def test_a_query_naming_a_tool_the_search_cannot_load_says_why_and_loads_n
     for i, (query, why) in enumerate(answers.items()):
         body = await run_tool(d, token, sid, f"c{i}", "capability_search", {"query": query})
         assert not body["is_error"] and body["structured_content"]["matches"] == [], body["content"]
-        assert text(body) == f"No deferred capability matches {query!r}: {why}. Nothing was loaded."
+        assert text(body) == f"No deferred capability matches {json.dumps(query)}: {why}. Nothing was loaded."
     assert [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"] == []
     # a query naming no tool is still a search of its words
     body = await run_tool(d, token, sid, "c9", "capability_search", {"query": "mcp__t__adder", "load": False})

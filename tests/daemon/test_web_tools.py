@@ -62,7 +62,31 @@ async def test_without_the_grant_other_spellings_of_private_addresses_are_refuse
     for i, host in enumerate(("2130706433", "0x7f.1", "[::ffff:127.0.0.1]", "[fe80::1%25eth0]")):
         body = await run_tool(d, token, sid, f"r{i}", "web_fetch", {"url": f"http://{host}:{web_server.port}/secret"})
         assert body["error_code"] == "ADDRESS_NOT_PUBLIC", body["content"]
+    # an IPv4-mapped address is named with its IPv4 part dotted, not in hex (::ffff:7f00:1)
+    body = await run_tool(d, token, sid, "r-mapped", "web_fetch", {"url": f"http://[::ffff:7f00:1]:{web_server.port}/secret"})
+    assert body["content"][0]["text"].startswith("ADDRESS_NOT_PUBLIC: ::ffff:127.0.0.1 is at ::ffff:127.0.0.1, not a "
+                                                 "public address"), body["content"]
     assert web_server.requests == []
+
+
+async def test_a_mapped_address_of_an_allowed_network_is_fetched_and_its_neighbour_is_not(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # web.allowedPrivateNetworks ["127.0.0.2/32"]: [::ffff:127.0.0.2] is 127.0.0.2 and is fetched;
+    # [::ffff:127.0.0.3] is outside the grant and refused before any connection
+    allowed = WebServer("127.0.0.2")
+    await nursery.start(allowed.run)
+    d = await daemon_factory(config={"web": {"allowedPrivateNetworks": ["127.0.0.2/32"]}})
+    token = await d.pair("web-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    allowed.reply("/page", "inside the grant", "text/plain")
+    body = await run_tool(d, token, sid, "r1", "web_fetch", {"url": f"http://[::ffff:127.0.0.2]:{allowed.port}/page"})
+    assert not body["is_error"] and body["content"][0]["text"] == "inside the grant", body["content"]
+    assert body["structured_content"]["final_url"] == f"http://[::ffff:7f00:2]:{allowed.port}/page"
+    body = await run_tool(d, token, sid, "r2", "web_fetch", {"url": f"http://[::ffff:127.0.0.3]:{allowed.port}/page"})
+    assert body["error_code"] == "ADDRESS_NOT_PUBLIC"
+    assert body["content"][0]["text"].startswith("ADDRESS_NOT_PUBLIC: ::ffff:127.0.0.3 is at ::ffff:127.0.0.3, not a "
+                                                 "public address"), body["content"]
+    assert [q.path for q in allowed.requests] == ["/page"]
 
 
 async def test_a_backslash_redirect_is_judged_by_the_host_it_names(daemon_factory: DaemonFactory,

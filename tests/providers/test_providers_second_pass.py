@@ -99,6 +99,41 @@ async def test_a_stop_reason_no_protocol_names_is_recorded_as_sent_and_the_answe
     assert calls == results == ["call_a"]
 
 
+@pytest.mark.parametrize("protocol", ["openai-chat", "anthropic"])
+async def test_a_tool_use_stop_without_a_call_ends_the_task_with_the_answer(protocol, server, make, tmp_path):
+    """A server that says its answer stopped for a tool call (Chat ``finish_reason: tool_calls``,
+    Anthropic ``stop_reason: tool_use``) and sends none: the answer is kept, recorded with stop
+    ``tool_use`` and no calls, and ends the task as any answer without a call does; the next
+    input is answered with it in the history. (Anthropic failed the task: a malformed stream.)"""
+    provider = make(protocol)
+
+    def stop_without_call(text: str) -> Any:
+        if protocol == "openai-chat":
+            return oc.chat_stream(text=text, finish="tool_calls")
+        return an.message_stream(text=text, stop_reason="tool_use")
+
+    server.push(stop_without_call("Let me check the clock."), reply(protocol, text="It is late.", rid="r2"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await _session(sup, "what time is it?")
+        await sup.call(sid, Submit("req2", [t.TextPart("and now?")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    responded = [e.event for e in evs if e.kind == "model.responded"]
+    assert [(r.text, r.tool_calls, r.stop_reason) for r in responded] == [
+        ("Let me check the clock.", [], "tool_use"), ("It is late.", [], "end_turn")]
+    assert [e.kind for e in evs if e.kind in ("model.failed", "tool.started")] == []
+    assert [e.event.status for e in evs if e.kind == "task.finished"] == ["completed", "completed"]
+    assert state.status == "idle"
+    assert [(it.role, it.text) for it in state.agents["main"].items] == [
+        ("user", "what time is it?"), ("assistant", "Let me check the clock."), ("user", "and now?"),
+        ("assistant", "It is late.")]
+    assert len(server.requests) == 2
+    calls, results = _calls_and_results(protocol, server.requests[1].body)
+    assert calls == results == []
+
+
 ODD_TOOL = "mcp__issue-tracker__search.issues/by-label_" + "x" * 40  # a '.', a '/', past 64 characters
 
 

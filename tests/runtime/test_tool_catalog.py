@@ -208,6 +208,17 @@ async def test_capability_search_loads_the_best_matches_with_a_capability_loaded
     assert res.structured_content["matches"] == [] and res.events == [] and "No deferred capability" in res.content[0].text
 
 
+async def test_capability_search_quotes_the_query_as_json_as_its_refusals_do():
+    # "No deferred capability matches 'x'" was Python's repr: a query holding a quote came back
+    # as "…matches 'the \'zap\' tool'" or in double quotes, neither of them JSON.
+    cat = catalog([spec("mcp__w__get_weather", "Get the weather", source="mcp")], {"deferred": ["mcp__*"]})
+    res = await search(cat, {"query": 'the "zap" tool\'s café'})
+    assert res.content[0].text == 'No deferred capability matches "the \\"zap\\" tool\'s café" (1 searchable).'
+    res = await search(cat, {"query": "'?!'"})
+    assert res.error_code == "INVALID_ARGUMENT"
+    assert res.content[0].text.startswith('INVALID_ARGUMENT: query "\'?!\'" holds no word to search for'), res.content
+
+
 async def test_capability_search_ranks_only_what_is_assigned_to_the_agent():
     cat = catalog([spec("mcp__s__main_thing", "thing", main_only=True, source="mcp"),
                    spec("mcp__s__thing", "thing", source="mcp")], {"deferred": ["mcp__*"]})
@@ -449,7 +460,7 @@ async def test_a_query_naming_a_tool_a_subagent_cannot_load_says_why_for_each_re
              ("mcp__s__echo", (CAPABILITY_SEARCH, "mcp__s__echo")): "mcp__s__echo is in your tool list already"}
     for (query, given), why in cases.items():
         res = await search(cat, {"query": query}, ctx(main=False, tools=list(given) if given else None))
-        assert res.content[0].text == f"No deferred capability matches {query!r}: {why}. Nothing was loaded.", query
+        assert res.content[0].text == f"No deferred capability matches {json.dumps(query)}: {why}. Nothing was loaded.", query
         assert res.structured_content["matches"] == [] and res.events == []
     # the main agent is given the main-only tool, alone
     res = await search(cat, {"query": "mcp__s__secret"})

@@ -47,7 +47,8 @@ class HostileResolver:
         if not turns:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         ips = turns[min(self.asked.count(host) - 1, len(turns) - 1)]
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port)) for ip in ips]
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (ip, port, 0, 0)) if ":" in ip
+                else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port)) for ip in ips]
 
     # trio's hostname resolver interface
     async def getaddrinfo(self, host: bytes | str, port: Any, family: int = 0, type: int = 0, proto: int = 0,
@@ -124,6 +125,15 @@ async def test_a_redirect_to_a_name_of_a_private_address_is_refused(
     assert hostile.asked == ["inside.example", "rebind.example", "rebind.example"]
     assert forbidden_server.requests == []
     assert [q.path for q in allowed_server.requests] == ["/to-inside", "/to-self"]
+
+
+async def test_a_name_of_a_mapped_address_is_refused_naming_it_in_dotted_form(
+        artifacts: ArtifactStore, allowed_server: WebServer, hostile: HostileResolver) -> None:
+    hostile.answers["mapped.example"] = [["::ffff:127.0.0.1", "::ffff:10.0.0.1"]]
+    r = await call(tool(artifacts, hostile), "web_fetch", {"url": f"http://mapped.example:{allowed_server.port}/x"})
+    assert text_of(r).startswith("ADDRESS_NOT_PUBLIC: mapped.example is at ::ffff:127.0.0.1, ::ffff:10.0.0.1, not a "
+                                 "public address"), text_of(r)
+    assert allowed_server.requests == []
 
 
 async def test_a_lookup_that_never_answers_ends_at_the_timeout(artifacts: ArtifactStore, autojump_clock) -> None:

@@ -383,6 +383,40 @@ async def test_spellings_of_loopback_are_fetched_with_full_access(full: ToolRegi
     assert text_of(r) == "internal"
 
 
+async def test_a_mapped_address_is_named_in_dotted_form(public_only: ToolRegistry, full: ToolRegistry,
+                                                        web_server: WebServer) -> None:
+    # An IPv4-mapped IPv6 address was named in hex: "::ffff:7f00:1 is at ::ffff:7f00:1".
+    web_server.reply("/x", "internal", "text/plain")
+    for host in ("[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[::FFFF:127.0.0.1]"):
+        r = await call(public_only, "web_fetch", {"url": f"http://{host}:{web_server.port}/x"})
+        assert text_of(r).startswith("ADDRESS_NOT_PUBLIC: ::ffff:127.0.0.1 is at ::ffff:127.0.0.1, not a public "
+                                     "address; "), text_of(r)
+    # and so in a refused connection's message
+    r = await call(full, "web_fetch", {"url": "http://[::ffff:127.0.0.1]:1/x"})
+    # (after the address, the reason trio gives, which names it as it does)
+    assert text_of(r).startswith("CONNECTION_FAILED: cannot connect to ::ffff:127.0.0.1 port 1 (::ffff:127.0.0.1: "), \
+        text_of(r)
+    # (other IPv6 addresses are named as before)
+    r = await call(public_only, "web_fetch", {"url": f"http://[::1]:{web_server.port}/x"})
+    assert text_of(r).startswith("ADDRESS_NOT_PUBLIC: ::1 is at ::1, not a public address"), text_of(r)
+    assert web_server.requests == []
+
+
+async def test_a_mapped_address_in_an_allowed_network_is_fetched_and_one_outside_it_is_not(
+        artifacts: ArtifactStore, web_server: WebServer, other_server: WebServer) -> None:
+    # web.allowedPrivateNetworks ["127.0.0.2/32"] grants 127.0.0.2 in its IPv4-mapped form too,
+    # and nothing else of 127.0.0.0/8 in that form
+    tool = ToolRegistry([web_fetch_tool(artifacts, networks=[ipaddress.ip_network("127.0.0.2/32")])])
+    other_server.reply("/x", "allowed", "text/plain")
+    r = await call(tool, "web_fetch", {"url": f"http://[::ffff:127.0.0.2]:{other_server.port}/x"})
+    assert not r.is_error and text_of(r) == "allowed"
+    assert other_server.requests[0].headers["host"] == f"[::ffff:7f00:2]:{other_server.port}"
+    r = await call(tool, "web_fetch", {"url": f"http://[::ffff:127.0.0.3]:{other_server.port}/x"})
+    assert text_of(r).startswith("ADDRESS_NOT_PUBLIC: ::ffff:127.0.0.3 is at ::ffff:127.0.0.3, not a public "
+                                 "address"), text_of(r)
+    assert len(other_server.requests) == 1 and web_server.requests == []
+
+
 async def test_a_trailing_dot_name_of_loopback_is_refused(public_only: ToolRegistry, web_server: WebServer) -> None:
     # (whether the system resolver knows "localhost." varies: it is refused either way)
     r = await call(public_only, "web_fetch", {"url": f"http://localhost.:{web_server.port}/x"})

@@ -10,7 +10,7 @@ import trio
 
 from tools.base import ToolRegistry
 from tools.web import web_search_tool
-from tools.web.search import FIELD_LIMITS, MAX_CONTEXT_CHARS, MAX_RESULTS, TIMEOUT_SECONDS
+from tools.web.search import FIELD_LIMITS, MAX_CONTEXT_CHARS, MAX_QUERY_CHARS, MAX_RESULTS, TIMEOUT_SECONDS
 
 from .conftest import call, text_of
 from .server import Request, WebServer, response
@@ -71,7 +71,7 @@ async def test_a_lone_surrogate_from_the_backend_is_replaced(web_server: WebServ
 
 async def test_defaults(web_server: WebServer) -> None:
     r = await call(tool(backend(web_server, [])), "web_search", {"query": "nothing"})
-    assert text_of(r) == "No results for 'nothing'." and r.structured_content == {"query": "nothing", "results": []}
+    assert text_of(r) == 'No results for "nothing".' and r.structured_content == {"query": "nothing", "results": []}
     assert web_server.requests[0].json() == {"query": "nothing", "numResults": 8, "type": "auto", "contents": {
         "text": {"maxCharacters": 10000}, "livecrawl": "fallback"}}
 
@@ -200,12 +200,37 @@ async def test_arguments_past_their_edges_are_refused(args: dict) -> None:
     assert r.error_code == "INVALID_ARGUMENT", text_of(r)
 
 
+async def test_the_query_is_held_to_its_bound_in_characters(web_server: WebServer) -> None:
+    # A query had no bound: 200,000 characters went to the backend and came back whole in
+    # "No results for …" and the structured query.
+    assert MAX_QUERY_CHARS == 4096
+    reg = tool(backend(web_server, []))
+    for query in ("q" * MAX_QUERY_CHARS, "é" * MAX_QUERY_CHARS):  # (characters, not bytes: 8,192 bytes taken)
+        r = await call(reg, "web_search", {"query": query})
+        assert not r.is_error, text_of(r)
+        assert r.structured_content["query"] == query
+    assert [q.json()["query"] for q in web_server.requests] == ["q" * MAX_QUERY_CHARS, "é" * MAX_QUERY_CHARS]
+    for query, shown in (("q" * (MAX_QUERY_CHARS + 1), "4,097"), ("é" * (MAX_QUERY_CHARS + 1), "4,097"),
+                         ("q" * 200_000, "200,000")):
+        r = await call(reg, "web_search", {"query": query})
+        assert r.error_code == "INVALID_ARGUMENT"
+        assert text_of(r) == f"INVALID_ARGUMENT: query is {shown} characters, more than 4,096"
+    assert len(web_server.requests) == 2  # (nothing past the bound was sent)
+
+
+async def test_no_results_quotes_the_query_as_json(web_server: WebServer) -> None:
+    r = await call(tool(backend(web_server, [])), "web_search", {"query": 'the "trio" docs\'s café'})
+    assert text_of(r) == 'No results for "the \\"trio\\" docs\'s café".'
+    assert r.structured_content == {"query": 'the "trio" docs\'s café', "results": []}
+
+
 def test_the_schema() -> None:
     spec = web_search_tool(None, None)
     props = spec.input_schema["properties"]
     assert set(props) == {"query", "num_results", "livecrawl", "type", "context_max_characters"}
     assert (props["num_results"]["minimum"], props["num_results"]["maximum"]) == (1, 50)
     assert (props["context_max_characters"]["minimum"], props["context_max_characters"]["maximum"]) == (1, 1048576)
+    assert props["query"] == {"type": "string", "maxLength": 4096}
     assert props["livecrawl"]["enum"] == ["fallback", "preferred"] and props["type"]["enum"] == ["auto", "fast", "deep"]
     assert spec.read_only and spec.input_schema["required"] == ["query"]
 

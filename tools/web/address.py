@@ -183,6 +183,22 @@ def is_public(ip: IPAddress) -> bool:
                                  or ip.is_reserved or ip.is_unspecified)
 
 
+def shown_address(ip: IPAddress) -> str:
+    """``ip`` for a message: an IPv4-mapped IPv6 address with its IPv4 part dotted
+    (``::ffff:127.0.0.1``, where ``str`` gives ``::ffff:7f00:1``), any other as ``str`` gives it."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return f"::ffff:{ip.ipv4_mapped}" + (f"%{ip.scope_id}" if ip.scope_id else "")
+    return str(ip)
+
+
+def shown_host(host: str) -> str:
+    """A URL's host (:attr:`Url.host`) for a message: an IP address as :func:`shown_address` shows it."""
+    try:
+        return shown_address(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 AddrInfo = tuple[Any, ...]  # one entry of getaddrinfo's answer: (family, type, proto, canonname, sockaddr)
 Resolver = Callable[[str, int], Awaitable[Sequence[AddrInfo]]]
@@ -234,9 +250,9 @@ async def resolve(url: Url, *, full_access: bool, networks: Sequence[IPNetwork] 
         return found
     usable = [ip for ip in found if allowed(ip, networks)]
     if not usable:
-        shown = ", ".join(str(ip) for ip in found[:4])
+        shown = ", ".join(shown_address(ip) for ip in found[:4])
         raise ToolError("ADDRESS_NOT_PUBLIC",
-                        f"{url.host} is at {shown}, not a public address; only public addresses may be fetched "
+                        f"{shown_host(url.host)} is at {shown}, not a public address; only public addresses may be fetched "
                         f"(the server config keys web.allowPrivateAddresses and web.allowedPrivateNetworks grant more)")
     return usable
 

@@ -31,7 +31,7 @@ import h11
 import trio
 
 from ..base import ToolError
-from .address import IPAddress, Url
+from .address import IPAddress, Url, shown_address, shown_host
 
 USER_AGENT = "lens-web/0.1"
 READ_CHUNK = 65536
@@ -196,7 +196,7 @@ async def _first_connection(addresses: Sequence[IPAddress], url: Url) -> trio.So
                 try:
                     stream = await trio.open_tcp_stream(str(ip), url.port)
                 except OSError as exc:
-                    errors.append(f"{ip}: {exc.strerror or exc}")
+                    errors.append(f"{shown_address(ip)}: {exc.strerror or exc}")
                     failed.set()
                     return
                 if winner:
@@ -209,7 +209,7 @@ async def _first_connection(addresses: Sequence[IPAddress], url: Url) -> trio.So
             with trio.move_on_after(ATTEMPT_DELAY):
                 await failed.wait()
     if not winner:
-        raise ToolError("CONNECTION_FAILED", f"cannot connect to {url.host} port {url.port} ("
+        raise ToolError("CONNECTION_FAILED", f"cannot connect to {shown_host(url.host)} port {url.port} ("
                                              f"{'; '.join(errors[:4]) or 'no address'})")
     return winner[0]
 

@@ -1,5 +1,7 @@
 """``web_search(query, num_results?, livecrawl?, type?, context_max_characters?)`` (F-TOOL-8).
 
+``query`` is a non-blank string of at most :data:`MAX_QUERY_CHARS` characters.
+
 The backend is configured (``webSearch`` in the server config): an Exa-compatible
 ``POST {baseUrl}/search`` answering ``{"results": [{title, url, publishedDate, author, text}]}``.
 The arguments map onto its request::
@@ -44,6 +46,10 @@ from .address import Resolver, SystemResolver, parse_url, resolve
 from .http import TlsOnDemand, request
 
 TIMEOUT_SECONDS = 25
+# A query's characters (as JSON Schema's maxLength counts them): history_search's bound in number,
+# far past what a search box is typed with, and short enough that sending it and repeating it in
+# the answer ("No results for …", the structured result's query) costs nothing.
+MAX_QUERY_CHARS = 4096
 MAX_RESULTS = 50
 DEFAULT_RESULTS = 8
 MAX_CONTEXT_CHARS = 1_048_576
@@ -71,6 +77,8 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     query = args["query"]
     if not isinstance(query, str) or not query.strip():
         raise ToolError("INVALID_ARGUMENT", f"web_search needs 'query', a non-empty string, got {shortened_json(query)}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ToolError("INVALID_ARGUMENT", f"query is {len(query):,} characters, more than {MAX_QUERY_CHARS:,}")
     out: dict[str, Any] = {"query": query}
     for name, default, hi in (("num_results", DEFAULT_RESULTS, MAX_RESULTS),
                               ("context_max_characters", DEFAULT_CONTEXT_CHARS, MAX_CONTEXT_CHARS)):
@@ -141,11 +149,11 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
 
     return ToolSpec(
         "web_search",
-        "Search the web. num_results 1-50 (default 8); type auto|fast|deep; livecrawl fallback|preferred "
+        f"Search the web. query at most {MAX_QUERY_CHARS} characters; num_results 1-50 (default 8); type auto|fast|deep; livecrawl fallback|preferred "
         f"(fetch pages afresh); context_max_characters 1-{MAX_CONTEXT_CHARS} bounds the page text returned "
         f"(default {DEFAULT_CONTEXT_CHARS}).",
         {"type": "object", "properties": {
-            "query": {"type": "string"},
+            "query": {"type": "string", "maxLength": MAX_QUERY_CHARS},
             "num_results": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "default": DEFAULT_RESULTS},
             "livecrawl": {"enum": list(LIVECRAWL), "default": "fallback"},
             "type": {"enum": list(TYPES), "default": "auto"},
@@ -218,7 +226,7 @@ def render(query: str, results: list[dict[str, Any]], budget: int,
     together is cut to ``budget`` characters, each scrubbed of ``secrets`` before the cut."""
     secrets = secrets or Secrets()
     if not results:
-        return f"No results for {query!r}.", []
+        return f"No results for {json.dumps(query, ensure_ascii=False)}.", []
     blocks, listed = [], []
     for i, r in enumerate(results, 1):
         notes: dict[str, str] = {}
