@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, console_errors, make_daemon, network_requests, one, open_session,
-    submit, texts, wait_for, with_turns)
+    seen_then_stopped, submit, texts, wait_for, with_turns)
 
 HEBREW = "שלום עולם! 123"
 
@@ -99,3 +99,155 @@ def test_right_to_left_text_is_laid_out_by_its_own_direction_wherever_the_page_s
     driver.execute_script("document.getElementById('input').value = 'hello שלום'")
     assert driver.execute_script("return document.getElementById('input').matches(':dir(ltr)')")
     assert console_errors(driver) == []
+
+
+# Markup that would run if any of it were parsed as HTML (no "/" in it: it is also a file name).
+MARKUP = '<img src=x onerror="window.injected=(window.injected||0)+1"><svg onload="window.injected=7">'
+MARKUP_TURN = {"when": "markup everywhere", "toolCalls": [
+    {"name": "edit_file", "arguments": {"path": MARKUP + ".txt", "mode": "create", "content": MARKUP + "\n"}},
+    {"name": "read_file", "arguments": {"path": MARKUP + ".txt"}},
+    {"name": "job", "arguments": {"action": "start", "command": "printf '%s\\n' '" + MARKUP + "'"}}]}
+MARKUP_QUESTION = {"when": "markup question", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [
+    {"id": "q", "text": MARKUP, "options": [{"id": "a", "label": MARKUP}], "allow_text": False}]}}]}
+MARKUP_FAILURE = {"when": "markup failure", "error": {"code": "PROVIDER_ERROR", "message": MARKUP}}
+NO_MARKUP_RAN = """return {injected: window.injected ?? null,
+    made: document.querySelectorAll('main img, main svg, #errors img, #errors svg').length}"""
+
+
+def test_markup_in_a_file_name_a_jobs_output_a_question_and_an_error_is_shown_as_it_is(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """What the earlier passes fed the page as markup (inputs, tool names, arguments, answers,
+    todos, names) is shown as text; this goes on to a file's name in the Changes panel and in a
+    result, a background job's output, a question and its option, and a model failure's message
+    in the errors list: each is shown literally and nothing of it runs."""
+    driver = browser
+    d = make_daemon(with_turns(MARKUP_TURN, MARKUP_QUESTION, MARKUP_FAILURE))
+    strong, sid = open_session(driver, d, tmp_path, "dash-markup")
+    submit(driver, "markup everywhere")
+    wait_for(lambda: texts(driver, "#changes li.card .sub") == [MARKUP + ".txt"], "the file in the Changes panel", 20)
+    assert (tmp_path / "workspace" / (MARKUP + ".txt")).read_text() == MARKUP + "\n"
+    wait_for(lambda: by_css(driver, "#jobs li.card button.job-output"), "the job's card")
+
+    def output_read() -> bool:
+        pre = by_css(driver, "#jobs li.card .job-out pre")
+        if pre and MARKUP in pre[0].text:
+            return True
+        more = by_css(driver, "#jobs li.card button.job-more") or ([] if pre else by_css(driver, "#jobs li.card button.job-output"))
+        if more:
+            more[0].click()
+        return False
+    wait_for(output_read, "the job's output", 20)
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end", 20)
+    assert any(t == MARKUP + "\n" for t in texts(driver, "#timeline .tool > details:nth-of-type(2) > pre")), \
+        texts(driver, "#timeline .tool > details:nth-of-type(2) > pre")
+
+    submit(driver, "markup question")
+    wait_for(lambda: texts(driver, "#timeline .question > .text") == [MARKUP], "the question")
+    assert texts(driver, "#timeline .question button.option") == [MARKUP]
+    click(driver, "#timeline .question button.option")
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the question answered")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end")
+
+    submit(driver, "markup failure")
+    wait_for(lambda: MARKUP in texts(driver, "#errors li[data-code='PROVIDER_ERROR'] .message"), "the failure's message")
+    wait_for(lambda: MARKUP in " ".join(texts(driver, "#timeline .notice .text, #timeline .text")), "the timeline's notice")
+    assert driver.execute_script(NO_MARKUP_RAN) == {"injected": None, "made": 0}
+    assert console_errors(driver) == []
+
+
+ANSWERS_WHILE_AWAY = 3000
+# Counts the views of the session the page reads (GET /sessions/{id}, whatever its query).
+COUNT_VIEWS = """window.viewReads = 0;
+    const fetchViews = window.fetch;
+    window.fetch = (url, init) => {
+      if (/\\/api\\/v1\\/sessions\\/[^/?]+(\\?|$)/.test(String(url)) && (!init || !init.method || init.method === "GET")) window.viewReads++;
+      return fetchViews(url, init);
+    };"""
+
+
+def test_a_restart_after_thousands_of_events_resumes_at_the_last_seq_seen_and_the_page_keeps_up(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The page watches a session; the daemon stops, thousands of answers are added to the
+    session's log meanwhile, and the daemon starts again on the same port. The stream resumes from
+    the last seq the page saw: every event after it comes once (none counted twice, the last seq
+    seen is the log's last), the timeline shows the latest answers with the earlier ones offered,
+    and the replay is drawn a few times, not once per event."""
+    import trio
+
+    from events.store import Draft, open_store
+    from events.types import ModelResponded
+
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-restart-many", strong=True)
+    sid, project, seen = seen_then_stopped(driver, d, strong, tmp_path)
+
+    async def write() -> int:
+        async with open_store(d.cwd / ".lens") as store:
+            res = await store.append(*(Draft(ModelResponded(text=f"answer {i}", stop_reason="end_turn"), project_id=project,
+                                             session_id=sid, agent_id="main") for i in range(ANSWERS_WHILE_AWAY)))
+            return res.seq
+    last = trio.run(write)
+    driver.execute_script(COUNT_VIEWS)
+    d.start()
+    wait_for(lambda: body_data(driver, "conn") == "live" and int(body_data(driver, "lastEventId") or 0) == last,
+             "every event after the last one seen", 30)
+    wait_for(lambda: (texts(driver, "#timeline > .msg.assistant .text") or [""])[-1] == f"answer {ANSWERS_WHILE_AWAY - 1}",
+             "the latest answer in the timeline", 20)
+    assert body_data(driver, "duplicates") is None
+    answers = texts(driver, "#timeline > .msg.assistant .text")
+    assert answers == [f"answer {i}" for i in range(ANSWERS_WHILE_AWAY - len(answers), ANSWERS_WHILE_AWAY)]
+    assert len(answers) <= 200
+    [more] = texts(driver, "#timeline button.more")
+    assert str(ANSWERS_WHILE_AWAY - len(answers)) in more, more
+    assert driver.execute_script("return window.viewReads") < 20, driver.execute_script("return window.viewReads")
+    # The page is usable: a message sent now is answered and shown after them.
+    submit(driver, "after the restart")
+    wait_for(lambda: "(faux) You said: after the restart" in texts(driver, "#timeline > .msg.assistant .text"), "the answer")
+    assert body_data(driver, "duplicates") is None
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_a_question_answered_from_two_tabs_at_once_is_answered_once_and_each_tab_says_which(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Two tabs of one browser watch the same session, a question open in both. The reader picks
+    "Red" in the first tab and "Blue" in the second while the first answer is still on its way:
+    the daemon takes the one that arrives first (Blue), once. The second tab's question goes as
+    answered; the first says its answer was not taken and which one was, with no error; both then
+    show the same session, the run going on after the answer."""
+    from tests.dashboard.test_dashboard_browser import HOLD_ANSWERS, ask_one_question, open_in_page
+    driver = browser
+    d, strong, sid = ask_one_question(make_daemon, driver, tmp_path, "dash-two-tabs")
+    red, blue = "#timeline .question button[data-option-id='red']", "#timeline .question button[data-option-id='blue']"
+    wait_for(lambda: by_css(driver, red), "the question in the first tab")
+    first = driver.current_window_handle
+    driver.switch_to.new_window("tab")
+    second = driver.current_window_handle
+    open_in_page(driver, d, strong, sid)
+    wait_for(lambda: by_css(driver, blue) and body_data(driver, "conn") == "live", "the question in the second tab")
+
+    driver.switch_to.window(first)
+    driver.execute_script(HOLD_ANSWERS)
+    click(driver, red)
+    wait_for(lambda: driver.execute_script("return window.answerRequests") == 1, "the first tab's answer on its way")
+    driver.switch_to.window(second)
+    click(driver, blue)
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the question answered in the second tab")
+    driver.switch_to.window(first)
+    driver.execute_script("window.releaseAnswers()")
+    wait_for(lambda: one(driver, "#composer-note").text
+             == "Not answered: that question was already answered with Blue (it came first).", "the first tab's note")
+    wait_for(lambda: not by_css(driver, "#timeline .question"), "the question gone in the first tab")
+
+    wait_for(lambda: d.request("GET", f"/sessions/{sid}?itemsLimit=1", token=strong)[1]["status"] == "idle", "the run's end")
+    events = d.request("GET", f"/sessions/{sid}/events?limit=1000", token=strong)[1]["events"]
+    assert [e["body"]["answer"] for e in events if e["kind"] == "question.answered"] == [
+        {"kind": "answer", "optionIds": ["blue"]}]
+    for tab in (first, second):
+        driver.switch_to.window(tab)
+        wait_for(lambda: body_data(driver, "sessionStatus") == "idle"
+                 and int(body_data(driver, "lastEventId") or 0) == events[-1]["seq"], "the run's end in each tab")
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert body_data(driver, "duplicates") is None
+        assert console_errors(driver) == []
