@@ -251,3 +251,66 @@ def test_a_question_answered_from_two_tabs_at_once_is_answered_once_and_each_tab
         assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
         assert body_data(driver, "duplicates") is None
         assert console_errors(driver) == []
+
+
+SLOW_TOOL_ROUND = {"when": "a slow tool round", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 4000}}]}
+
+
+def test_inputs_sent_while_busy_run_where_their_when_busy_choice_says(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """While a tool call runs, a follow-up and then a steer are sent from the message box with
+    the "If busy" choice (F-ACT-3). The queue lists the steer first (it runs first) with each
+    one's choice; the steer is placed after the current tool round, before the model is asked
+    again, and the follow-up runs after that answer: the timeline shows them in that order, as the
+    daemon's view has them."""
+    driver = browser
+    d = make_daemon(with_turns(SLOW_TOOL_ROUND))
+    strong, sid = open_session(driver, d, tmp_path, "dash-when-busy")
+    submit(driver, "a slow tool round")
+    wait_for(lambda: by_css(driver, "#timeline .tool[data-status='running']"), "the running tool call")
+    submit(driver, "then follow up", when_busy="followUp")
+    wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the follow-up sent")
+    submit(driver, "steer this way", when_busy="steer")
+    wait_for(lambda: texts(driver, "#queue li.card .text") == ["steer this way", "then follow up"], "both queued, the steer first")
+    assert texts(driver, "#queue li.card .pill") == ["steer", "followUp"]
+
+    done = ["a slow tool round", "sleep_milliseconds", "steer this way", "(faux) You said: steer this way",
+            "then follow up", "(faux) You said: then follow up"]
+    shown = """return Array.from(document.querySelectorAll('#timeline > .msg:not(.streaming), #timeline > .tool'),
+        (n) => n.classList.contains('tool') ? n.querySelector('.name').textContent : n.querySelector('.text').textContent)"""
+    wait_for(lambda: driver.execute_script(shown) == done and body_data(driver, "sessionStatus") == "idle",
+             "the inputs run in their order", 20)
+    view = d.request("GET", f"/sessions/{sid}", token=strong)[1]
+    assert [it["call"]["name"] if it["role"] == "tool_call" else it["text"] for it in view["items"]] == done
+    assert texts(driver, "#queue li") == ["Nothing queued."]
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_a_queued_inputs_name_is_cut_between_whole_characters_as_a_reader_sees_them(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A queued input's buttons are named by its first 40 characters, counted in code points: an
+    emoji made of several (a family joined by zero-width joiners, a flag of two regional letters,
+    a letter and its accent) was cut inside, the name ending in a lone woman, the letter I of a
+    flag's pair, or an accent without its letter, and counted as several characters. They are now
+    counted and cut as the characters the reader sees (grapheme clusters)."""
+    from tests.dashboard.test_dashboard_whose_and_when import names_become
+    driver = browser
+    d = make_daemon(with_turns())
+    strong, sid = open_session(driver, d, tmp_path, "dash-graphemes")
+    submit(driver, "stream slowly please")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "running", "the slow answer")
+    family, flag, accented = "\U0001F469\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466", "\U0001F1EE\U0001F1F1", "e\u0301"
+    inputs = ["x" * 38 + family + " and more after it", flag * 45, accented * 40]
+    for i, text in enumerate(inputs):
+        status, body = d.request("POST", f"/sessions/{sid}/inputs", {"requestId": f"grapheme-{i}", "content": text},
+                                 token=strong)
+        assert status == 202, body
+    wait_for(lambda: len(by_css(driver, "#queue li.card")) == 3, "three queued inputs")
+    names_become(driver, "#queue li.card button.withdraw", [
+        "Withdraw queued input “" + "x" * 38 + family + "…”",
+        "Withdraw queued input “" + flag * 40 + "…”",
+        "Withdraw queued input “" + accented * 40 + "”"])
+    click(driver, "#abort")
+    wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
+    assert console_errors(driver) == []
