@@ -314,3 +314,79 @@ def test_a_queued_inputs_name_is_cut_between_whole_characters_as_a_reader_sees_t
     click(driver, "#abort")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the aborted run")
     assert console_errors(driver) == []
+
+
+# The page's first request to /whoami waits until `releaseFirstWhoami()`; later ones go at once.
+HOLD_FIRST_WHOAMI = """
+    const realWhoami = window.fetch;
+    let releaseWhoami; const whoamiGate = new Promise((r) => { releaseWhoami = r; });
+    window.releaseFirstWhoami = () => releaseWhoami();
+    window.whoamiHeld = 0;
+    window.fetch = async (...args) => {
+      if (String(args[0]).endsWith('/whoami') && window.whoamiHeld++ === 0) await whoamiGate;
+      return realWhoami(...args);
+    };"""
+
+
+def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any) -> None:
+    """A credential pasted and sent, then another pasted and sent before the daemon answered the
+    first (a typo put right at once, a slow daemon): the page goes by the last one. The first's
+    late refusal forgot the right credential the page had just connected with; the first's late
+    success, after the last one was refused, showed the page connected with no credential at all
+    (the lists then asked without one). Each late answer is now dropped. And Connect pressed again
+    on the emptied field while the credential was on its way left "paste a credential first"
+    beside the page once connected; it now does nothing."""
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-two-pastes", strong=True)
+    wrong = "lens_" + "0" * 40
+
+    # The wrong one first, answered last: the page stays connected with the right one.
+    driver.get(d.base + "/")
+    driver.execute_script(HOLD_FIRST_WHOAMI)
+    paste_credential(driver, wrong)
+    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 1, "the first credential on its way")
+    paste_credential(driver, strong)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
+    driver.execute_script("window.releaseFirstWhoami()")
+    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 2, "both asked")
+    network_requests(driver, d.base)
+    click(driver, "#refresh")   # (a request made after the late answer came: it still carries the credential)
+    wait_for(lambda: any(path.startswith("/api/v1/projects") for _, path, _ in network_requests(driver, d.base)),
+             "the lists read again")
+    assert body_data(driver, "trust") == "strong" and one(driver, "#disconnect").is_displayed()
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+
+    # The right one first, answered last: the wrong one's refusal stands, and the page is not connected.
+    driver.get(d.base + "/")
+    driver.execute_script(HOLD_FIRST_WHOAMI)
+    paste_credential(driver, strong)
+    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 1, "the first credential on its way")
+    paste_credential(driver, wrong)
+    wait_for(lambda: by_css(driver, "#errors li[data-code='AUTH_INVALID']"), "the refusal of the last one")
+    network_requests(driver, d.base)
+    driver.execute_script("window.releaseFirstWhoami()")
+    deadline = time.monotonic() + 1.5   # an observation window: the late success changes nothing
+    while time.monotonic() < deadline:
+        assert body_data(driver, "trust") == "" and one(driver, "#cred").is_displayed()
+        assert body_data(driver, "conn") == "not"
+        time.sleep(0.1)
+    asked = [path for _, path, _ in network_requests(driver, d.base)]
+    assert asked == ["/api/v1/whoami"], asked
+    assert texts(driver, "#errors li code") == ["AUTH_INVALID"]
+
+    # Connect pressed again on the emptied field while the credential is on its way: nothing more
+    # is asked, and no "paste a credential first" stays beside the connected page.
+    driver.get(d.base + "/")
+    driver.execute_script(HOLD_FIRST_WHOAMI)
+    paste_credential(driver, strong)
+    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 1, "the credential on its way")
+    click(driver, "#connect")
+    driver.execute_script("window.releaseFirstWhoami()")
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
+    assert driver.execute_script("return window.whoamiHeld") == 1
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
