@@ -390,3 +390,96 @@ def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
     assert driver.execute_script("return window.whoamiHeld") == 1
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
+
+
+# The page's requests that make a project or a session are counted in `createsAsked` and wait
+# until `releaseCreates()`; run again, the script counts afresh and holds the next ones.
+HOLD_CREATES = """
+    window.createsAsked = 0;
+    let releaseCreates; const createGate = new Promise((r) => { releaseCreates = r; });
+    window.releaseCreates = () => releaseCreates();
+    window.createGate = createGate;
+    if (!window.realCreate) {
+      window.realCreate = window.fetch;
+      window.fetch = async (...args) => {
+        const url = String(args[0]), init = args[1] || {};
+        if (init.method === 'POST' && /\\/api\\/v1\\/(projects|sessions)$/.test(url)) { window.createsAsked++; await window.createGate; }
+        return window.realCreate(...args);
+      };
+    }"""
+
+
+def test_a_double_click_on_create_project_or_new_session_makes_one(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """*Create project* and *New session* stayed enabled while their request was on its way, and
+    the daemon makes a new project or session for each request (neither has an idempotency key):
+    a double click, or Enter pressed twice in the form, made two projects of the same name and
+    workspace, or two sessions, the second one opened. Each form now sends one request at a time."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-double-create", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver.get(d.base + "/")
+    paste_credential(driver, strong)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
+
+    driver.execute_script(HOLD_CREATES)
+    one(driver, "#project-name").send_keys("Once")
+    one(driver, "#project-workspace").send_keys(str(workspace), Keys.ENTER)
+    one(driver, "#project-workspace").send_keys(Keys.ENTER)
+    ActionChains(driver).double_click(one(driver, "#new-project button")).perform()
+    wait_for(lambda: driver.execute_script("return window.createsAsked") >= 1, "the project asked")
+    driver.execute_script("window.releaseCreates()")
+    wait_for(lambda: by_css(driver, "#projects button.selected"), "the new project")
+    wait_for(lambda: one(driver, "#new-session").is_displayed(), "the new session form")
+    assert driver.execute_script("return window.createsAsked") == 1
+    projects = d.request("GET", "/projects", token=strong)[1]["projects"]
+    assert [p["name"] for p in projects] == ["Once"], projects
+
+    driver.execute_script(HOLD_CREATES)
+    ActionChains(driver).double_click(one(driver, "#new-session button")).perform()
+    wait_for(lambda: driver.execute_script("return window.createsAsked") >= 1, "the session asked")
+    driver.execute_script("window.releaseCreates()")
+    wait_for(lambda: body_data(driver, "conn") == "live", "the new session opened")
+    assert driver.execute_script("return window.createsAsked") == 1
+    sessions = d.request("GET", f"/sessions?projectId={projects[0]['id']}", token=strong)[1]["sessions"]
+    assert len(sessions) == 1, sessions
+    assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_new_session_pressed_by_the_keyboard_keeps_the_focus_on_a_control(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """*New session* is disabled while its request is on its way, which takes the focus from a
+    keyboard user who pressed it: it is given back once the session is open — to the button on a
+    wide screen, to the list's toggle on a narrow one, where the list closes over the button."""
+    from selenium.webdriver.common.keys import Keys
+
+    from tests.dashboard.test_dashboard_keyboard import focused, keys
+    driver = browser
+    d = make_daemon(with_turns())
+    strong = d.pair("dash-new-session-keys", strong=True)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver.get(d.base + "/")
+    paste_credential(driver, strong)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    one(driver, "#project-name").send_keys("Keys")
+    one(driver, "#project-workspace").send_keys(str(workspace), Keys.ENTER)
+    wait_for(lambda: by_css(driver, "#projects button.selected") and one(driver, "#new-session").is_displayed(), "the project")
+    for width, holder in ((1280, "New session"), (600, "Projects and sessions")):
+        driver.set_window_size(width, 900)
+        wait_for(lambda: driver.execute_script("return innerWidth") == width, f"a {width} px wide page")
+        if width < 900 and one(driver, "#nav-toggle").get_attribute("aria-expanded") == "false":
+            click(driver, "#nav-toggle")
+        sessions = len(by_css(driver, "#sessions button[data-session-id]"))
+        driver.execute_script("document.querySelector('#new-session button').focus()")
+        keys(driver, Keys.ENTER)
+        wait_for(lambda: len(by_css(driver, "#sessions button[data-session-id]")) == sessions + 1
+                 and body_data(driver, "conn") == "live", "the new session open")
+        wait_for(lambda: focused(driver)["text"] == holder, f"the focus on {holder!r} at {width} px")
+    assert console_errors(driver) == []
