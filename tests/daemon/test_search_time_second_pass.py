@@ -108,6 +108,26 @@ async def test_an_answer_past_the_bound_for_arguments_in_range_says_how_to_ask_f
                             "result (context_max_characters 1048576)")
 
 
+async def test_the_ask_for_less_hint_names_only_what_can_go_lower(
+        daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hint was added whole even at num_results 1 and context_max_characters 1, where asking
+    # for less is no way out: the backend sent more than was asked for.
+    results = [{"title": "R", "url": "https://r.example/", "text": "w" * (34 * 1024 * 1024)}]
+    body = gzip.compress(json.dumps({"results": results}).encode(), 1)
+    d, token, sid = await searching(daemon_factory, web_server, monkeypatch,
+                                    lambda req: response(200, body, [("Content-Encoding", "gzip")]))
+    head = "RESPONSE_TOO_LARGE: the search backend: the response body is larger than 33554432 bytes (after decompression)"
+    for n, (args, tail) in enumerate((
+            ({"num_results": 1, "context_max_characters": 1},
+             "; the backend sent more than was asked for (num_results 1, context_max_characters 1)"),
+            ({"num_results": 1, "context_max_characters": 5000},
+             "; ask for less: less text per result (context_max_characters 5000)"),
+            ({"num_results": 3, "context_max_characters": 1}, "; ask for less: fewer results (num_results 3)"))):
+        answer = await run_tool(d, token, sid, f"r{n}", "web_search", {"query": "lens", **args})
+        assert answer["error_code"] == "RESPONSE_TOO_LARGE"
+        assert text(answer) == head + tail, args
+
+
 async def test_web_search_refusals_name_the_value_received_as_json(
         daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # The values were quoted as Python writes them (None, True, '5'): a model reads JSON.
