@@ -197,16 +197,40 @@ async def test_a_query_naming_a_tool_the_search_cannot_load_says_why_and_loads_n
                                      "mcpServers": {"t": {"command": sys.executable, "args": [SERVER]}}})
     token = await d.pair("search-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
-    answers = {"mcp__t__echo": "mcp__t__echo is disabled by the tools policy",
-               "READ_FILE": "read_file is not deferred: it is in your tool list already"}
-    for i, (query, why) in enumerate(answers.items()):
-        body = await run_tool(d, token, sid, f"c{i}", "capability_search", {"query": query})
-        assert not body["is_error"] and body["structured_content"]["matches"] == [], body["content"]
-        assert text(body) == f"No deferred capability matches {query!r}: {why}. Nothing was loaded."
+    query, why = "mcp__t__echo", "mcp__t__echo is disabled by the tools policy"
+    body = await run_tool(d, token, sid, "c0", "capability_search", {"query": query})
+    assert not body["is_error"] and body["structured_content"]["matches"] == [], body["content"]
+    assert text(body) == f"No deferred capability matches {query!r}: {why}. Nothing was loaded."
+    # an eager tool's name is searched as words (none of the server's tools holds "read" or
+    # "file"), the answer saying first that the agent has it
+    body = await run_tool(d, token, sid, "c1", "capability_search", {"query": "READ_FILE"})
+    assert not body["is_error"] and body["structured_content"]["matches"] == [], body["content"]
+    assert text(body).startswith("read_file is in your tool list already. No deferred capability matches ")
     assert [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"] == []
     # a query naming no tool is still a search of its words
     body = await run_tool(d, token, sid, "c9", "capability_search", {"query": "mcp__t__adder", "load": False})
     assert body["structured_content"]["matches"][0]["name"] == "mcp__t__add"
+
+
+async def test_a_query_that_is_a_native_tools_name_still_finds_the_deferred_tools_it_names(
+        daemon_factory: DaemonFactory) -> None:
+    # "job" (the native tool's name, in any case) answered "job is not deferred: it is in your
+    # tool list already. Nothing was loaded." and hid the deferred tools the word finds.
+    d = await daemon_factory(config={"tools": {"deferred": ["mcp__*"]},
+                                     "mcpServers": {"job": {"command": sys.executable, "args": [SERVER]}}})
+    token = await d.pair("search-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    for i, query in enumerate(("job", "JOB")):
+        body = await run_tool(d, token, sid, f"c{i}", "capability_search", {"query": query, "limit": 2, "load": False})
+        assert not body["is_error"], body["content"]
+        matches = [m["name"] for m in body["structured_content"]["matches"]]
+        assert len(matches) == 2 and all(m.startswith("mcp__job__") for m in matches), matches
+        assert text(body).startswith(f"job is in your tool list already.\n- {matches[0]} "), text(body)
+    body = await run_tool(d, token, sid, "c9", "capability_search", {"query": "job", "limit": 1})
+    [loaded] = body["structured_content"]["loaded"]
+    assert loaded.startswith("mcp__job__")
+    loads = [e["body"]["capability_ids"] for e in await d.events(token, sid) if e["kind"] == "capability.loaded"]
+    assert loads == [[loaded]]
 
 
 async def test_capability_search_refusals_say_what_was_wrong_and_what_was_sent(daemon_factory: DaemonFactory) -> None:
