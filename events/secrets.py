@@ -55,6 +55,7 @@ class Secrets:
                 continue
             if len(value) >= MIN_SECRET:
                 usable[value] = name
+        self._names = usable  # (value -> variable: what sent_whole keeps of them)
         # Longest first: a key that holds another key is replaced whole.
         self._pairs = sorted(((v, marker(n)) for v, n in usable.items()), key=lambda p: -len(p[0]))
         # What is searched first: the value, or its longest part that JSON never escapes.
@@ -106,6 +107,18 @@ class Secrets:
                 text = form.sub(mark, text)
         return text
 
+    def sent_whole(self, text: str) -> "Secrets":
+        """The secrets ``text`` holds whole (as written or JSON-escaped), as a :class:`Secrets` of
+        their own: the keys a client's request holds, whose pieces an answer to it may lose
+        (:meth:`scrub_message`) without telling the client anything it did not send. Of any
+        other key, only whole ones are judged in what a client sent: an answer that changed as
+        its text agreed with a key for longer would tell it how far a guess matched."""
+        held = {}
+        for (value, _mark), needle, form in zip(self._pairs, self._needles, self._forms):
+            if needle in text and (value in text if form is None else form.search(text)):
+                held[value] = self._names[value]
+        return Secrets(held) if held else _NONE
+
     def scrub_message(self, text: str) -> str:
         """``text``, a message or a line that may quote a value cut to a limit (an error naming
         a bad field's value, a log line), with every secret, whole (as :meth:`scrub_text`
@@ -113,7 +126,9 @@ class Secrets:
         marker. A message quoting a value cuts it before anything could scrub it, and what the
         cut leaves of a key is no exact value; in a message, unlike content, eight characters of
         a key are nothing but a piece of it. One substring search of ``text`` per four characters
-        of each secret (a dozen for a key of 48): for messages and lines, not for content."""
+        of each secret (a dozen for a key of 48): for messages and lines, not for content. Not
+        for text a client chose either: an answer that changed as that text agreed with a key for
+        longer would tell the client how far a guess matched (:meth:`sent_whole`)."""
         text = self.scrub_text(text)
         for (value, mark), anchors in zip(self._pairs, self._anchors):
             spans: list[tuple[int, int]] = []
@@ -289,6 +304,9 @@ class Secrets:
     def stream(self) -> "StreamScrub":
         """A scrubber for one stream of text pieces (a streamed answer's deltas)."""
         return StreamScrub(self)
+
+
+_NONE = Secrets()
 
 
 class StreamScrub:

@@ -60,10 +60,13 @@ class Usage(msgspec.Struct, frozen=True, gc=False):
     total_input_tokens: int | None = None
 
 
+TodoStatus = Literal["pending", "in_progress", "done", "cancelled"]
+
+
 class TodoItem(msgspec.Struct, frozen=True, gc=False):
     id: str
     text: str
-    status: Literal["pending", "in_progress", "done", "cancelled"] = "pending"
+    status: TodoStatus = "pending"
 
 
 class QuestionOption(msgspec.Struct, frozen=True, gc=False):

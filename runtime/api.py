@@ -13,6 +13,7 @@ the supervisor / projections / store, and shape JSON (camelCase). Every error le
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from typing import Any, Callable, Iterable
 
 import trio
@@ -232,11 +233,23 @@ def create_app(svc: Services) -> QuartTrio:
         # still holds it. Streams (SSE) scrub each frame; a config file is answered as written.
         if secrets and response.mimetype == "application/json" and isinstance(response.response, DataBody):
             clean = None
-            if response.status_code >= 400:
-                # An error's message may quote the client's (or the config's) value cut to a
-                # limit, and what a cut leaves of a key is no whole key: an error answer loses
-                # its pieces too (a config file's route included: its errors are no file).
+            if response.status_code >= 500:
+                # A server error's message is the daemon's own text (a provider's or the store's
+                # error, cut to a limit), which no caller chose: it loses the pieces of a key a
+                # cut left too.
                 clean = secrets.scrub_message_json(response.response.data)
+            elif response.status_code >= 400:
+                # A client error quotes what the client sent: whole keys only. A scrub of pieces
+                # would answer differently as a guess agreed with a key for longer, telling the
+                # client how far it matched. Where a 4xx message quotes the daemon's own text cut
+                # to a limit, that text is scrubbed of whole keys before it is cut, so no piece
+                # arises (a config file's route included: its errors are no file). The pieces of
+                # a key the request holds whole go too (its value cut in a message: `whenBusy
+                # 'xxx…sk-proj-E4…'`): that tells the client nothing it did not send.
+                clean = secrets.scrub_json(response.response.data)
+                sent = secrets.sent_whole(_sent_text())
+                if sent:
+                    clean = sent.scrub_message_json(clean if clean is not None else response.response.data) or clean
             elif request.endpoint not in AS_WRITTEN:
                 clean = secrets.scrub_json(response.response.data)
             if clean is not None:
@@ -360,6 +373,17 @@ def _host_checked(asgi_app: Any, svc: Services) -> Any:
         return await asgi_app(scope, receive, send)
 
     return app
+
+
+def _sent_text() -> str:
+    """What the client sent, as text: the request's path and query (as sent and decoded), its
+    header values and, once a route has read it, its body."""
+    parts = [request.path, request.query_string.decode("latin-1"), urllib.parse.unquote(request.query_string.decode("latin-1")),
+             *(value for _name, value in request.headers.items())]
+    body = g.get("body_sent")
+    if body:
+        parts.append(body.decode("utf-8", "surrogateescape"))
+    return "\n".join(parts)
 
 
 def _check_content_encoding() -> None:

@@ -237,8 +237,8 @@ class ConfigFiles:
         # Each shown key near a known one is answered with it too (a misspelt `contextWindw`:
         # `contextWindow`), as the start-up note says `(did you mean "contextWindow"?)`.
         unknown = unknown_keys(text) if role == "main" else []
-        # (each scrubbed, then cut: a provider key pasted as a key name and cut first left its
-        # first characters, which the answer's scrub of whole keys does not recognise)
+        # (each scrubbed of whole keys, then cut: a provider key pasted as a key name and cut first
+        # left its first characters, which the answer's scrub of whole keys does not recognise)
         written["unknownKeys"] = [self._shown_key(key.path) for key in unknown[:MAX_UNKNOWN_KEYS_SHOWN]]
         written["unknownKeysTotal"] = len(unknown)
         written["unknownKeysMeant"] = unknown_keys_meant(unknown, MAX_UNKNOWN_KEYS_SHOWN, self._shown_key)
@@ -248,9 +248,11 @@ class ConfigFiles:
         return written
 
     def _shown_key(self, path: str) -> str:
-        """A key's path as a write's answer shows it: scrubbed of the daemon's keys (whole, or any
-        piece of 8 characters or more, as a message is), then cut to 80 characters."""
-        return shortened(self.secrets.scrub_message(path))
+        """A key's path as a write's answer shows it: each whole key of the daemon's replaced by its
+        marker, then cut to 80 characters. Whole keys only: the path is the caller's own text, and
+        an answer that changed with how much of it agrees with a key would tell the caller how far
+        a guess matched (a piece scrub here rebuilt a key one character at a time)."""
+        return shortened(self.secrets.scrub_text(path))
 
     def _replace(self, path: Path, role: str, name: str, raw: bytes,
                  expect_digest: str | None | msgspec.UnsetType) -> dict[str, Any]:

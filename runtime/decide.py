@@ -491,13 +491,26 @@ def answer_question(state: SessionState, question_id: str, answer: Any) -> tuple
                     question_task(state, q.agent_id or MAIN_AGENT))])
 
 
+def _whole_ids(ids: list[str], limit: int) -> str:
+    """``ids`` quoted and joined with commas, as many whole ones as fit in ``limit`` characters
+    (the first one always), then ``…``. Never cut inside one: an id is the model's text, stored
+    as it was (before a key was configured, it may hold one), and what a cut leaves of a key is
+    no whole key, which the answer's scrub of whole keys would not find."""
+    shown: list[str] = []
+    for quoted in map(repr, ids):
+        if shown and len(", ".join([*shown, quoted])) > limit:
+            return ", ".join(shown) + "…"
+        shown.append(quoted)
+    return ", ".join(shown)
+
+
 def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]:
     """Validate an answer and put its option ids in the questions' option order (duplicates dropped).
 
     ``{"kind": "answer", "optionIds"?: [...], "text"?: "..."}`` (at least one of the two) or
     ``{"kind": "skip"}``. Raises ``ANSWER_INVALID`` naming the problem.
     """
-    from .errors import AnswerInvalid, shortened, shortened_names
+    from .errors import MAX_QUOTED, AnswerInvalid, shortened_names
 
     if not isinstance(answer, dict) or answer.get("kind") not in ("answer", "skip"):
         raise AnswerInvalid('an answer is {"kind": "answer", "optionIds"?, "text"?} or {"kind": "skip"}')
@@ -520,7 +533,7 @@ def normalize_answer(questions: list[t.Question], answer: Any) -> dict[str, Any]
         if unknown:  # (quoted, so an empty id shows; cut, so thousands of ids are not echoed back)
             named = shortened_names(unknown)
             count = f" ({len(unknown)} in all)" if named.endswith("…") and len(unknown) > 1 else ""
-            known = (f"the options are {shortened(', '.join(map(repr, dict.fromkeys(order))))}" if order
+            known = (f"the options are {_whole_ids(list(dict.fromkeys(order)), MAX_QUOTED)}" if order
                      else "these questions have no options (answer with text)")
             raise AnswerInvalid(f"unknown option ids: {named}{count}; {known}")
         chosen = set(option_ids)

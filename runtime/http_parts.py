@@ -149,7 +149,8 @@ async def receive_body() -> bytes:
                 try:
                     parts.append(await body.__anext__())
                 except StopAsyncIteration:
-                    return b"".join(parts)
+                    g.body_sent = b"".join(parts)  # (what the client sent: see api.finish_response)
+                    return g.body_sent
                 got += len(parts[-1])
                 if limit is not None and got > limit:
                     raise ApiError("BODY_TOO_LARGE", f"the body is more than {limit} bytes; the limit is {limit}")

@@ -174,7 +174,7 @@ def parse_pair_file(raw: bytes, where: str) -> PairFile:
         if c.credential_hash is not None and not SHA256_RE.fullmatch(c.credential_hash):
             raise PairFileInvalid(f"{where}: clients[{i}].credentialHash is not 64 lowercase hex digits")
         if len(c.name) > MAX_NAME:
-            raise PairFileInvalid(f"{where}: clients[{i}].name is longer than 200 characters")
+            raise PairFileInvalid(f"{where}: clients[{i}].name is longer than {MAX_NAME} characters")
     return data
 
 
@@ -362,7 +362,7 @@ class PairStore:
         validate_client_id(client_id)
         found = unshowable_in(name) if isinstance(name, str) else None
         if not isinstance(name, str) or len(name) > MAX_NAME or found is not None:
-            raise PairingError("name must be a string of at most 200 characters without control characters, "
+            raise PairingError(f"name must be a string of at most {MAX_NAME} characters without control characters, "
                                "line separators or invisible format characters (zero-width characters, "
                                "bidirectional controls)" + ("" if found is None else f"; it holds {found}"))
         # (as last read: the daemon's route looks at the file first, on its event loop, as a

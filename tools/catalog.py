@@ -523,17 +523,19 @@ class ToolCatalog:
 
 
 def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str], deferred: set[str],
-                    listed: set[str]) -> str:
-    """Why ``spec``, which a query names, is not among the tools an agent's search may load."""
+                    listed: set[str]) -> tuple[str, bool]:
+    """Why ``spec``, which a query names, is not among the tools an agent's search may load, and
+    whether that ends the search. It does for a deferred tool the agent cannot load (not assigned,
+    disabled): its name's words would load other tools of its server in its place. A tool in the
+    agent's tool list already (an eager one, or one a subagent's list gave it) does not: its name
+    is a word of other tools too (``job``: ``mcp__ci__job_status``), and those are searched."""
     if spec.name not in {s.name for s in assigned}:
-        return f"{spec.name} is not assigned to you"
+        return f"{spec.name} is not assigned to you", spec.name in deferred
     if spec.name in off:
-        return f"{spec.name} is disabled by the tools policy"
-    if spec.name in listed:
-        return f"{spec.name} is in your tool list already"
-    if spec.name not in deferred:
-        return f"{spec.name} is not deferred: it is in your tool list already"
-    return f"{spec.name} cannot be loaded"  # (not reached: every other case is ranked)
+        return f"{spec.name} is disabled by the tools policy", spec.name in deferred
+    if spec.name in listed or spec.name not in deferred:
+        return f"{spec.name} is in your tool list already", False
+    return f"{spec.name} cannot be loaded", True  # (not reached: every other case is ranked)
 
 
 def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
@@ -571,20 +573,24 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
         # of a server's tools, where the ones loaded by the first search filled the limit again)
         ranked = rank(query, [*searchable, *already])
+        note = ""  # (what the answer says first: a named tool the agent has already)
         # A query that is a tool's name finds that tool alone (both, for two names differing only
         # by case): every tool of its server shares the words "mcp" and the server's name, and
         # those loaded tools nobody asked for beside it.
         if any(named(query, x[1]) for x in ranked):
             ranked = [x for x in ranked if named(query, x[1])]
         else:
-            # A query naming a tool this search cannot load answers why, and loads nothing in its
-            # place (the other tools of its server, by the shared words).
+            # A query naming a deferred tool this search cannot load answers why, and loads nothing
+            # in its place (the other tools of its server, by the shared words); one naming a tool
+            # the agent has already is searched as words, the answer saying so first.
             named_here = [x for x in catalog.registry.all() if named(query, x)]
             if named_here:
-                why = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()))
-                return ToolResult.text(f"No deferred capability matches {json.dumps(query, ensure_ascii=False)}: {why}. "
-                                       "Nothing was loaded.",
-                                       {"matches": [], "loaded": [], "searchable": len(searchable)})
+                why, final = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()))
+                if final:
+                    return ToolResult.text(f"No deferred capability matches {json.dumps(query, ensure_ascii=False)}: "
+                                           f"{why}. Nothing was loaded.",
+                                           {"matches": [], "loaded": [], "searchable": len(searchable)})
+                note = why
         top = sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
         new = [s.name for _score, s in top if s.name not in have] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,
@@ -600,6 +606,8 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
             tail = (f"Loaded {', '.join(new)}: callable from your next request." if new
                     else "Nothing new was loaded." if load else "Not loaded (load: false).")
             text = "\n".join([*lines, tail])
+        if note:
+            text = f"{note}. {text}" if not matches else f"{note}.\n{text}"
         events: list[t._Event] = [t.CapabilityLoaded(capability_ids=new, call_id=ctx.call_id)] if new else []
         return ToolResult.text(text, {"matches": matches, "loaded": new, "searchable": len(searchable)},
                                events=events)

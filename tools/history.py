@@ -63,16 +63,19 @@ def history_tools(backend: HistoryBackend) -> list[ToolSpec]:
             raise ToolError("INVALID_ARGUMENT", "history_search needs a 'query' string")
         if ctx.project_id is None:
             raise ToolError("HISTORY_UNAVAILABLE", "this session belongs to no project")
-        session_id = _opt_id(args, "session_id")
+        # (every argument parsed before the session is looked up, as POST /history/search does: a
+        # malformed id is INVALID_ARGUMENT whatever the session)
+        session_id, agent_id, task_id, after_item_id = (
+            _opt_id(args, key) for key in ("session_id", "agent_id", "task_id", "after_context_item_id"))
+        limit = _opt_int(args, "limit", 20)
         if session_id is not None and not await backend.project_has_session(ctx.project_id, session_id):
             # as POST /history/search answers it: a filter naming no session of the project is a
             # mistake to tell the model of, not a search that found nothing
             raise ToolError("SESSION_NOT_FOUND", f"project {ctx.project_id!r} has no session {session_id!r}")
         try:
             hits, nxt = await backend.history_search(
-                ctx.project_id, query, session_id=session_id, agent_id=_opt_id(args, "agent_id"),
-                task_id=_opt_id(args, "task_id"), after_item_id=_opt_id(args, "after_context_item_id"),
-                limit=_opt_int(args, "limit", 20), leave_out=ctx.call_item_id)
+                ctx.project_id, query, session_id=session_id, agent_id=agent_id, task_id=task_id,
+                after_item_id=after_item_id, limit=limit, leave_out=ctx.call_item_id)
         except HistoryError as exc:
             raise ToolError(exc.code, exc.message) from None
         results = [{"context_item_id": h.context_item_id, "session_id": h.session_id, "agent_id": h.agent_id,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -16,7 +16,7 @@ MAX_TODOS = 200
 MAX_TODO_TEXT = 2000
 MAX_TODO_ID = 200
 ITEM_FIELDS = frozenset({"id", "text", "status"})
-STATUSES = ("pending", "in_progress", "done", "cancelled")
+STATUSES: tuple[str, ...] = get_args(t.TodoStatus)  # (one source: the event type's)
 
 
 async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -122,6 +122,39 @@ async def test_an_unknown_key_cut_to_80_characters_shows_no_piece_of_a_provider_
         assert d.config_path.read_text() == text  # (the file as written: the answer alone is scrubbed)
 
 
+async def test_an_answer_to_a_callers_text_is_no_oracle_for_a_piece_of_a_provider_key(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The piece scrub (any 8 characters of a key, stretched as far as the text agrees with it)
+    # ran over text the caller sent: `KEY[:15]` came back as the marker and `KEY[:14] + "X"` as
+    # the marker and "X", telling the caller how far its guess matched (a key rebuilt one
+    # character at a time from its public prefix). Caller text is matched against whole keys only.
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": KEY_ENV, "models": [{"id": "m"}]}]}
+    d = await daemon_factory(config=cfg)
+    admin = await d.pair("admin", strong=True)
+    reader = await d.pair("reader", strong=False)
+    right, wrong = KEY[:15], KEY[:14] + ("X" if KEY[14] != "X" else "Y")
+    # a config write's unknown keys
+    answers = []
+    for guess in (right, wrong):
+        r = await d.put("/config/files/lens.jsonc", admin, {"text": json.dumps({**cfg, guess: 1})})
+        assert r.status_code == 200, r.text
+        answers.append(r.json()["unknownKeys"])
+    assert answers == [[right], [wrong]], answers
+    # a 404 quoting the caller's id, to a read-only credential
+    for guess in (right, wrong):
+        r = await d.get(f"/sessions/{guess}", reader)
+        assert r.status_code in (400, 404), r.text
+        message = r.json()["error"]["message"]
+        assert guess in message and "redacted" not in message, message
+    # a whole key a caller sends is still its marker, in a 200 and in a 4xx answer
+    r = await d.put("/config/files/lens.jsonc", admin, {"text": json.dumps({**cfg, "k" + KEY: 1})})
+    assert r.json()["unknownKeys"] == [f"k[redacted {KEY_ENV}]"], r.text
+    r = await d.get(f"/sessions/{KEY}", reader)
+    assert r.status_code in (400, 404) and f"[redacted {KEY_ENV}]" in r.json()["error"]["message"], r.text
+    assert KEY not in r.text
+
+
 async def test_a_provider_key_in_a_pairing_name_is_neither_stored_nor_listed(
         daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     # (F-MOD-6: the pair file is a store, `lens pair list` prints; the name is any caller's text)

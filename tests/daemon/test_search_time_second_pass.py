@@ -108,6 +108,26 @@ async def test_an_answer_past_the_bound_for_arguments_in_range_says_how_to_ask_f
                             "result (context_max_characters 1048576)")
 
 
+async def test_the_ask_for_less_hint_names_only_what_can_go_lower(
+        daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hint was added whole even at num_results 1 and context_max_characters 1, where asking
+    # for less is no way out: the backend sent more than was asked for.
+    results = [{"title": "R", "url": "https://r.example/", "text": "w" * (34 * 1024 * 1024)}]
+    body = gzip.compress(json.dumps({"results": results}).encode(), 1)
+    d, token, sid = await searching(daemon_factory, web_server, monkeypatch,
+                                    lambda req: response(200, body, [("Content-Encoding", "gzip")]))
+    head = "RESPONSE_TOO_LARGE: the search backend: the response body is larger than 33554432 bytes (after decompression)"
+    for n, (args, tail) in enumerate((
+            ({"num_results": 1, "context_max_characters": 1},
+             "; the backend sent more than was asked for (num_results 1, context_max_characters 1)"),
+            ({"num_results": 1, "context_max_characters": 5000},
+             "; ask for less: less text per result (context_max_characters 5000)"),
+            ({"num_results": 3, "context_max_characters": 1}, "; ask for less: fewer results (num_results 3)"))):
+        answer = await run_tool(d, token, sid, f"r{n}", "web_search", {"query": "lens", **args})
+        assert answer["error_code"] == "RESPONSE_TOO_LARGE"
+        assert text(answer) == head + tail, args
+
+
 async def test_web_search_refusals_name_the_value_received_as_json(
         daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # The values were quoted as Python writes them (None, True, '5'): a model reads JSON.
@@ -182,16 +202,40 @@ async def test_a_query_naming_a_tool_the_search_cannot_load_says_why_and_loads_n
                                      "mcpServers": {"t": {"command": sys.executable, "args": [SERVER]}}})
     token = await d.pair("search-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
-    answers = {"mcp__t__echo": "mcp__t__echo is disabled by the tools policy",
-               "READ_FILE": "read_file is not deferred: it is in your tool list already"}
-    for i, (query, why) in enumerate(answers.items()):
-        body = await run_tool(d, token, sid, f"c{i}", "capability_search", {"query": query})
-        assert not body["is_error"] and body["structured_content"]["matches"] == [], body["content"]
-        assert text(body) == f"No deferred capability matches {json.dumps(query)}: {why}. Nothing was loaded."
+    query, why = "mcp__t__echo", "mcp__t__echo is disabled by the tools policy"
+    body = await run_tool(d, token, sid, "c0", "capability_search", {"query": query})
+    assert not body["is_error"] and body["structured_content"]["matches"] == [], body["content"]
+    assert text(body) == f"No deferred capability matches {json.dumps(query)}: {why}. Nothing was loaded."
+    # an eager tool's name is searched as words (none of the server's tools holds "read" or
+    # "file"), the answer saying first that the agent has it
+    body = await run_tool(d, token, sid, "c1", "capability_search", {"query": "READ_FILE"})
+    assert not body["is_error"] and body["structured_content"]["matches"] == [], body["content"]
+    assert text(body).startswith("read_file is in your tool list already. No deferred capability matches ")
     assert [e for e in await d.events(token, sid) if e["kind"] == "capability.loaded"] == []
     # a query naming no tool is still a search of its words
     body = await run_tool(d, token, sid, "c9", "capability_search", {"query": "mcp__t__adder", "load": False})
     assert body["structured_content"]["matches"][0]["name"] == "mcp__t__add"
+
+
+async def test_a_query_that_is_a_native_tools_name_still_finds_the_deferred_tools_it_names(
+        daemon_factory: DaemonFactory) -> None:
+    # "job" (the native tool's name, in any case) answered "job is not deferred: it is in your
+    # tool list already. Nothing was loaded." and hid the deferred tools the word finds.
+    d = await daemon_factory(config={"tools": {"deferred": ["mcp__*"]},
+                                     "mcpServers": {"job": {"command": sys.executable, "args": [SERVER]}}})
+    token = await d.pair("search-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    for i, query in enumerate(("job", "JOB")):
+        body = await run_tool(d, token, sid, f"c{i}", "capability_search", {"query": query, "limit": 2, "load": False})
+        assert not body["is_error"], body["content"]
+        matches = [m["name"] for m in body["structured_content"]["matches"]]
+        assert len(matches) == 2 and all(m.startswith("mcp__job__") for m in matches), matches
+        assert text(body).startswith(f"job is in your tool list already.\n- {matches[0]} "), text(body)
+    body = await run_tool(d, token, sid, "c9", "capability_search", {"query": "job", "limit": 1})
+    [loaded] = body["structured_content"]["loaded"]
+    assert loaded.startswith("mcp__job__")
+    loads = [e["body"]["capability_ids"] for e in await d.events(token, sid) if e["kind"] == "capability.loaded"]
+    assert loads == [[loaded]]
 
 
 async def test_capability_search_refusals_say_what_was_wrong_and_what_was_sent(daemon_factory: DaemonFactory) -> None:

@@ -145,3 +145,25 @@ async def test_the_history_search_tool_names_a_session_the_project_does_not_have
         assert body["status"] == "ok", body
         ids = {r["session_id"] for r in body["structured_content"]["results"]}
         assert ids == ({sid} if session == sid else set()), body
+
+
+async def test_the_history_search_tool_checks_every_id_before_the_session_as_the_route_does(daemon_factory) -> None:
+    """A malformed id beside a session the project does not have: the route answers 400
+    ``INVALID_ARGUMENT`` (it parses every id first); the tool answered ``SESSION_NOT_FOUND``."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    for n, (key, route_key) in enumerate((("agent_id", "agentId"), ("task_id", "taskId"),
+                                          ("after_context_item_id", "afterContextItemId"))):
+        resp = await d.post("/history/search", token, {"projectId": pid, "query": "wapiti", "sessionId": "ses_none",
+                                                       route_key: "bad id!"})
+        assert resp.status_code == 400 and error_of(resp) == "INVALID_ARGUMENT", resp.text
+        body = await run_tool(d, token, sid, f"m{n}", "history_search",
+                              {"query": "wapiti", "session_id": "ses_none", key: "bad id!"})
+        assert (body["status"], body["error_code"]) == ("error", "INVALID_ARGUMENT"), body
+        assert key in body["content"][0]["text"], body
+    # a limit that is no integer likewise
+    body = await run_tool(d, token, sid, "m9", "history_search", {"query": "wapiti", "session_id": "ses_none",
+                                                                  "limit": "ten"})
+    assert (body["status"], body["error_code"]) == ("error", "INVALID_ARGUMENT"), body

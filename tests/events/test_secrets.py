@@ -219,3 +219,13 @@ def test_an_error_answer_is_scrubbed_of_pieces_and_one_without_any_is_left():
     assert SECRETS.scrub_message_json(f"not json {KEY[2:12]}".encode()) == \
         f"not json {marker('OPENAI_API_KEY')}".encode()
     assert Secrets().scrub_message_json(body) is None
+
+
+def test_sent_whole_keeps_the_keys_a_text_holds_whole_and_no_piece_of_another():
+    key, other = "sk-sent-whole-Q7w9ZxK2mP4vL8nB3cR6", "sk-other/key\"Z8x7c6v5b4n3"
+    secrets = Secrets({key: "A", other: "B"})
+    assert not secrets.sent_whole(key[:20] + " and " + other[:-1])  # (pieces: no key is held whole)
+    held = secrets.sent_whole(f"x{key}y")
+    assert held.scrub_message(key[:12] + " " + other[:12]) == "[redacted A] " + other[:12]
+    escaped = other.replace("/", "\\/").replace('"', '\\"')
+    assert secrets.sent_whole(escaped).scrub_message(other[:10]) == "[redacted B]"

@@ -114,3 +114,24 @@ def test_an_unknown_option_ids_message_ends_on_what_the_questions_offer(option_i
         assert message.startswith("unknown option ids: 'o0000', ") and message.endswith(want), message
     else:
         assert message == want, message
+
+
+def test_the_options_an_unknown_id_is_told_of_are_never_cut_inside_an_id():
+    # The options (the model's ids, stored as they were: before a key was configured, one may be
+    # a key) were joined and cut to 80 characters, which could leave a key's first characters in
+    # a 422 that the answer's scrub of whole keys does not find. Whole ids are listed, then "…".
+    from events import types as t
+    from events.secrets import Secrets
+    from runtime.decide import normalize_answer
+    key = "sk-answers-Q7w9ZxK2mP4vL8nB3cR6tY1uA5"
+    ids = ["a" * 30, "b" * 30, key, "c"]
+    qs = [t.Question("q", "Which?", options=[t.QuestionOption(i, i) for i in ids])]
+    with pytest.raises(AnswerInvalid) as err:
+        normalize_answer(qs, {"kind": "answer", "optionIds": ["x"]})
+    message = Secrets({key: "K"}).scrub_text(err.value.message)
+    assert message == f"unknown option ids: 'x'; the options are '{'a' * 30}', '{'b' * 30}'…", message
+    # one id longer than the limit is still shown, whole
+    qs = [t.Question("q", "Which?", options=[t.QuestionOption("d" * 90 + key, "d"), t.QuestionOption("e", "e")])]
+    with pytest.raises(AnswerInvalid) as err:
+        normalize_answer(qs, {"kind": "answer", "optionIds": ["x"]})
+    assert Secrets({key: "K"}).scrub_text(err.value.message).endswith(f"'{'d' * 90}[redacted K]'…")

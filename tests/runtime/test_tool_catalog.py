@@ -456,12 +456,35 @@ async def test_a_query_naming_a_tool_a_subagent_cannot_load_says_why_for_each_re
              spec("mcp__s__secret", "Main only", source="mcp", main_only=True)]
     cat = catalog(tools, {"deferred": ["mcp__*"]})
     cases = {("mcp__s__secret", None): "mcp__s__secret is not assigned to you",
-             ("mcp__s__add", (CAPABILITY_SEARCH, "mcp__s__echo")): "mcp__s__add is not assigned to you",
-             ("mcp__s__echo", (CAPABILITY_SEARCH, "mcp__s__echo")): "mcp__s__echo is in your tool list already"}
+             ("mcp__s__add", (CAPABILITY_SEARCH, "mcp__s__echo")): "mcp__s__add is not assigned to you"}
     for (query, given), why in cases.items():
         res = await search(cat, {"query": query}, ctx(main=False, tools=list(given) if given else None))
         assert res.content[0].text == f"No deferred capability matches {json.dumps(query)}: {why}. Nothing was loaded.", query
         assert res.structured_content["matches"] == [] and res.events == []
+    # one its list gave it is searched as words (nothing else is assigned here), the answer saying so first
+    res = await search(cat, {"query": "mcp__s__echo"}, ctx(main=False, tools=[CAPABILITY_SEARCH, "mcp__s__echo"]))
+    assert res.content[0].text.startswith("mcp__s__echo is in your tool list already. No deferred capability matches")
+    assert res.structured_content["matches"] == [] and res.events == []
     # the main agent is given the main-only tool, alone
     res = await search(cat, {"query": "mcp__s__secret"})
     assert res.structured_content["loaded"] == ["mcp__s__secret"]
+
+
+async def test_a_query_naming_a_tool_the_agent_has_already_searches_the_deferred_tools_as_words():
+    # "job" (a native tool's name) answered "job is not deferred ... Nothing was loaded." and
+    # hid mcp__ci__job_status, which the same word found before
+    tools = [spec("job", "Run a command in the background"), spec("read_file", "Read a file"),
+             spec("mcp__ci__job_status", "A CI job's status", source="mcp"),
+             spec("mcp__fs__read_file", "Read a file of the remote disk", source="mcp"),
+             spec("mcp__ci__retry", "Retry a pipeline", source="mcp")]
+    cat = catalog(tools, {"deferred": ["mcp__*"]})
+    for query, found in (("job", ["mcp__ci__job_status"]), ("JOB", ["mcp__ci__job_status"]),
+                         ("read_file", ["mcp__fs__read_file"])):
+        res = await search(cat, {"query": query, "load": False})
+        got = [m["name"] for m in res.structured_content["matches"]]
+        assert got[:1] == found, (query, got)
+        name = query.lower()
+        assert res.content[0].text.startswith(f"{name} is in your tool list already.\n- {found[0]} "), res.content[0].text
+    # loaded as any match is
+    res = await search(cat, {"query": "job", "limit": 1})
+    assert res.structured_content["loaded"] == ["mcp__ci__job_status"] and len(res.events) == 1

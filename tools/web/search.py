@@ -94,6 +94,17 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _too_large_hint(a: dict[str, Any]) -> str:
+    """What a RESPONSE_TOO_LARGE adds: the arguments that can go lower, or (at 1 result of 1
+    character already) that the backend sent more than was asked for."""
+    lower = [f"{what} ({name} {a[name]})" for what, name in (("fewer results", "num_results"),
+                                                             ("less text per result", "context_max_characters"))
+             if a[name] > 1]
+    if not lower:
+        return "; the backend sent more than was asked for (num_results 1, context_max_characters 1)"
+    return "; ask for less: " + " or ".join(lower)
+
+
 def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: Mapping[str, str] | None = None,
                     tls: ssl.SSLContext | None = None, resolver: Resolver | None = None) -> ToolSpec:
     """The ``web_search`` tool over the backend at ``base_url`` (``None``: not configured), its
@@ -133,8 +144,7 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
         except ToolError as exc:
             # (arguments in range may ask for more than is held: 50 results of up to 1,048,576
             # characters each is more than MAX_RESPONSE_BYTES; the model can ask for less)
-            hint = (f"; ask for less: fewer results (num_results {a['num_results']}) or less text per result "
-                    f"(context_max_characters {a['context_max_characters']})" if exc.code == "RESPONSE_TOO_LARGE" else "")
+            hint = _too_large_hint(a) if exc.code == "RESPONSE_TOO_LARGE" else ""
             raise ToolError(exc.code, _scrub(f"the search backend: {exc.message}{hint}", key)) from None
         if resp.status != 200:
             # (redacted before it is cut, so that a key at the cut is judged whole)
