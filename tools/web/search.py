@@ -159,7 +159,8 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
 
     return ToolSpec(
         "web_search",
-        f"Search the web. query at most {MAX_QUERY_CHARS} characters; num_results 1-50 (default 8); type auto|fast|deep; livecrawl fallback|preferred "
+        f"Search the web. query at most {MAX_QUERY_CHARS} characters; num_results 1-50 (default 8); "
+        "type auto|fast|deep; livecrawl fallback|preferred "
         f"(fetch pages afresh); context_max_characters 1-{MAX_CONTEXT_CHARS} bounds the page text returned "
         f"(default {DEFAULT_CONTEXT_CHARS}).",
         {"type": "object", "properties": {
