@@ -4,6 +4,7 @@ written into the project's workspace."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,31 @@ async def test_an_empty_skill_name_is_bad_input_not_a_missing_skill(daemon_facto
         assert result["is_error"] is True and result["error_code"] == "INVALID_ARGUMENT", result
         assert "name must not be empty" in result["content"][0]["text"], result
     assert not [e for e in await d.events(token, sid) if e["kind"] in ("skill.loaded", "skill.unloaded")]
+
+
+PASTED_KEY = "sk-proj-Q7mZ" + "k3yN0tAName" * 2
+
+
+async def test_a_key_pasted_where_its_variables_name_belongs_is_refused_without_being_shown(daemon_factory):
+    # A provider whose apiKeyEnv held the key itself answered every session on it
+    # "provider 'x' needs its key in the environment variable sk-proj-…": the key, shown.
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("second-pass", strong=True)
+    before = (await d.get("/config/files/lens.jsonc", token)).json()
+    faux = {"id": "faux", "protocol": "faux", "script": []}
+    for field, cfg in (
+        ("provider 'x': apiKeyEnv", {"providers": [faux, {"id": "x", "protocol": "openai-chat", "apiKeyEnv": PASTED_KEY,
+                                                          "models": [{"id": "m"}]}]}),
+        ("webSearch.apiKeyEnv", {"providers": [faux], "webSearch": {"apiKeyEnv": f" {PASTED_KEY} "}}),
+    ):
+        r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(cfg)})
+        assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+        message = r.json()["error"]["message"]
+        assert f"{field} holds what looks like a key itself" in message, message
+        assert "Q7mZ" not in r.text and "k3yN0t" not in r.text
+    assert (await d.get("/config/files/lens.jsonc", token)).json() == before  # nothing was written
+    # A variable's name is still a name, whatever its case.
+    ok = {"providers": [faux, {"id": "x", "protocol": "openai-chat", "apiKeyEnv": "SK_PROJ_KEY_OF_MINE_1",
+                               "models": [{"id": "m"}]}]}
+    r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(ok)})
+    assert r.status_code == 200, r.text
