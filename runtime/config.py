@@ -27,7 +27,7 @@ from . import jsonc
 from .atomicfile import FileTooLarge, others_can_change, read_regular_file
 from .body_hints import first_refused
 from .errors import LensError, short_reason, shortened
-from .credentials import WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
+from .credentials import TOKEN_SHAPE, WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
 from .key_hints import UnknownKey, hinted, refused_key_hint, unknown_keys_listed
 from .mcp_config import McpServerConfig, check_mcp_servers
 from .trust import loose_directory_above, swap_fix, the_fix
@@ -340,6 +340,15 @@ def _is_env_name(name: str) -> bool:
     return bool(name) and "=" not in name and "\0" not in name
 
 
+def _key_in_place_of_a_name(where: str, field: str, name: str | None) -> None:
+    """Refuse a variable's name that is a key itself (:data:`credentials.TOKEN_SHAPE`): a key
+    pasted where its variable's name belongs was echoed as that name ("needs its key in the
+    environment variable sk-…") in answers and notes. The value is never quoted."""
+    if name and TOKEN_SHAPE.fullmatch(name.strip()):
+        raise ConfigError(f"{where}: {field} holds what looks like a key itself, not the name of an environment "
+                          f"variable (the value is not shown): put the key in a variable and give its name here")
+
+
 def check_config(cfg: Config, where: str) -> None:
     """Raise :class:`ConfigError` naming the first value out of its range or shape."""
     for key, value, lo, hi in _ranges(cfg):
@@ -369,10 +378,12 @@ def check_config(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
     if any(not _is_env_name(name) for name in cfg.executor.pass_env):
         raise ConfigError(f"{where}: executor.passEnv must list environment variable names")
+    _key_in_place_of_a_name(where, "executor.tokenEnv", cfg.executor.token_env)
     if cfg.executor.token_env is not None and not _is_env_name(cfg.executor.token_env):
         raise ConfigError(f"{where}: executor.tokenEnv must name an environment variable (or be null)")
     for p in cfg.providers:
         # ("" is no key, as null: decided earlier, and daemons' configs say it)
+        _key_in_place_of_a_name(where, f"provider {p.id!r}: apiKeyEnv", p.api_key_env)
         if p.api_key_env and not _is_env_name(p.api_key_env):
             raise ConfigError(f"{where}: provider {p.id!r}: apiKeyEnv must name an environment variable "
                               f"(or be null: no key needed)")
@@ -404,6 +415,7 @@ def check_config(cfg: Config, where: str) -> None:
     if ws.base_url is not None and (not _valid_base_url(ws.base_url) or _has_credentials(ws.base_url)):
         raise ConfigError(f"{where}: webSearch.baseUrl must be an http:// or https:// URL with a host and no "
                           f"credentials, not {_quoted_url(ws.base_url)} (null turns web_search off)")
+    _key_in_place_of_a_name(where, "webSearch.apiKeyEnv", ws.api_key_env)
     if ws.api_key_env is not None and not _is_env_name(ws.api_key_env):
         raise ConfigError(f"{where}: webSearch.apiKeyEnv must name an environment variable (or be null)")
     check_mcp_servers(cfg.mcp_servers, where, ConfigError)

@@ -580,9 +580,19 @@ def _named_otherwise(skills: list[Skill], name: str) -> str:
     held = next((s for s in skills if s.base_dir.rpartition("/")[2] == name and (s.declared or s.name) != name),
                 None)
     if held is None:
-        return ""
+        return _named_in_another_case(skills, name)
     cannot = f" (it cannot be loaded: {held.problem})" if held.problem else ""
     return f" ({held.base_dir}/ holds the skill named {held.declared or held.name!r}, its front matter's name{cannot})"
+
+
+def _named_in_another_case(skills: list[Skill], name: str) -> str:
+    """What a failed load by ``name`` adds when skills are listed under that name in another
+    case: skill names are case-sensitive, and the message says which names differ only so."""
+    folded = name.casefold()
+    others = list(dict.fromkeys(s.name for s in skills if s.name != name and s.name.casefold() == folded))
+    if not others:
+        return ""
+    return f" (skill names are case-sensitive: listed as {', '.join(repr(o) for o in others[:5])})"
 
 
 def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
@@ -601,6 +611,8 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
             problem = f"unload must be true or false, got {shortened_json(unload)}"
         elif unload and name is None:
             problem = "unload needs a name"
+        elif name is not None and not name.strip():
+            problem = f"name must not be empty, got {shortened_json(name)} (omit it to list the skills)"
         if problem is not None:
             raise ToolError("INVALID_ARGUMENT", f'{problem}; skill takes {{}} (list), {{"name": "..."}} (load) '
                                                 f'or {{"name": "...", "unload": true}}')
