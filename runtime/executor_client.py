@@ -307,7 +307,10 @@ class ExecutorClient:
             send, recv = trio.open_memory_channel[Any](STREAM_BUFFER_EVENTS)
             trio_token = trio.lowlevel.current_trio_token()
             finished = trio.Event()
-            exited: list[bool] = []  # (set once the command's exit was handed to the consumer)
+            # Set once the command's exit came, before it is handed to the consumer: a consumer
+            # that returns at the exit (run_command, a job) reaches the block's end while the pump
+            # is still handing it over, and must find it set.
+            exited: list[bool] = []
 
             def forward(item: Any) -> bool:
                 try:
@@ -319,11 +322,11 @@ class ExecutorClient:
             def pump() -> None:
                 try:
                     for ev in call:
+                        if ev.WhichOneof("event") == "exit":
+                            exited.append(True)
                         if not forward(ev):
                             call.cancel()
                             return
-                        if ev.WhichOneof("event") == "exit":
-                            exited.append(True)
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
                         err = translate(exc)
@@ -345,6 +348,12 @@ class ExecutorClient:
             try:
                 yield recv
             finally:
+                # Closed first: a pump waiting to hand over an event nobody reads any more (the
+                # consumer left with the channel full, as an abort whose reading ran out of time
+                # does) gives up at once and cancels the call, so the wait below does not last.
+                # (Closed without a checkpoint: in a cancelled block, ``aclose`` would raise before
+                # the call is cancelled.)
+                recv.close()
                 if exited and not finished.is_set():
                     # The executor gives back the command's slot as its handler ends, just after
                     # the exit it sent: the stream's own end says it has. Cancelling at once freed
@@ -354,6 +363,5 @@ class ExecutorClient:
                     with trio.CancelScope(shield=True), trio.move_on_after(EXIT_END_WAIT_S):
                         await finished.wait()
                 call.cancel()
-                await recv.aclose()
                 with trio.CancelScope(shield=True), trio.move_on_after(10):
                     await finished.wait()

@@ -4,7 +4,10 @@ cancel ends it. The daemon-level checks of the same pass are in
 
 from __future__ import annotations
 
-from runtime.executor_client import ExecutorClient
+import trio
+
+from runtime.executor_client import ExecutorClient, ExecutorToolError
+from tools.command_output import StreamJoin, drain
 
 from .test_commands import collect
 
@@ -24,3 +27,37 @@ async def test_what_a_command_prints_as_its_timeout_ends_it_is_kept(client: Exec
                                timeout_ms=500)
     assert ex.timed_out, ex
     assert out == b"waiting\ntrapped\n" and ex.exit_code == 7, (out, ex)
+
+
+async def test_a_slot_freed_by_a_command_that_ended_is_free_on_the_executor_too(client: ExecutorClient) -> None:
+    # 15 of the 16 slots held; each command after that takes the last one. The client frees its
+    # slot only once the executor has (the stream's own end), so the next command, or a job's
+    # start (which is not sent again), never finds the executor still counting the one before.
+    refused: list[str] = []
+
+    async def run_one(command: str, **kw: object) -> None:
+        # (read as run_command and a job read a stream: up to the exit, then the block is left)
+        try:
+            async with client.run(command, **kw) as events:  # type: ignore[arg-type]
+                assert await drain(events, StreamJoin(lambda _: None)) is not None
+        except ExecutorToolError as exc:
+            refused.append(exc.code)
+
+    async def hold(task_status: trio.TaskStatus[None]) -> None:
+        async with client.run("echo up; exec sleep 300") as events:
+            async for ev in events:
+                if isinstance(ev, Exception):
+                    raise ev
+                task_status.started()  # (its first output: the executor runs it)
+                break
+            await trio.sleep_forever()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for _ in range(15):
+                await nursery.start(hold)
+            for _ in range(200):
+                await run_one("true", slot_wait_s=30.0)
+            await run_one("true")  # (as a job starts: the client's slot waited for, no resend)
+            nursery.cancel_scope.cancel()
+    assert refused == [], refused
