@@ -267,10 +267,16 @@ class ExecutorClient:
             async with self._streams:
                 yield
             return
+        # A free slot is taken at once, whatever the wait: ``move_on_after(0)`` would cancel the
+        # acquire before it looked (a command's last resend comes with no wait left).
         got = False
-        with trio.move_on_after(wait_s):
-            await self._streams.acquire()
+        try:
+            self._streams.acquire_nowait()
             got = True
+        except trio.WouldBlock:
+            with trio.move_on_after(wait_s):
+                await self._streams.acquire()
+                got = True
         if not got:
             raise ExecutorToolError(
                 "TOO_MANY_COMMANDS",

@@ -457,7 +457,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                     except EXECUTOR_FAILURES as exc:
                         if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or out or trio.current_time() >= slot_until:
                             raise
-                        await trio.sleep(SLOT_RETRY_S)
+                        # (no sleep past the wait's end: the last attempt comes at it)
+                        await trio.sleep(min(SLOT_RETRY_S, slot_until - trio.current_time()))
                         continue
                     break
                 join.flush()

@@ -4,6 +4,7 @@ cancel ends it. The daemon-level checks of the same pass are in
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from runtime.executor_client import ExecutorClient, ExecutorToolError
@@ -61,3 +62,23 @@ async def test_a_slot_freed_by_a_command_that_ended_is_free_on_the_executor_too(
             await run_one("true")  # (as a job starts: the client's slot waited for, no resend)
             nursery.cancel_scope.cancel()
     assert refused == [], refused
+
+
+async def test_a_free_slot_is_taken_with_no_time_left_to_wait() -> None:
+    # The last resend of a command comes with no slot wait left: a free slot is still taken, and
+    # only with none free is it refused.
+    slots = trio.CapacityLimiter(1)
+    c = ExecutorClient("127.0.0.1:1", "unused", stream_limiter=slots)
+    try:
+        async with c._slot(0.0, 1000):
+            assert slots.borrowed_tokens == 1
+        assert slots.borrowed_tokens == 0  # (given back)
+        other = object()
+        slots.acquire_on_behalf_of_nowait(other)  # (another stream holds the only slot)
+        with pytest.raises(ExecutorToolError) as refused:
+            async with c._slot(0.0, 1000):
+                pass
+        assert refused.value.code == "TOO_MANY_COMMANDS"
+        slots.release_on_behalf_of(other)
+    finally:
+        c.close()
