@@ -224,6 +224,11 @@ class ExecutorClient:
     def close(self) -> None:
         self._channel.close()
 
+    @property
+    def stream_slots(self) -> int:
+        """How many command streams the client opens at once (the executor runs as many)."""
+        return int(self._streams.total_tokens)
+
     async def hello(self, timeout: float = CONNECT_TIMEOUT_S) -> pb.HelloReply:
         """The version handshake; raises :class:`ExecutorVersionMismatch` naming both versions."""
         reply = await self._unary(self._stub.Hello, pb.HelloRequest(protocol_version=PROTOCOL_VERSION), timeout)
@@ -261,7 +266,7 @@ class ExecutorClient:
         return await self._unary(self._stub.Stop, pb.StopRequest(run_id=run_id), timeout)
 
     @asynccontextmanager
-    async def _slot(self, wait_s: float | None, timeout_ms: int) -> AsyncIterator[None]:
+    async def _slot(self, wait_s: float | None) -> AsyncIterator[None]:
         """One of the client's stream slots, waited for at most ``wait_s`` (None: unbounded)."""
         if wait_s is None:
             async with self._streams:
@@ -282,8 +287,7 @@ class ExecutorClient:
                 "TOO_MANY_COMMANDS",
                 f"all {int(self._streams.total_tokens)} command streams of this workspace's executor are in use "
                 f"(background jobs and other sessions' commands hold them while they run) and none came free "
-                f"within the command's timeout of {timeout_ms or DEFAULT_TIMEOUT_MS} ms; stop a job, "
-                f"or wait for one to end, and run it again")
+                f"within {wait_s:g} s; stop a job, or wait for one to end, and run it again")
         try:
             yield
         finally:
@@ -308,7 +312,7 @@ class ExecutorClient:
         # No nursery here: an exception raised by the caller's block must come out as itself, not
         # wrapped in an ExceptionGroup. The pump is a plain thread; leaving the block cancels the
         # call (which ends the thread's iteration) and waits for the thread to finish.
-        async with self._slot(slot_wait_s, timeout_ms), self._in_use():  # one slot per open stream
+        async with self._slot(slot_wait_s), self._in_use():  # one slot per open stream
             call = self._stub.Run(req, metadata=self._meta, timeout=run_deadline_s(timeout_ms))
             send, recv = trio.open_memory_channel[Any](STREAM_BUFFER_EVENTS)
             trio_token = trio.lowlevel.current_trio_token()

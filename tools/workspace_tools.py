@@ -455,8 +455,17 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                                         ended.exit_code, signal_name(ended.exit_code), ended.stopped))
                                 raise
                     except EXECUTOR_FAILURES as exc:
-                        if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or out or trio.current_time() >= slot_until:
+                        if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or out:
                             raise
+                        if trio.current_time() >= slot_until:
+                            # (whichever refused last, the client's count or the executor's own,
+                            # the user is told the same: what held the slots, for how long the
+                            # command waited, what to do)
+                            raise ToolError("TOO_MANY_COMMANDS", (
+                                f"all {ex.client.stream_slots} command streams of this workspace's executor are in use "
+                                f"(background jobs and other sessions' commands hold them while they run) and none "
+                                f"came free within the command's timeout of {timeout or DEFAULT_COMMAND_TIMEOUT_MS} "
+                                f"ms; stop a job, or wait for one to end, and run it again")) from None
                         # (no sleep past the wait's end: the last attempt comes at it)
                         await trio.sleep(min(SLOT_RETRY_S, slot_until - trio.current_time()))
                         continue
