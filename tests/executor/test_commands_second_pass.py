@@ -34,7 +34,6 @@ async def test_a_stopped_command_gets_its_sigterm_at_its_timeout_not_only_the_si
     assert out == b"stopping\ntrapped\n" and ex.exit_code == 7, (out, ex)
 
 
-
 async def test_what_a_command_prints_as_its_timeout_ends_it_is_kept(client: ExecutorClient) -> None:
     out, _, ex = await collect(client, "trap 'echo trapped; exit 7' TERM; echo waiting; sleep 30 & wait",
                                timeout_ms=500)
@@ -160,4 +159,29 @@ async def test_a_command_the_executor_refuses_to_its_timeout_says_the_slots_its_
         async with every_slot_held(client):
             _, result = await core.run("run_command", {"command": "echo ran > ran.txt", "timeout_ms": 300})
     _says_what_happened(result, 300)
+    assert not (workspace / "ran.txt").exists()
+
+
+async def test_a_command_the_executor_refuses_is_cancelled_at_once_between_its_resends(
+        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
+    # Core's count is free, the executor refuses: run_command sends the command again every
+    # SLOT_RETRY_S up to its timeout (10 min here). An abort (a cancel) in that loop ends it at
+    # once, and nothing runs.
+    core, pool = core_and_pool
+    (workspace / "ran.txt").unlink(missing_ok=True)
+    ours = (await pool.get("p1")).client
+    ended: list[object] = []
+    with trio.fail_after(30):
+        async with every_slot_held(client):
+            async with trio.open_nursery() as nursery:
+                async def run() -> None:
+                    ended.append(await core.run("run_command", {"command": "echo ran > ran.txt",
+                                                                "timeout_ms": 600_000}))
+
+                before = ours.used
+                nursery.start_soon(run)
+                while ours.used == before:  # (a refused attempt ended: the command is between resends)
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+    assert ended == [], ended  # (cancelled, not ended by the refusal)
     assert not (workspace / "ran.txt").exists()
