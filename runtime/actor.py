@@ -784,7 +784,7 @@ class SessionActor:
         if isinstance(cmd, Delete):
             with self._holding_checked_inputs():
                 await self.jobs.stop_all(d.SESSION_DELETED)  # (recorded stopped, with no report)
-                await self._abort(d.SESSION_DELETED)
+                await self._abort(d.SESSION_DELETED, deleted=True)
                 await self._emit([d.Scoped(t.SessionDeleted())])
             self._notify_idle()
             return {"deleted": True}
@@ -803,11 +803,12 @@ class SessionActor:
                 self._inputs_released.set()
                 self._inputs_released = trio.Event()
 
-    async def _abort(self, reason: str) -> dict[str, Any]:
+    async def _abort(self, reason: str, *, deleted: bool = False) -> dict[str, Any]:
+        """``deleted``: the abort is a deletion's (see :func:`runtime.decide.abort_events`)."""
         with self._holding_checked_inputs():
-            return await self._abort_held(reason)
+            return await self._abort_held(reason, deleted=deleted)
 
-    async def _abort_held(self, reason: str) -> dict[str, Any]:
+    async def _abort_held(self, reason: str, *, deleted: bool = False) -> dict[str, Any]:
         self._aborting = True
         # A manual compaction runs in the runner's place and is cut off by the same cancel; it
         # writes no event of the abort's, but the abort did stop it (``aborted: true``).
@@ -833,7 +834,7 @@ class SessionActor:
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
-                return d.abort_events(self.state, reason, skill_loads, self._cut, self._cut_calls)
+                return d.abort_events(self.state, reason, skill_loads, self._cut, self._cut_calls, deleted=deleted)
 
             # Nothing ran, waited or was queued: no event is written, and the answer says so.
             aborted = await self._emit(decide_abort) is not None or compacting

@@ -387,8 +387,13 @@ SESSION_DELETED = "session deleted"
 def abort_events(state: SessionState, reason: str = "user",
                  skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
                  cut: Mapping[str, CutRequest] | None = None,
-                 cut_calls: Mapping[str, CutCall | CutProgram] | None = None) -> list[Scoped]:
+                 cut_calls: Mapping[str, CutCall | CutProgram] | None = None, *,
+                 deleted: bool = False) -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued.
+
+    ``deleted``: the abort is a deletion's; its queued inputs are withdrawn ``session_deleted``
+    and its questions cancelled :data:`SESSION_DELETED` (a user's abort: ``abort``, "run
+    aborted"). A flag, not the reason's text: a reason is free text.
 
     ``skill_loads``: by agent, the skill loads due in its round and what records them (the actor's
     snapshots, :meth:`runtime.skill_loads.SkillLoads.due_events`). An aborted round ends with its
@@ -438,7 +443,6 @@ def abort_events(state: SessionState, reason: str = "user",
         out.append(Scoped(t.TaskFinished(status="aborted", reason=reason), MAIN_AGENT, task))
     # (a deletion says so: its inputs are withdrawn `session_deleted`, its questions cancelled
     # "session deleted", where a user's abort says `abort` and "run aborted")
-    deleted = reason == SESSION_DELETED
     for q in state.queue:
         out.append(Scoped(t.InputWithdrawn(input_request_id=q.request_id,
                                            reason="session_deleted" if deleted else "abort")))

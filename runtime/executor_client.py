@@ -224,6 +224,11 @@ class ExecutorClient:
     def close(self) -> None:
         self._channel.close()
 
+    @property
+    def stream_slots(self) -> int:
+        """How many command streams the client opens at once (the executor runs as many)."""
+        return int(self._streams.total_tokens)
+
     async def hello(self, timeout: float = CONNECT_TIMEOUT_S) -> pb.HelloReply:
         """The version handshake; raises :class:`ExecutorVersionMismatch` naming both versions."""
         reply = await self._unary(self._stub.Hello, pb.HelloRequest(protocol_version=PROTOCOL_VERSION), timeout)
@@ -261,23 +266,28 @@ class ExecutorClient:
         return await self._unary(self._stub.Stop, pb.StopRequest(run_id=run_id), timeout)
 
     @asynccontextmanager
-    async def _slot(self, wait_s: float | None, timeout_ms: int) -> AsyncIterator[None]:
+    async def _slot(self, wait_s: float | None) -> AsyncIterator[None]:
         """One of the client's stream slots, waited for at most ``wait_s`` (None: unbounded)."""
         if wait_s is None:
             async with self._streams:
                 yield
             return
+        # A free slot is taken at once, whatever the wait: ``move_on_after(0)`` would cancel the
+        # acquire before it looked (a command's last resend comes with no wait left).
         got = False
-        with trio.move_on_after(wait_s):
-            await self._streams.acquire()
+        try:
+            self._streams.acquire_nowait()
             got = True
+        except trio.WouldBlock:
+            with trio.move_on_after(wait_s):
+                await self._streams.acquire()
+                got = True
         if not got:
             raise ExecutorToolError(
                 "TOO_MANY_COMMANDS",
                 f"all {int(self._streams.total_tokens)} command streams of this workspace's executor are in use "
                 f"(background jobs and other sessions' commands hold them while they run) and none came free "
-                f"within the command's timeout of {timeout_ms or DEFAULT_TIMEOUT_MS} ms; stop a job, "
-                f"or wait for one to end, and run it again")
+                f"within {wait_s:g} s; stop a job, or wait for one to end, and run it again")
         try:
             yield
         finally:
@@ -302,12 +312,15 @@ class ExecutorClient:
         # No nursery here: an exception raised by the caller's block must come out as itself, not
         # wrapped in an ExceptionGroup. The pump is a plain thread; leaving the block cancels the
         # call (which ends the thread's iteration) and waits for the thread to finish.
-        async with self._slot(slot_wait_s, timeout_ms), self._in_use():  # one slot per open stream
+        async with self._slot(slot_wait_s), self._in_use():  # one slot per open stream
             call = self._stub.Run(req, metadata=self._meta, timeout=run_deadline_s(timeout_ms))
             send, recv = trio.open_memory_channel[Any](STREAM_BUFFER_EVENTS)
             trio_token = trio.lowlevel.current_trio_token()
             finished = trio.Event()
-            exited: list[bool] = []  # (set once the command's exit was handed to the consumer)
+            # Set once the command's exit came, before it is handed to the consumer: a consumer
+            # that returns at the exit (run_command, a job) reaches the block's end while the pump
+            # is still handing it over, and must find it set.
+            exited: list[bool] = []
 
             def forward(item: Any) -> bool:
                 try:
@@ -319,11 +332,11 @@ class ExecutorClient:
             def pump() -> None:
                 try:
                     for ev in call:
+                        if ev.WhichOneof("event") == "exit":
+                            exited.append(True)
                         if not forward(ev):
                             call.cancel()
                             return
-                        if ev.WhichOneof("event") == "exit":
-                            exited.append(True)
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
                         err = translate(exc)
@@ -345,6 +358,12 @@ class ExecutorClient:
             try:
                 yield recv
             finally:
+                # Closed first: a pump waiting to hand over an event nobody reads any more (the
+                # consumer left with the channel full, as an abort whose reading ran out of time
+                # does) gives up at once and cancels the call, so the wait below does not last.
+                # (Closed without a checkpoint: in a cancelled block, ``aclose`` would raise before
+                # the call is cancelled.)
+                recv.close()
                 if exited and not finished.is_set():
                     # The executor gives back the command's slot as its handler ends, just after
                     # the exit it sent: the stream's own end says it has. Cancelling at once freed
@@ -354,6 +373,5 @@ class ExecutorClient:
                     with trio.CancelScope(shield=True), trio.move_on_after(EXIT_END_WAIT_S):
                         await finished.wait()
                 call.cancel()
-                await recv.aclose()
                 with trio.CancelScope(shield=True), trio.move_on_after(10):
                     await finished.wait()

@@ -26,13 +26,13 @@ from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
 from .command_output import CommandEnd, StreamJoin, drain, drain_rest
+from .executor.commands import DEFAULT_TIMEOUT_MS  # (the executor's default timeout_ms)
 from .rerun import EXECUTOR_FAILURES, Reached, Respawning, executor_failures, once_more_if_died
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
-DEFAULT_COMMAND_TIMEOUT_MS = 120_000  # the executor's default timeout_ms
 SLOT_RETRY_S = 0.1  # how often a command the executor refused TOO_MANY_COMMANDS is sent again
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
 # How long an aborted run_command waits for its command's end once the executor has answered
@@ -422,7 +422,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                 # domain's write lock): Core's count of them first, then the executor's own, which
                 # frees a cancelled stream's slot a moment after Core does (its refusal comes
                 # before anything runs, so the command is sent again while time is left).
-                slot_until = trio.current_time() + (timeout or DEFAULT_COMMAND_TIMEOUT_MS) / 1000
+                slot_until = trio.current_time() + (timeout or DEFAULT_TIMEOUT_MS) / 1000
                 while True:
                     try:
                         async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
@@ -455,9 +455,19 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                                         ended.exit_code, signal_name(ended.exit_code), ended.stopped))
                                 raise
                     except EXECUTOR_FAILURES as exc:
-                        if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or out or trio.current_time() >= slot_until:
+                        if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or out:
                             raise
-                        await trio.sleep(SLOT_RETRY_S)
+                        if trio.current_time() >= slot_until:
+                            # (whichever refused last, the client's count or the executor's own,
+                            # the user is told the same: what held the slots, for how long the
+                            # command waited, what to do)
+                            raise ToolError("TOO_MANY_COMMANDS", (
+                                f"all {ex.client.stream_slots} command streams of this workspace's executor are in use "
+                                f"(background jobs and other sessions' commands hold them while they run) and none "
+                                f"came free within the command's timeout of {timeout or DEFAULT_TIMEOUT_MS} "
+                                f"ms; stop a job, or wait for one to end, and run it again")) from None
+                        # (no sleep past the wait's end: the last attempt comes at it)
+                        await trio.sleep(min(SLOT_RETRY_S, slot_until - trio.current_time()))
                         continue
                     break
                 join.flush()

@@ -136,7 +136,11 @@ async def test_a_retry_of_a_recorded_input_is_its_first_answer_whatever_its_imag
     r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": [missing]})
     assert (r.status_code, r.json()) == (202, {**first, "duplicate": True}), r.text
     r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "r3", "content": [missing]})
-    assert r.status_code in (404, 409), r.text
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED") and sid in r.text, r.text
+    # A session that never was: the session is named, not the image.
+    unknown = "ses_" + "0" * 26
+    r = await daemon.post(f"/sessions/{unknown}/inputs", token, {"requestId": "r4", "content": [missing]})
+    assert (r.status_code, error_of(r)) == (404, "SESSION_NOT_FOUND") and unknown in r.text, r.text
 
 
 # --------------------------------------------------------------------------- F-ACT-6: deletion

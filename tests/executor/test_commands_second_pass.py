@@ -4,9 +4,25 @@ cancel ends it. The daemon-level checks of the same pass are in
 
 from __future__ import annotations
 
-from runtime.executor_client import ExecutorClient
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
 
+import pytest
+import trio
+
+from runtime.executors import ExecutorPool, RemoteExecutor
+from tools.artifacts import ArtifactStore
+from tools.base import ToolResult
+from tools.executor.server import MAX_RUNNING_COMMANDS
+from tools.workspace_tools import workspace_tools
+
+from runtime.executor_client import ExecutorClient, ExecutorToolError
+from tools.command_output import StreamJoin, drain
+
+from .conftest import ExecutorProcess, running_pool
 from .test_commands import collect
+from .test_tools import CoreTools
 
 
 async def test_a_stopped_command_gets_its_sigterm_at_its_timeout_not_only_the_sigkill(client: ExecutorClient) -> None:
@@ -18,9 +34,154 @@ async def test_a_stopped_command_gets_its_sigterm_at_its_timeout_not_only_the_si
     assert out == b"stopping\ntrapped\n" and ex.exit_code == 7, (out, ex)
 
 
-
 async def test_what_a_command_prints_as_its_timeout_ends_it_is_kept(client: ExecutorClient) -> None:
     out, _, ex = await collect(client, "trap 'echo trapped; exit 7' TERM; echo waiting; sleep 30 & wait",
                                timeout_ms=500)
     assert ex.timed_out, ex
     assert out == b"waiting\ntrapped\n" and ex.exit_code == 7, (out, ex)
+
+
+async def test_a_slot_freed_by_a_command_that_ended_is_free_on_the_executor_too(client: ExecutorClient) -> None:
+    # 15 of the 16 slots held; each command after that takes the last one. The client frees its
+    # slot only once the executor has (the stream's own end), so the next command, or a job's
+    # start (which is not sent again), never finds the executor still counting the one before.
+    refused: list[str] = []
+
+    async def run_one(command: str, **kw: object) -> None:
+        # (read as run_command and a job read a stream: up to the exit, then the block is left)
+        try:
+            async with client.run(command, **kw) as events:  # type: ignore[arg-type]
+                assert await drain(events, StreamJoin(lambda _: None)) is not None
+        except ExecutorToolError as exc:
+            refused.append(exc.code)
+
+    async def hold(task_status: trio.TaskStatus[None]) -> None:
+        async with client.run("echo up; exec sleep 300") as events:
+            async for ev in events:
+                if isinstance(ev, Exception):
+                    raise ev
+                task_status.started()  # (its first output: the executor runs it)
+                break
+            await trio.sleep_forever()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for _ in range(15):
+                await nursery.start(hold)
+            for _ in range(200):
+                await run_one("true", slot_wait_s=30.0)
+            await run_one("true")  # (as a job starts: the client's slot waited for, no resend)
+            nursery.cancel_scope.cancel()
+    assert refused == [], refused
+
+
+async def test_a_free_slot_is_taken_with_no_time_left_to_wait() -> None:
+    # The last resend of a command comes with no slot wait left: a free slot is still taken, and
+    # only with none free is it refused.
+    slots = trio.CapacityLimiter(1)
+    c = ExecutorClient("127.0.0.1:1", "unused", stream_limiter=slots)
+    try:
+        async with c._slot(0.0):
+            assert slots.borrowed_tokens == 1
+        assert slots.borrowed_tokens == 0  # (given back)
+        other = object()
+        slots.acquire_on_behalf_of_nowait(other)  # (another stream holds the only slot)
+        with pytest.raises(ExecutorToolError) as refused:
+            async with c._slot(0.0):
+                pass
+        assert refused.value.code == "TOO_MANY_COMMANDS"
+        # (the client's own message says what it knows: the slots, the wait; run_command says more)
+        assert "all 1 command streams" in refused.value.message and "within 0 s" in refused.value.message, \
+            refused.value.message
+        slots.release_on_behalf_of(other)
+    finally:
+        c.close()
+
+
+@pytest.fixture
+async def core_and_pool(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[tuple[CoreTools, ExecutorPool]]:
+    remote = RemoteExecutor(executor.address, executor.token)
+    async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
+        yield CoreTools(workspace_tools(pool, ArtifactStore(tmp_path / "artifacts")),
+                        ArtifactStore(tmp_path / "artifacts")), pool
+
+
+@asynccontextmanager
+async def every_slot_held(client: ExecutorClient) -> AsyncIterator[None]:
+    """All 16 of the executor's command slots held by ``client``'s streams while the block runs.
+    (A slot an earlier test's stream held comes free once the executor has ended its command:
+    a refusal is tried again.)"""
+
+    async def hold(task_status: trio.TaskStatus[None]) -> None:
+        while True:
+            async with client.run("echo up; exec sleep 300") as events:
+                async for ev in events:
+                    if isinstance(ev, ExecutorToolError) and ev.code == "TOO_MANY_COMMANDS":
+                        break
+                    if isinstance(ev, Exception):
+                        raise ev
+                    task_status.started()  # (its first output: the executor runs it)
+                    await trio.sleep_forever()
+            await trio.sleep(0.05)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(MAX_RUNNING_COMMANDS):
+            await nursery.start(hold)
+        yield
+        nursery.cancel_scope.cancel()
+
+
+def _says_what_happened(result: ToolResult, timeout_ms: int) -> None:
+    assert result.is_error and result.error_code == "TOO_MANY_COMMANDS", result
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert f"all {MAX_RUNNING_COMMANDS} command streams" in text and f"timeout of {timeout_ms} ms" in text \
+        and "stop a job" in text, text
+
+
+async def test_a_command_the_clients_count_refuses_says_the_slots_its_timeout_and_what_to_do(
+        core_and_pool: tuple[CoreTools, ExecutorPool], workspace: Path) -> None:
+    core, pool = core_and_pool
+    (workspace / "ran.txt").unlink(missing_ok=True)
+    with trio.fail_after(30):
+        async with every_slot_held((await pool.get("p1")).client):
+            _, result = await core.run("run_command", {"command": "echo ran > ran.txt", "timeout_ms": 300})
+    _says_what_happened(result, 300)
+    assert not (workspace / "ran.txt").exists()
+
+
+async def test_a_command_the_executor_refuses_to_its_timeout_says_the_slots_its_timeout_and_what_to_do(
+        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
+    # Another client of the executor holds its slots: Core's count is free, the executor refuses
+    # each time the command is sent, to the command's timeout.
+    core, _ = core_and_pool
+    (workspace / "ran.txt").unlink(missing_ok=True)
+    with trio.fail_after(30):
+        async with every_slot_held(client):
+            _, result = await core.run("run_command", {"command": "echo ran > ran.txt", "timeout_ms": 300})
+    _says_what_happened(result, 300)
+    assert not (workspace / "ran.txt").exists()
+
+
+async def test_a_command_the_executor_refuses_is_cancelled_at_once_between_its_resends(
+        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
+    # Core's count is free, the executor refuses: run_command sends the command again every
+    # SLOT_RETRY_S up to its timeout (10 min here). An abort (a cancel) in that loop ends it at
+    # once, and nothing runs.
+    core, pool = core_and_pool
+    (workspace / "ran.txt").unlink(missing_ok=True)
+    ours = (await pool.get("p1")).client
+    ended: list[object] = []
+    with trio.fail_after(30):
+        async with every_slot_held(client):
+            async with trio.open_nursery() as nursery:
+                async def run() -> None:
+                    ended.append(await core.run("run_command", {"command": "echo ran > ran.txt",
+                                                                "timeout_ms": 600_000}))
+
+                before = ours.used
+                nursery.start_soon(run)
+                while ours.used == before:  # (a refused attempt ended: the command is between resends)
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+    assert ended == [], ended  # (cancelled, not ended by the refusal)
+    assert not (workspace / "ran.txt").exists()

@@ -37,7 +37,8 @@ MAX_OUTPUT = 16 * 1024 * 1024
 KILL_GRACE_S = 2.0
 # After the shell exits, output still arriving (from its background jobs) is read this long.
 DRAIN_GRACE_S = 0.5
-# At most this many reads (of up to 64 KiB) of what a command timed out wrote while it ended.
+# At most this many rounds of reads (of up to 64 KiB a pipe) of what a command wrote while its
+# timeout or a stop ended it.
 RESTS_READ = 64
 # The command's shell first waits for a line on its standard input (a pipe from the executor),
 # then runs the command as ``/bin/sh -c COMMAND`` in the same process (same pid and group) with
@@ -167,6 +168,42 @@ def _where(cwd: Path | int) -> Path | str:
     return f"/proc/self/fd/{cwd}" if isinstance(cwd, int) else cwd
 
 
+class _Capped:
+    """A command's output sent so far, against its cap (stdout and stderr together)."""
+
+    def __init__(self, max_output: int) -> None:
+        self.max_output = max_output
+        self.sent = 0
+        self.truncated = False
+
+    def take(self, data: bytes) -> bytes:
+        """What of ``data`` is within the cap (empty past it: the pipe is read on all the same,
+        so the process is not blocked on a full pipe)."""
+        room = max(0, self.max_output - self.sent)
+        if len(data) > room:
+            data, self.truncated = data[:room], True
+        self.sent += len(data)
+        return data
+
+
+def _read_rest(sel: selectors.BaseSelector, out: _Capped) -> Iterator[Chunk]:
+    """What the group wrote while it ended (a trap's last words), in the pipes once it was
+    killed, the writers gone: read without waiting, at most :data:`RESTS_READ` rounds, so a
+    writer that escaped the group and writes on does not hold the exit."""
+    for _ in range(RESTS_READ):
+        ready = [key for key, _ in sel.select(timeout=0) if key.data != "stop"]
+        if not ready:
+            return
+        for key in ready:
+            data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
+            if not data:
+                sel.unregister(key.fileobj)
+                continue
+            data = out.take(data)
+            if data:
+                yield Chunk(key.data, data)
+
+
 def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: int,
                 cancelled: Callable[[], bool], groups: GroupRegistry | None = None,
                 stop: StopLatch | None = None) -> Iterator[Chunk | Exit]:
@@ -227,8 +264,8 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
     watchdog = threading.Timer(timeout_ms / 1000, expire)
     watchdog.daemon = True
     watchdog.start()
-    sent = 0
-    truncated = timed_out = stopped = False
+    out = _Capped(max_output)
+    timed_out = stopped = False
     shell_done_at: float | None = None
     try:
         while pipes:
@@ -251,46 +288,21 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
                 # leftovers are ended now: its exit is its own)
                 stopped = _shell_alive(pgid)
                 _kill_group(proc, pgid)
-                ready = sel.select(timeout=0)  # what the group wrote while it ended
-                pipes = -1  # (the loop ends after this read)
+                yield from _read_rest(sel, out)  # (what the group wrote while it ended)
+                break
             for key, _ in ready:
                 if key.data == "stop":
                     continue
                 data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
                 if not data:
                     sel.unregister(key.fileobj)
-                    pipes -= 1 if pipes > 0 else 0
+                    pipes -= 1
                     continue
-                if sent >= max_output:
-                    if not truncated:
-                        truncated = True
-                    continue  # keep draining so the process is not blocked on a full pipe
-                room = max_output - sent
-                if len(data) > room:
-                    data, truncated = data[:room], True
-                sent += len(data)
-                yield Chunk(key.data, data)
-            if pipes < 0:
-                break
+                data = out.take(data)
+                if data:
+                    yield Chunk(key.data, data)
         if timed_out and pipes > 0:
-            # What the group wrote while its timeout ended it (a trap's last words) is in the
-            # pipes, the writers gone: read it, as a stop's is. (Bounded: a writer that escaped
-            # the group and writes on is not waited for.)
-            for _ in range(RESTS_READ):
-                ready = [key for key, _ in sel.select(timeout=0) if key.data != "stop"]
-                if not ready:
-                    break
-                for key in ready:
-                    data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
-                    if not data:
-                        sel.unregister(key.fileobj)
-                        continue
-                    room = max_output - sent
-                    if len(data) > room:
-                        data, truncated = data[:room], True
-                    if data:
-                        sent += len(data)
-                        yield Chunk(key.data, data)
+            yield from _read_rest(sel, out)  # (as a stop's)
         # Both pipes closed while the shell runs on (``exec >/dev/null 2>&1; sleep 600``): wait
         # for it as the read loop does, a tenth of a second at a time, so a cancel (or the
         # executor stopping) still ends it at once.
@@ -321,4 +333,4 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
         proc.stdout.close()
         proc.stderr.close()
     code = proc.returncode if proc.returncode is not None else -9
-    yield Exit(code, timed_out, truncated, int((time.monotonic() - start) * 1000), stopped)
+    yield Exit(code, timed_out, out.truncated, int((time.monotonic() - start) * 1000), stopped)
