@@ -40,6 +40,17 @@ async def _setup(d: Daemon) -> tuple[str, str, Path]:
     return token, (await d.session(token, project["id"]))["id"], Path(project["workspace"])
 
 
+async def _asked(d: Daemon, token: str, sid: str, rid: str) -> str:
+    """Submit ``<ask>`` as ``rid`` and return the id of the question it opens."""
+    await d.submit(token, sid, rid, "<ask>")
+
+    async def awaiting() -> str | None:
+        v = await d.view(token, sid)
+        return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v["questions"] else None
+
+    return await wait_until(awaiting, what="an open question")
+
+
 def _refused(body: dict[str, Any]) -> str:
     assert (body["status"], body["error_code"]) == ("error", "INVALID_ARGUMENT"), body
     return body["content"][0]["text"]
@@ -90,21 +101,12 @@ async def test_an_answer_repeating_an_option_and_an_answer_sent_after_a_restart(
     d = await daemon_factory(config=CONFIG)
     token, sid, _ = await _setup(d)
 
-    async def asked(rid: str) -> str:
-        await d.submit(token, sid, rid, "<ask>")
-
-        async def awaiting() -> str | None:
-            v = await d.view(token, sid)
-            return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v["questions"] else None
-
-        return await wait_until(awaiting, what="an open question")
-
-    qid = await asked("r1")
+    qid = await _asked(d, token, sid, "r1")
     # a repeated id is taken once, in the options' order (docs: duplicates dropped)
     r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "answer", "optionIds": ["b", "r", "b"]})
     assert r.status_code == 200 and r.json()["answer"] == {"kind": "answer", "optionIds": ["r", "b"]}, r.text
     await d.wait_idle(token, sid)
-    qid = await asked("r2")
+    qid = await _asked(d, token, sid, "r2")
     await stop_daemon(d)
     d2 = await daemon_factory(config=CONFIG, root=d.root)
     view = await d2.wait_idle(token, sid)
@@ -199,16 +201,7 @@ async def test_a_jobs_end_while_a_question_waits_queues_its_report_behind_the_an
     job_id = await start_job(d, token, sid, "j1", "while [ ! -e go ]; do sleep 0.01; done; echo done")
     await d.wait_idle(token, sid)
 
-    async def asked(rid: str) -> str:
-        await d.submit(token, sid, rid, "<ask>")
-
-        async def awaiting() -> str | None:
-            v = await d.view(token, sid)
-            return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v["questions"] else None
-
-        return await wait_until(awaiting, what="an open question")
-
-    qid = await asked("r1")
+    qid = await _asked(d, token, sid, "r1")
     (ws / "go").touch()
     await finished_of(d, token, sid, job_id)
     view = await d.view(token, sid)
@@ -222,7 +215,7 @@ async def test_a_jobs_end_while_a_question_waits_queues_its_report_behind_the_an
     assert texts[skipped + 1].startswith(f"[background job {job_id} exited with code 0]"), texts
     sleeper = await start_job(d, token, sid, "j2", "exec sleep 600")
     await d.wait_idle(token, sid)
-    await asked("r2")
+    await _asked(d, token, sid, "r2")
     r = await d.post(f"/sessions/{sid}/jobs/{sleeper}/stop", token)
     assert r.status_code == 200 and r.json()["status"] == "stopped", r.text
     assert [q["requestId"] for q in (await d.view(token, sid))["queued"]] == [f"job:{sleeper}"]
