@@ -48,6 +48,19 @@ async def _command(d: Daemon, token: str, sid: str, rid: str, **args: Any) -> di
     return await run_tool(d, token, sid, rid, "run_command", args)
 
 
+async def _ended(pid: int, what: str) -> None:
+    """Wait until process ``pid`` is gone (or a zombie); killed if the wait fails."""
+    async def gone() -> bool:
+        p = read_proc(pid)
+        return p is None or p.state == "Z"
+
+    try:
+        await wait_until(gone, what=f"{what} (pid {pid}) ended")
+    finally:
+        if read_proc(pid) is not None:
+            os.kill(pid, signal.SIGKILL)
+
+
 async def test_the_output_cap_counts_stdout_and_stderr_together(daemon_factory: DaemonFactory) -> None:
     d = await daemon_factory()
     token, sid, _ = await _session(d)
@@ -143,16 +156,7 @@ async def test_an_executor_killed_during_a_command_ends_the_call_and_the_command
     await d.wait_idle(token, sid)
     (body,) = finished(await d.events(token, sid))
     assert body["is_error"] and body["error_code"] == "EXECUTOR_UNAVAILABLE", body
-
-    async def gone() -> bool:
-        p = read_proc(pid)
-        return p is None or p.state == "Z"
-
-    try:
-        await wait_until(gone, what=f"the command (pid {pid}) of the killed executor ended")
-    finally:
-        if read_proc(pid) is not None:
-            os.kill(pid, signal.SIGKILL)
+    await _ended(pid, "the command of the killed executor")
     again = await _command(d, token, sid, "r2", command="echo again")
     assert again["status"] == "ok" and _text(again).startswith("again\n"), again
 
@@ -169,16 +173,7 @@ async def test_a_daemonized_grandchild_holding_the_output_neither_holds_the_call
     assert body["status"] == "ok" and _text(body).startswith("started\n"), body
     assert body["structured_content"]["timed_out"] is False
     pid = int((ws / "daemon.pid").read_text())
-
-    async def gone() -> bool:
-        p = read_proc(pid)
-        return p is None or p.state == "Z"
-
-    try:
-        await wait_until(gone, what=f"the daemonized grandchild (pid {pid}) ended")
-    finally:
-        if read_proc(pid) is not None:
-            os.kill(pid, signal.SIGKILL)
+    await _ended(pid, "the daemonized grandchild")
 
 
 async def test_a_command_reading_stdin_gets_its_end_at_once(daemon_factory: DaemonFactory) -> None:
