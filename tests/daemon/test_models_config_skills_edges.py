@@ -1,0 +1,41 @@
+"""Edges of the models route (F-MOD-5/6), the config's providers and workspace skills (F-TOOL-6)
+as a client drives them: a daemon on loopback port 0, the real executor."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import error_of
+
+SCRIPTED = {"providers": [
+    {"id": "faux", "protocol": "faux", "script": [{"text": "scripted"}]},
+    {"id": "demo", "protocol": "faux", "script": [{"text": "demo"}]},
+]}
+
+
+async def test_a_configured_faux_provider_listing_no_models_lists_and_serves_faux_1_as_the_built_in(daemon_factory):
+    # A `faux` entry with a script and no models replaced the built-in one: `GET /models` listed
+    # no faux model while the effective default was `faux/faux-1`, and `faux/anything` served.
+    d = await daemon_factory(config=SCRIPTED)
+    token = await d.pair("models-client", strong=True)
+    project = await d.project(token)
+    listing = (await d.get("/models", token)).json()
+    assert listing["default"]["effective"] == "faux/faux-1", listing
+    faux = [m for m in listing["models"] if m["provider"] == "faux"]
+    assert [(m["id"], m["default"], m["available"]) for m in faux] == [("faux/faux-1", True, True)], listing
+    assert not [m for m in listing["models"] if m["provider"] == "demo"], listing  # (another faux id: its own list)
+    before = (await d.get("/health")).json()["lastSeq"]
+    for model in ("faux/anything", "faux/faux-2"):
+        r = await d.post("/sessions", token, {"projectId": project["id"], "model": model})
+        assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), (model, r.text)
+        assert "faux-1" in r.json()["error"]["message"], r.text
+    assert (await d.get("/health")).json()["lastSeq"] == before
+    r = await d.put("/models/default", token, {"model": "faux/anything"})
+    assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), r.text
+    for model in ("faux/faux-1", "demo/anything"):
+        r = await d.post("/sessions", token, {"projectId": project["id"], "model": model})
+        assert r.status_code == 201, (model, r.text)
+    # A defaultModel it does not list is refused before it is written, as for the built-in faux.
+    r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps({**SCRIPTED, "defaultModel": "faux/other"})})
+    assert (r.status_code, error_of(r)) == (400, "CONFIG_INVALID"), r.text
+    assert "listed: faux-1" in r.json()["error"]["message"], r.text
