@@ -39,3 +39,24 @@ async def test_a_configured_faux_provider_listing_no_models_lists_and_serves_fau
     r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps({**SCRIPTED, "defaultModel": "faux/other"})})
     assert (r.status_code, error_of(r)) == (400, "CONFIG_INVALID"), r.text
     assert "listed: faux-1" in r.json()["error"]["message"], r.text
+
+
+async def test_an_unknown_provider_protocol_is_refused_naming_the_provider_and_the_protocols(daemon_factory):
+    # It was msgspec's text: "Invalid enum value 'grpc' - at `$.providers[1].protocol`", naming
+    # neither the provider nor what a protocol may be.
+    d = await daemon_factory(config=SCRIPTED)
+    token = await d.pair("config-client", strong=True)
+    before = (await d.get("/config/files/lens.jsonc", token)).json()
+    for protocol, shown in (("grpc", "'grpc'"), ("OpenAI-Chat", "'OpenAI-Chat'"), (7, "7"), (None, "null")):
+        cfg = {"providers": [SCRIPTED["providers"][0], {"id": "remote", "protocol": protocol, "models": [{"id": "m"}]}]}
+        r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(cfg)})
+        assert (r.status_code, error_of(r)) == (400, "CONFIG_INVALID"), r.text
+        message = r.json()["error"]["message"]
+        assert (f"provider 'remote': protocol {shown} is not one this version knows; it takes 'openai-responses', "
+                f"'openai-chat', 'anthropic' or 'faux'") in message, message
+    for entry, words in (({"id": "remote", "models": [{"id": "m"}]}, "provider 'remote' has no protocol; it takes"),
+                         ({"protocol": "grpc"}, "providers[1]: protocol 'grpc' is not one this version knows")):
+        cfg = {"providers": [SCRIPTED["providers"][0], entry]}
+        r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(cfg)})
+        assert (r.status_code, error_of(r)) == (400, "CONFIG_INVALID") and words in r.json()["error"]["message"], r.text
+    assert (await d.get("/config/files/lens.jsonc", token)).json() == before  # nothing was written
