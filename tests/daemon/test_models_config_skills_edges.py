@@ -60,3 +60,23 @@ async def test_an_unknown_provider_protocol_is_refused_naming_the_provider_and_t
         r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(cfg)})
         assert (r.status_code, error_of(r)) == (400, "CONFIG_INVALID") and words in r.json()["error"]["message"], r.text
     assert (await d.get("/config/files/lens.jsonc", token)).json() == before  # nothing was written
+
+
+async def test_a_model_with_a_blank_around_it_is_told_the_blank_is_the_problem(daemon_factory):
+    # `PUT /models/default {"model": " faux/faux-1"}` was "model must be '<provider>/<model>', at
+    # most 200 characters": the form and the length were right, and the blank went unnamed.
+    d = await daemon_factory(config=SCRIPTED)
+    token = await d.pair("models-client", strong=True)
+    project = await d.project(token)
+    for model, why in ((" faux/faux-1", "it begins with a blank"), ("faux/faux-1\n", "it ends with a blank"),
+                       ("\tfaux/faux-1 ", "it begins and ends with a blank"), ("   ", "it is all blank"),
+                       ("", "it is empty"), ("faux/" + "m" * 196, "it has 201 characters")):
+        for method, path, body in (("PUT", "/models/default", {"model": model}),
+                                   ("POST", "/sessions", {"projectId": project["id"], "model": model})):
+            r = await d.request(method, path, token, json_body=body)
+            assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), (model, path, r.text)
+            message = r.json()["error"]["message"]
+            assert message.startswith("model must be '<provider>/<model>', at most 200 characters") and why in message, \
+                (model, message)
+    listing = (await d.get("/models", token)).json()
+    assert listing["default"]["saved"] is None, listing  # nothing was saved
