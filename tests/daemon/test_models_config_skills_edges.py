@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from .conftest import error_of
+from .conftest import error_of, run_tool
+from .test_inventory_skills_models_second_pass import TWO, UPPER, _session
 
 SCRIPTED = {"providers": [
     {"id": "faux", "protocol": "faux", "script": [{"text": "scripted"}]},
@@ -80,3 +81,25 @@ async def test_a_model_with_a_blank_around_it_is_told_the_blank_is_the_problem(d
                 (model, message)
     listing = (await d.get("/models", token)).json()
     assert listing["default"]["saved"] is None, listing  # nothing was saved
+
+
+async def test_unloading_a_skill_loaded_in_another_case_names_the_loaded_one(daemon_factory):
+    # A load of `review` when `Review` is listed names the case; an unload of `review` when
+    # `Review` is loaded answered only "not loaded; nothing to unload".
+    d = await daemon_factory(config=SCRIPTED)
+    token, _, sid = await _session(d, {"Up": UPPER, "two": TWO})
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "/skill:Review the diff"})
+    assert r.status_code == 202, r.text
+    await d.wait_idle(token, sid)
+    result = await run_tool(d, token, sid, "u1", "skill", {"name": "review", "unload": True})
+    text = result["content"][0]["text"]
+    assert result["is_error"] is False and result["structured_content"]["status"] == "not_loaded", result
+    assert text == ("Skill \"review\" is not loaded (skill names are case-sensitive: loaded as 'Review'); "
+                    "nothing to unload."), text
+    # A name loaded in no case gets no hint.
+    result = await run_tool(d, token, sid, "u2", "skill", {"name": "two", "unload": True})
+    assert result["content"][0]["text"] == "Skill \"two\" is not loaded; nothing to unload.", result
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.unloaded"]
+    # The exact name unloads.
+    result = await run_tool(d, token, sid, "u3", "skill", {"name": "Review", "unload": True})
+    assert result["structured_content"]["status"] == "unloaded", result
