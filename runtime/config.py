@@ -26,7 +26,7 @@ from tools.web.address import shown_url
 from . import jsonc
 from .atomicfile import FileTooLarge, others_can_change, read_regular_file
 from .body_hints import first_refused
-from .errors import LensError, short_reason, shortened
+from .errors import LensError, short_reason, shortened, shortened_json
 from .credentials import TOKEN_SHAPE, WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
 from .key_hints import UnknownKey, hinted, refused_key_hint, unknown_keys_listed
 from .mcp_config import McpServerConfig, check_mcp_servers
@@ -189,6 +189,9 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
     literal = _literal_key(data)
     if literal is not None:
         raise ConfigError(f"{where}: {literal}")
+    protocol = _unknown_protocol(data)
+    if protocol is not None:
+        raise ConfigError(f"{where}: {protocol}")
     try:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
@@ -198,6 +201,31 @@ def parse_config(text: str | bytes, where: str = "config") -> Config:
         raise ConfigError(f"{where}: {reason}{refused_key_hint(Config, reason)}") from None
     check_config(cfg, where)
     return cfg
+
+
+def _unknown_protocol(data: dict[str, Any]) -> str | None:
+    """Why a provider entry's ``protocol`` is refused (missing, or not one of :data:`Protocol`),
+    naming the provider, the value and the protocols it takes; or None. msgspec's own reason
+    (``Invalid enum value 'grpc' - at `$.providers[1].protocol```) named neither the provider nor
+    what a protocol may be."""
+    providers = data.get("providers")
+    if not isinstance(providers, list):
+        return None
+    allowed = typing.get_args(Protocol)
+    takes = ", ".join(repr(p) for p in allowed[:-1]) + f" or {allowed[-1]!r}"
+    for i, p in enumerate(providers):
+        if not isinstance(p, dict):
+            continue
+        pid = p.get("id")
+        named = f"provider {shortened(pid)!r}" if isinstance(pid, str) else f"providers[{i}]"
+        if "protocol" not in p:
+            return f"{named} has no protocol; it takes {takes}"
+        value = p["protocol"]
+        if isinstance(value, str) and value in allowed:
+            continue
+        shown = repr(shortened(value)) if isinstance(value, str) else shortened_json(value)
+        return f"{named}: protocol {shown} is not one this version knows; it takes {takes}"
+    return None
 
 
 def _is_literal_key(name: Any) -> bool:

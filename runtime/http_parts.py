@@ -382,7 +382,21 @@ def check_session_settings(model: str | None, thinking_level: str | None) -> Non
     if thinking_level is not None and thinking_level not in THINKING_LEVELS:
         raise ApiError("VALIDATION_FAILED", f"thinkingLevel must be one of {', '.join(THINKING_LEVELS)}")
     if model is not None and not (0 < len(model) <= 200 and model.strip() == model):
-        raise ApiError("MODEL_UNKNOWN", "model must be '<provider>/<model>', at most 200 characters")
+        raise ApiError("MODEL_UNKNOWN", "model must be '<provider>/<model>', at most 200 characters, with no "
+                                        f"blank around it: {_model_fault(model)}")
+
+
+def _model_fault(model: str) -> str:
+    """What is wrong with a model reference :func:`check_session_settings` refuses at the door
+    (a blank around it, copied with the reference, is the likeliest and was left unnamed)."""
+    if not model:
+        return "it is empty"
+    if not model.strip():
+        return "it is all blank"
+    begins, ends = model.lstrip() != model, model.rstrip() != model
+    if begins or ends:
+        return f"it {' and '.join(w for w, f in (('begins', begins), ('ends', ends)) if f)} with a blank"
+    return f"it has {len(model)} characters"
 
 
 def check_id(value: str, what: str) -> str:

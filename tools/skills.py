@@ -28,7 +28,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from events import types as t
 from events.errors import AppendRejected
@@ -588,11 +588,17 @@ def _named_otherwise(skills: list[Skill], name: str) -> str:
 def _named_in_another_case(skills: list[Skill], name: str) -> str:
     """What a failed load by ``name`` adds when skills are listed under that name in another
     case: skill names are case-sensitive, and the message says which names differ only so."""
+    return _other_case([s.name for s in skills], name, "listed")
+
+
+def _other_case(names: Iterable[str], name: str, how: str) -> str:
+    """`` (skill names are case-sensitive: <how> as 'Review')`` when ``names`` holds ``name`` in
+    another case only, else ``""``: for a load, the names listed; for an unload, those loaded."""
     folded = name.casefold()
-    others = list(dict.fromkeys(s.name for s in skills if s.name != name and s.name.casefold() == folded))
+    others = list(dict.fromkeys(n for n in names if n != name and n.casefold() == folded))
     if not others:
         return ""
-    return f" (skill names are case-sensitive: listed as {', '.join(repr(o) for o in others[:5])})"
+    return f" (skill names are case-sensitive: {how} as {', '.join(repr(o) for o in others[:5])})"
 
 
 def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
@@ -623,7 +629,8 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
         if unload:
             assert name is not None
             if name not in loaded:
-                return ToolResult.text(f"Skill \"{name}\" is not loaded; nothing to unload.",
+                return ToolResult.text(f"Skill \"{name}\" is not loaded{_other_case(loaded, name, 'loaded')}; "
+                                       "nothing to unload.",
                                        {"name": name, "status": "not_loaded"})
             return ToolResult.text(
                 f"Skill \"{name}\" unloaded: its instructions leave the working context from the next request. "

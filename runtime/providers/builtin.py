@@ -56,7 +56,9 @@ def listed_models(configured: Sequence[ProviderConfig]) -> dict[str, list[ModelC
     """The models each provider lists in a config whose provider entries are ``configured``, in
     the order ``GET /models`` shows them: each entry's own list, then each built-in real provider
     no entry replaces, then the built-in ``faux`` (serving ``faux-1``) unless an entry replaces
-    it. Pure: reads no environment (a base URL variable changes where a built-in is reached, not
+    it. An entry of id ``faux`` and protocol ``faux`` listing no models lists ``faux-1`` as the
+    built-in does (the default model is ``faux/faux-1`` without a usable key, so the listing and
+    the model checks name it); a faux entry of another id keeps its own list (none: any id). Pure: reads no environment (a base URL variable changes where a built-in is reached, not
     what it lists). The catalog is built from it at start, and ``defaultModel`` is checked
     against it before a start or a config write (:mod:`runtime.startcheck`)."""
     listed = {p.id: list(p.models) for p in configured}
@@ -64,6 +66,8 @@ def listed_models(configured: Sequence[ProviderConfig]) -> dict[str, list[ModelC
         listed.setdefault(b.id, _model_configs(b))
     faux_provider, _, faux_model = FAUX_DEFAULT_MODEL.partition("/")
     listed.setdefault(faux_provider, [ModelConfig(id=faux_model)])
+    if not listed[faux_provider] and any(p.id == faux_provider and p.protocol == "faux" for p in configured):
+        listed[faux_provider] = [ModelConfig(id=faux_model)]
     return listed
 
 
