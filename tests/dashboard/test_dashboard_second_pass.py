@@ -10,6 +10,8 @@ are observation windows, not waits for an order.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -393,9 +395,11 @@ def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
 
 
 # The page's requests that make a project or a session are counted in `createsAsked` and wait
-# until `releaseCreates()`; run again, the script counts afresh and holds the next ones.
+# until `releaseCreates()`; `createsRead` counts the answers the page has read (their body taken,
+# what the page does with it following in the same turn). Run again, the script counts afresh and
+# holds the next ones.
 HOLD_CREATES = """
-    window.createsAsked = 0;
+    window.createsAsked = 0; window.createsRead = 0;
     let releaseCreates; const createGate = new Promise((r) => { releaseCreates = r; });
     window.releaseCreates = () => releaseCreates();
     window.createGate = createGate;
@@ -403,10 +407,15 @@ HOLD_CREATES = """
       window.realCreate = window.fetch;
       window.fetch = async (...args) => {
         const url = String(args[0]), init = args[1] || {};
-        if (init.method === 'POST' && /\\/api\\/v1\\/(projects|sessions)$/.test(url)) { window.createsAsked++; await window.createGate; }
-        return window.realCreate(...args);
+        if (!(init.method === 'POST' && /\\/api\\/v1\\/(projects|sessions)$/.test(url))) return window.realCreate(...args);
+        window.createsAsked++; await window.createGate;
+        const resp = await window.realCreate(...args), read = resp.text.bind(resp);
+        resp.text = async () => { try { return await read(); } finally { window.createsRead++; } };
+        return resp;
       };
     }"""
+# Resolves once a turn of the page's event loop has gone by (what was due in the last one done).
+A_TURN_LATER = "const done = arguments[arguments.length - 1]; setTimeout(() => done(true), 0);"
 
 
 def test_a_double_click_on_create_project_or_new_session_makes_one(
@@ -449,6 +458,50 @@ def test_a_double_click_on_create_project_or_new_session_makes_one(
     sessions = d.request("GET", f"/sessions?projectId={projects[0]['id']}", token=strong)[1]["sessions"]
     assert len(sessions) == 1, sessions
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_a_create_on_its_way_when_the_credential_is_forgotten_changes_nothing_for_the_next_one(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """*Create project* pressed, then the credential forgotten and another pasted before the
+    daemon answered: the button stayed disabled under the next credential (for good, had no answer
+    come), and the late answer was applied to the next credential's page — the first one's project
+    selected there, or its refusal (the first credential revoked meanwhile) shown in the next one's
+    errors list. Forgetting the credential now lets go of the request: the button is enabled at
+    once, and the answer, when it comes, changes nothing."""
+    driver = browser
+    d = make_daemon(with_turns())
+    first, second, third = (d.pair(f"dash-create-forget-{i}", strong=True) for i in range(3))
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver.get(d.base + "/")
+    for held, then, revoke, name in ((first, second, False, "Answered late"), (second, third, True, "Refused late")):
+        paste_credential(driver, held)
+        wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "connected")
+        driver.execute_script(HOLD_CREATES)
+        one(driver, "#project-name").send_keys(name)
+        one(driver, "#project-workspace").send_keys(str(workspace))
+        click(driver, "#new-project button")
+        wait_for(lambda: driver.execute_script("return window.createsAsked") == 1, "the project asked")
+        assert not one(driver, "#new-project button").is_enabled()
+        click(driver, "#disconnect")
+        if revoke:
+            subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", "dash-create-forget-1"],
+                           cwd=d.cwd, capture_output=True, text=True, timeout=30, check=True)
+        paste_credential(driver, then)
+        wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "the next credential connected")
+        assert one(driver, "#new-project button").is_enabled()
+        driver.execute_script("window.releaseCreates()")
+        wait_for(lambda: driver.execute_script("return window.createsRead") == 1, "the late answer read")
+        assert driver.execute_async_script(A_TURN_LATER)
+        # (the page selects the newest project when none is: the one already there, never the late one)
+        selected = texts(driver, "#projects button.selected")
+        assert not any(t.startswith(name) for t in selected), selected
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert one(driver, "#new-project button").is_enabled()
+        click(driver, "#disconnect")
+    names = [p["name"] for p in d.request("GET", "/projects", token=third)[1]["projects"]]
+    assert names == ["Answered late"], names   # (the revoked credential's was refused)
     assert console_errors(driver) == []
 
 
