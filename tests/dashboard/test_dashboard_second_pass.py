@@ -255,7 +255,9 @@ def test_a_question_answered_from_two_tabs_at_once_is_answered_once_and_each_tab
         assert console_errors(driver) == []
 
 
-SLOW_TOOL_ROUND = {"when": "a slow tool round", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 4000}}]}
+# A tool round that lasts until the test lets it end (the file `go` made in the workspace).
+HELD_TOOL_ROUND = {"when": "a held tool round", "toolCalls": [
+    {"name": "run_command", "arguments": {"command": "while [ ! -e go ]; do sleep 0.02; done"}}]}
 
 
 def test_inputs_sent_while_busy_run_where_their_when_busy_choice_says(
@@ -266,17 +268,19 @@ def test_inputs_sent_while_busy_run_where_their_when_busy_choice_says(
     again, and the follow-up runs after that answer: the timeline shows them in that order, as the
     daemon's view has them."""
     driver = browser
-    d = make_daemon(with_turns(SLOW_TOOL_ROUND))
+    d = make_daemon(with_turns(HELD_TOOL_ROUND))
     strong, sid = open_session(driver, d, tmp_path, "dash-when-busy")
-    submit(driver, "a slow tool round")
+    submit(driver, "a held tool round")
     wait_for(lambda: by_css(driver, "#timeline .tool[data-status='running']"), "the running tool call")
     submit(driver, "then follow up", when_busy="followUp")
     wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the follow-up sent")
     submit(driver, "steer this way", when_busy="steer")
     wait_for(lambda: texts(driver, "#queue li.card .text") == ["steer this way", "then follow up"], "both queued, the steer first")
     assert texts(driver, "#queue li.card .pill") == ["steer", "followUp"]
+    assert by_css(driver, "#timeline .tool[data-status='running']")   # (both sent while the tool ran)
+    (tmp_path / "workspace" / "go").touch()
 
-    done = ["a slow tool round", "sleep_milliseconds", "steer this way", "(faux) You said: steer this way",
+    done = ["a held tool round", "run_command", "steer this way", "(faux) You said: steer this way",
             "then follow up", "(faux) You said: then follow up"]
     shown = """return Array.from(document.querySelectorAll('#timeline > .msg:not(.streaming), #timeline > .tool'),
         (n) => n.classList.contains('tool') ? n.querySelector('.name').textContent : n.querySelector('.text').textContent)"""
