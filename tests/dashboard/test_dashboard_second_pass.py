@@ -103,6 +103,30 @@ def test_right_to_left_text_is_laid_out_by_its_own_direction_wherever_the_page_s
     assert console_errors(driver) == []
 
 
+JSON_TURN = {"when": "read the json file", "toolCalls": [{"name": "read_file", "arguments": {"path": "he.json"}}]}
+
+
+def test_a_tool_result_that_is_json_stays_left_to_right_whatever_its_first_letters(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A tool's result is laid out by its own text, line by line: a line of JSON beginning with a
+    Hebrew string (`["שלום", 1]`) was laid out right to left, its brackets and numbers mirrored. A
+    result that is JSON is code, as a tool's arguments are: it stays left to right; a result of
+    prose keeps its own direction."""
+    driver = browser
+    d = make_daemon(with_turns(JSON_TURN, RTL_TURN))
+    strong, sid = open_session(driver, d, tmp_path, "dash-rtl-json")
+    (tmp_path / "workspace" / "he.json").write_text('["שלום", 1]\n', encoding="utf-8")
+    (tmp_path / "workspace" / "he.txt").write_text(HEBREW + "\n", encoding="utf-8")
+    results = "#timeline .tool[data-status='ok'] > details:nth-of-type(2) > pre"
+    for said, count in (("read the json file", 1), ("read the hebrew file", 2)):
+        submit(driver, said)
+        wait_for(lambda: len(by_css(driver, results)) == count, "the tool's result")
+        wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end")
+    shown = driver.execute_script(DIRECTIONS, [results])[results]
+    assert shown == [[False, '["שלום", 1]\n'], [True, HEBREW + "\n"]], shown
+    assert console_errors(driver) == []
+
+
 # Markup that would run if any of it were parsed as HTML (no "/" in it: it is also a file name).
 MARKUP = '<img src=x onerror="window.injected=(window.injected||0)+1"><svg onload="window.injected=7">'
 MARKUP_TURN = {"when": "markup everywhere", "toolCalls": [
