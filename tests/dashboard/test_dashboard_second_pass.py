@@ -459,7 +459,9 @@ def test_a_double_click_on_create_project_or_new_session_makes_one(
     """*Create project* and *New session* stayed enabled while their request was on its way, and
     the daemon makes a new project or session for each request (neither has an idempotency key):
     a double click, or Enter pressed twice in the form, made two projects of the same name and
-    workspace, or two sessions, the second one opened. Each form now sends one request at a time."""
+    workspace, or two sessions, the second one opened. Each form now sends one request at a time:
+    the button is disabled while it is on its way, and a form submitted again meanwhile (by a
+    script, which a disabled button does not stop) sends nothing more."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
     driver = browser
@@ -492,6 +494,25 @@ def test_a_double_click_on_create_project_or_new_session_makes_one(
     wait_for(lambda: body_data(driver, "conn") == "live", "the new session opened")
     assert driver.execute_script("return window.createsAsked") == 1
     sessions = d.request("GET", f"/sessions?projectId={projects[0]['id']}", token=strong)[1]["sessions"]
+    assert len(sessions) == 1, sessions
+
+    # The same form submitted twice by a script (not the disabled button, which the browser
+    # ignores): the page's own guard is what sends one request.
+    for form in ("new-project", "new-session"):
+        if form == "new-project":
+            one(driver, "#project-name").send_keys("Twice")
+            one(driver, "#project-workspace").send_keys(str(workspace))
+        driver.execute_script(HOLD_CREATES)
+        driver.execute_script("const f = document.getElementById(arguments[0]); f.requestSubmit(); f.requestSubmit();", form)
+        assert driver.execute_script("return window.createsAsked") == 1, form
+        driver.execute_script("window.releaseCreates()")
+        wait_for(lambda: driver.execute_script("return window.createsRead") == 1
+                 and one(driver, f"#{form} button").is_enabled(), f"the answer to {form}")
+        assert driver.execute_script("return window.createsAsked") == 1, form
+    projects = d.request("GET", "/projects", token=strong)[1]["projects"]
+    assert sorted(p["name"] for p in projects) == ["Once", "Twice"], projects
+    twice = next(p["id"] for p in projects if p["name"] == "Twice")
+    sessions = d.request("GET", f"/sessions?projectId={twice}", token=strong)[1]["sessions"]
     assert len(sessions) == 1, sessions
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
     assert console_errors(driver) == []
