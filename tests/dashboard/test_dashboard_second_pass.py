@@ -1,6 +1,7 @@
-"""The dashboard (F-API-6) in a second pass as a user with only the spec and the docs: a
-credential pasted with white space around it or refused, right-to-left text wherever the page
-shows the daemon's or the user's words, and markup in file names, a job's output and a question.
+"""The dashboard (F-API-6): a credential pasted with white space around it, refused, or answered
+late; right-to-left text wherever the page shows the daemon's or the user's words; markup in file
+names, a job's output and a question; a restart under thousands of events; one question answered
+from two tabs; the "If busy" choice; and the requests that create a project or a session.
 
 A real ``lens serve --port 0`` (the faux provider, a real executor, a log in a temporary
 directory) and headless Chromium, set up as in ``test_dashboard_browser.py`` (its fixtures and
@@ -142,7 +143,7 @@ NO_MARKUP_RAN = """return {injected: window.injected ?? null,
 
 def test_markup_in_a_file_name_a_jobs_output_a_question_and_an_error_is_shown_as_it_is(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
-    """What the earlier passes fed the page as markup (inputs, tool names, arguments, answers,
+    """What the other dashboard tests feed the page as markup (inputs, tool names, arguments, answers,
     todos, names) is shown as text; this goes on to a file's name in the Changes panel and in a
     result, a background job's output, a question and its option, and a model failure's message
     in the errors list: each is shown literally and nothing of it runs."""
