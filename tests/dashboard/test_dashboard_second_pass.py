@@ -560,6 +560,23 @@ def test_a_create_on_its_way_when_the_credential_is_forgotten_changes_nothing_fo
         click(driver, "#disconnect")
     names = [p["name"] for p in d.request("GET", "/projects", token=third)[1]["projects"]]
     assert names == ["Answered late"], names   # (the revoked credential's was refused)
+
+    # Refused for the credential still held (revoked while the create was on its way): that is
+    # the page's reason to forget it, and it is said.
+    paste_credential(driver, third)
+    wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "connected")
+    driver.execute_script(HOLD_CREATES)
+    one(driver, "#project-name").send_keys("Refused now")
+    one(driver, "#project-workspace").send_keys(str(workspace))
+    click(driver, "#new-project button")
+    wait_for(lambda: driver.execute_script("return window.createsAsked") == 1, "the project asked")
+    subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", "dash-create-forget-2"],
+                   cwd=d.cwd, capture_output=True, text=True, timeout=30, check=True)
+    driver.execute_script("window.releaseCreates()")
+    wait_for(lambda: driver.execute_script("return window.createsRead") == 1, "the refusal read")
+    assert driver.execute_async_script(A_TURN_LATER)
+    assert one(driver, "#cred").is_displayed()
+    assert texts(driver, "#errors li code") == ["AUTH_INVALID"], texts(driver, "#errors li")
     assert console_errors(driver) == []
 
 
