@@ -1,6 +1,7 @@
-"""The dashboard (F-API-6) in a second pass as a user with only the spec and the docs: a
-credential pasted with white space around it or refused, right-to-left text wherever the page
-shows the daemon's or the user's words, and markup in file names, a job's output and a question.
+"""The dashboard (F-API-6): a credential pasted with white space around it, refused, or answered
+late; right-to-left text wherever the page shows the daemon's or the user's words; markup in file
+names, a job's output and a question; a restart under thousands of events; one question answered
+from two tabs; the "If busy" choice; and the requests that create a project or a session.
 
 A real ``lens serve --port 0`` (the faux provider, a real executor, a log in a temporary
 directory) and headless Chromium, set up as in ``test_dashboard_browser.py`` (its fixtures and
@@ -10,6 +11,8 @@ are observation windows, not waits for an order.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -101,6 +104,30 @@ def test_right_to_left_text_is_laid_out_by_its_own_direction_wherever_the_page_s
     assert console_errors(driver) == []
 
 
+JSON_TURN = {"when": "read the json file", "toolCalls": [{"name": "read_file", "arguments": {"path": "he.json"}}]}
+
+
+def test_a_tool_result_that_is_json_stays_left_to_right_whatever_its_first_letters(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A tool's result is laid out by its own text, line by line: a line of JSON beginning with a
+    Hebrew string (`["שלום", 1]`) was laid out right to left, its brackets and numbers mirrored. A
+    result that is JSON is code, as a tool's arguments are: it stays left to right; a result of
+    prose keeps its own direction."""
+    driver = browser
+    d = make_daemon(with_turns(JSON_TURN, RTL_TURN))
+    strong, sid = open_session(driver, d, tmp_path, "dash-rtl-json")
+    (tmp_path / "workspace" / "he.json").write_text('["שלום", 1]\n', encoding="utf-8")
+    (tmp_path / "workspace" / "he.txt").write_text(HEBREW + "\n", encoding="utf-8")
+    results = "#timeline .tool[data-status='ok'] > details:nth-of-type(2) > pre"
+    for said, count in (("read the json file", 1), ("read the hebrew file", 2)):
+        submit(driver, said)
+        wait_for(lambda: len(by_css(driver, results)) == count, "the tool's result")
+        wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the run's end")
+    shown = driver.execute_script(DIRECTIONS, [results])[results]
+    assert shown == [[False, '["שלום", 1]\n'], [True, HEBREW + "\n"]], shown
+    assert console_errors(driver) == []
+
+
 # Markup that would run if any of it were parsed as HTML (no "/" in it: it is also a file name).
 MARKUP = '<img src=x onerror="window.injected=(window.injected||0)+1"><svg onload="window.injected=7">'
 MARKUP_TURN = {"when": "markup everywhere", "toolCalls": [
@@ -116,7 +143,7 @@ NO_MARKUP_RAN = """return {injected: window.injected ?? null,
 
 def test_markup_in_a_file_name_a_jobs_output_a_question_and_an_error_is_shown_as_it_is(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
-    """What the earlier passes fed the page as markup (inputs, tool names, arguments, answers,
+    """What the other dashboard tests feed the page as markup (inputs, tool names, arguments, answers,
     todos, names) is shown as text; this goes on to a file's name in the Changes panel and in a
     result, a background job's output, a question and its option, and a model failure's message
     in the errors list: each is shown literally and nothing of it runs."""
@@ -253,7 +280,9 @@ def test_a_question_answered_from_two_tabs_at_once_is_answered_once_and_each_tab
         assert console_errors(driver) == []
 
 
-SLOW_TOOL_ROUND = {"when": "a slow tool round", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 4000}}]}
+# A tool round that lasts until the test lets it end (the file `go` made in the workspace).
+HELD_TOOL_ROUND = {"when": "a held tool round", "toolCalls": [
+    {"name": "run_command", "arguments": {"command": "while [ ! -e go ]; do sleep 0.02; done"}}]}
 
 
 def test_inputs_sent_while_busy_run_where_their_when_busy_choice_says(
@@ -264,17 +293,19 @@ def test_inputs_sent_while_busy_run_where_their_when_busy_choice_says(
     again, and the follow-up runs after that answer: the timeline shows them in that order, as the
     daemon's view has them."""
     driver = browser
-    d = make_daemon(with_turns(SLOW_TOOL_ROUND))
+    d = make_daemon(with_turns(HELD_TOOL_ROUND))
     strong, sid = open_session(driver, d, tmp_path, "dash-when-busy")
-    submit(driver, "a slow tool round")
+    submit(driver, "a held tool round")
     wait_for(lambda: by_css(driver, "#timeline .tool[data-status='running']"), "the running tool call")
     submit(driver, "then follow up", when_busy="followUp")
     wait_for(lambda: one(driver, "#composer-note").text.startswith("Sent (seq "), "the follow-up sent")
     submit(driver, "steer this way", when_busy="steer")
     wait_for(lambda: texts(driver, "#queue li.card .text") == ["steer this way", "then follow up"], "both queued, the steer first")
     assert texts(driver, "#queue li.card .pill") == ["steer", "followUp"]
+    assert by_css(driver, "#timeline .tool[data-status='running']")   # (both sent while the tool ran)
+    (tmp_path / "workspace" / "go").touch()
 
-    done = ["a slow tool round", "sleep_milliseconds", "steer this way", "(faux) You said: steer this way",
+    done = ["a held tool round", "run_command", "steer this way", "(faux) You said: steer this way",
             "then follow up", "(faux) You said: then follow up"]
     shown = """return Array.from(document.querySelectorAll('#timeline > .msg:not(.streaming), #timeline > .tool'),
         (n) => n.classList.contains('tool') ? n.querySelector('.name').textContent : n.querySelector('.text').textContent)"""
@@ -316,15 +347,24 @@ def test_a_queued_inputs_name_is_cut_between_whole_characters_as_a_reader_sees_t
     assert console_errors(driver) == []
 
 
+# Resolves once a turn of the page's event loop has gone by (what was due in the last one done).
+A_TURN_LATER = "const done = arguments[arguments.length - 1]; setTimeout(() => done(true), 0);"
+
+
 # The page's first request to /whoami waits until `releaseFirstWhoami()`; later ones go at once.
+# `firstWhoamiRead` turns true once the page has read the held request's answer (its body taken:
+# what the page does with it follows in the same turn).
 HOLD_FIRST_WHOAMI = """
     const realWhoami = window.fetch;
     let releaseWhoami; const whoamiGate = new Promise((r) => { releaseWhoami = r; });
     window.releaseFirstWhoami = () => releaseWhoami();
-    window.whoamiHeld = 0;
+    window.whoamiHeld = 0; window.firstWhoamiRead = false;
     window.fetch = async (...args) => {
-      if (String(args[0]).endsWith('/whoami') && window.whoamiHeld++ === 0) await whoamiGate;
-      return realWhoami(...args);
+      if (!(String(args[0]).endsWith('/whoami') && window.whoamiHeld++ === 0)) return realWhoami(...args);
+      await whoamiGate;
+      const resp = await realWhoami(...args), read = resp.text.bind(resp);
+      resp.text = async () => { try { return await read(); } finally { window.firstWhoamiRead = true; } };
+      return resp;
     };"""
 
 
@@ -350,8 +390,10 @@ def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
     paste_credential(driver, strong)
     wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
     wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
+    assert driver.execute_script("return window.whoamiHeld") == 2
     driver.execute_script("window.releaseFirstWhoami()")
-    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 2, "both asked")
+    wait_for(lambda: driver.execute_script("return window.firstWhoamiRead"), "the late refusal read")
+    assert driver.execute_async_script(A_TURN_LATER)
     network_requests(driver, d.base)
     click(driver, "#refresh")   # (a request made after the late answer came: it still carries the credential)
     wait_for(lambda: any(path.startswith("/api/v1/projects") for _, path, _ in network_requests(driver, d.base)),
@@ -368,11 +410,10 @@ def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
     wait_for(lambda: by_css(driver, "#errors li[data-code='AUTH_INVALID']"), "the refusal of the last one")
     network_requests(driver, d.base)
     driver.execute_script("window.releaseFirstWhoami()")
-    deadline = time.monotonic() + 1.5   # an observation window: the late success changes nothing
-    while time.monotonic() < deadline:
-        assert body_data(driver, "trust") == "" and one(driver, "#cred").is_displayed()
-        assert body_data(driver, "conn") == "not"
-        time.sleep(0.1)
+    wait_for(lambda: driver.execute_script("return window.firstWhoamiRead"), "the late success read")
+    assert driver.execute_async_script(A_TURN_LATER)
+    assert body_data(driver, "trust") == "" and one(driver, "#cred").is_displayed()
+    assert body_data(driver, "conn") == "not"
     asked = [path for _, path, _ in network_requests(driver, d.base)]
     assert asked == ["/api/v1/whoami"], asked
     assert texts(driver, "#errors li code") == ["AUTH_INVALID"]
@@ -393,9 +434,11 @@ def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
 
 
 # The page's requests that make a project or a session are counted in `createsAsked` and wait
-# until `releaseCreates()`; run again, the script counts afresh and holds the next ones.
+# until `releaseCreates()`; `createsRead` counts the answers the page has read (their body taken,
+# what the page does with it following in the same turn). Run again, the script counts afresh and
+# holds the next ones.
 HOLD_CREATES = """
-    window.createsAsked = 0;
+    window.createsAsked = 0; window.createsRead = 0;
     let releaseCreates; const createGate = new Promise((r) => { releaseCreates = r; });
     window.releaseCreates = () => releaseCreates();
     window.createGate = createGate;
@@ -403,8 +446,11 @@ HOLD_CREATES = """
       window.realCreate = window.fetch;
       window.fetch = async (...args) => {
         const url = String(args[0]), init = args[1] || {};
-        if (init.method === 'POST' && /\\/api\\/v1\\/(projects|sessions)$/.test(url)) { window.createsAsked++; await window.createGate; }
-        return window.realCreate(...args);
+        if (!(init.method === 'POST' && /\\/api\\/v1\\/(projects|sessions)$/.test(url))) return window.realCreate(...args);
+        window.createsAsked++; await window.createGate;
+        const resp = await window.realCreate(...args), read = resp.text.bind(resp);
+        resp.text = async () => { try { return await read(); } finally { window.createsRead++; } };
+        return resp;
       };
     }"""
 
@@ -414,7 +460,9 @@ def test_a_double_click_on_create_project_or_new_session_makes_one(
     """*Create project* and *New session* stayed enabled while their request was on its way, and
     the daemon makes a new project or session for each request (neither has an idempotency key):
     a double click, or Enter pressed twice in the form, made two projects of the same name and
-    workspace, or two sessions, the second one opened. Each form now sends one request at a time."""
+    workspace, or two sessions, the second one opened. Each form now sends one request at a time:
+    the button is disabled while it is on its way, and a form submitted again meanwhile (by a
+    script, which a disabled button does not stop) sends nothing more."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
     driver = browser
@@ -448,7 +496,87 @@ def test_a_double_click_on_create_project_or_new_session_makes_one(
     assert driver.execute_script("return window.createsAsked") == 1
     sessions = d.request("GET", f"/sessions?projectId={projects[0]['id']}", token=strong)[1]["sessions"]
     assert len(sessions) == 1, sessions
+
+    # The same form submitted twice by a script (not the disabled button, which the browser
+    # ignores): the page's own guard is what sends one request.
+    for form in ("new-project", "new-session"):
+        if form == "new-project":
+            one(driver, "#project-name").send_keys("Twice")
+            one(driver, "#project-workspace").send_keys(str(workspace))
+        driver.execute_script(HOLD_CREATES)
+        driver.execute_script("const f = document.getElementById(arguments[0]); f.requestSubmit(); f.requestSubmit();", form)
+        assert driver.execute_script("return window.createsAsked") == 1, form
+        driver.execute_script("window.releaseCreates()")
+        wait_for(lambda: driver.execute_script("return window.createsRead") == 1
+                 and one(driver, f"#{form} button").is_enabled(), f"the answer to {form}")
+        assert driver.execute_script("return window.createsAsked") == 1, form
+    projects = d.request("GET", "/projects", token=strong)[1]["projects"]
+    assert sorted(p["name"] for p in projects) == ["Once", "Twice"], projects
+    twice = next(p["id"] for p in projects if p["name"] == "Twice")
+    sessions = d.request("GET", f"/sessions?projectId={twice}", token=strong)[1]["sessions"]
+    assert len(sessions) == 1, sessions
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+    assert console_errors(driver) == []
+
+
+def test_a_create_on_its_way_when_the_credential_is_forgotten_changes_nothing_for_the_next_one(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """*Create project* pressed, then the credential forgotten and another pasted before the
+    daemon answered: the button stayed disabled under the next credential (for good, had no answer
+    come), and the late answer was applied to the next credential's page — the first one's project
+    selected there, or its refusal (the first credential revoked meanwhile) shown in the next one's
+    errors list. Forgetting the credential now lets go of the request: the button is enabled at
+    once, and the answer, when it comes, changes nothing."""
+    driver = browser
+    d = make_daemon(with_turns())
+    first, second, third = (d.pair(f"dash-create-forget-{i}", strong=True) for i in range(3))
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    driver.get(d.base + "/")
+    for held, then, revoke, name in ((first, second, False, "Answered late"), (second, third, True, "Refused late")):
+        paste_credential(driver, held)
+        wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "connected")
+        driver.execute_script(HOLD_CREATES)
+        one(driver, "#project-name").send_keys(name)
+        one(driver, "#project-workspace").send_keys(str(workspace))
+        click(driver, "#new-project button")
+        wait_for(lambda: driver.execute_script("return window.createsAsked") == 1, "the project asked")
+        assert not one(driver, "#new-project button").is_enabled()
+        click(driver, "#disconnect")
+        if revoke:
+            subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", "dash-create-forget-1"],
+                           cwd=d.cwd, capture_output=True, text=True, timeout=30, check=True)
+        paste_credential(driver, then)
+        wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "the next credential connected")
+        assert one(driver, "#new-project button").is_enabled()
+        driver.execute_script("window.releaseCreates()")
+        wait_for(lambda: driver.execute_script("return window.createsRead") == 1, "the late answer read")
+        assert driver.execute_async_script(A_TURN_LATER)
+        # (the page selects the newest project when none is: the one already there, never the late one)
+        selected = texts(driver, "#projects button.selected")
+        assert not any(t.startswith(name) for t in selected), selected
+        assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
+        assert one(driver, "#new-project button").is_enabled()
+        click(driver, "#disconnect")
+    names = [p["name"] for p in d.request("GET", "/projects", token=third)[1]["projects"]]
+    assert names == ["Answered late"], names   # (the revoked credential's was refused)
+
+    # Refused for the credential still held (revoked while the create was on its way): that is
+    # the page's reason to forget it, and it is said.
+    paste_credential(driver, third)
+    wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "connected")
+    driver.execute_script(HOLD_CREATES)
+    one(driver, "#project-name").send_keys("Refused now")
+    one(driver, "#project-workspace").send_keys(str(workspace))
+    click(driver, "#new-project button")
+    wait_for(lambda: driver.execute_script("return window.createsAsked") == 1, "the project asked")
+    subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", "dash-create-forget-2"],
+                   cwd=d.cwd, capture_output=True, text=True, timeout=30, check=True)
+    driver.execute_script("window.releaseCreates()")
+    wait_for(lambda: driver.execute_script("return window.createsRead") == 1, "the refusal read")
+    assert driver.execute_async_script(A_TURN_LATER)
+    assert one(driver, "#cred").is_displayed()
+    assert texts(driver, "#errors li code") == ["AUTH_INVALID"], texts(driver, "#errors li")
     assert console_errors(driver) == []
 
 
