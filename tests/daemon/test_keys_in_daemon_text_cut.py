@@ -1,0 +1,58 @@
+"""A 4xx answer is scrubbed of whole keys only (docs/decisions.md, "Caller text against whole keys,
+daemon text against pieces"), so daemon-held text it quotes cut to a limit (a workspace SKILL.md's
+line, a skill's problem) must be scrubbed of whole keys before it is cut: no piece of a key arises."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import DaemonFactory, error_of
+
+KEY_ENV = "LENS_TEST_DAEMON_TEXT_KEY"
+KEY = "sk-daemon-text-E4hT9wK2mQ7rV1xBz5Lp"  # (a canary: any 8 characters of it shown is a leak)
+CONFIG = {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": KEY_ENV, "models": [{"id": "m"}]}],
+          "defaultModel": "p/m"}
+
+
+def pieces_of(key: str) -> list[str]:
+    return [key[i:i + 8] for i in range(len(key) - 7)]
+
+
+def leaked(text: str) -> list[str]:
+    return [p for p in pieces_of(KEY) if p in text]
+
+
+async def test_a_skill_md_line_cut_in_a_422_shows_no_piece_of_a_provider_key(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("skills", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    sid = (await d.session(token, project["id"]))["id"]
+    # a front matter line the parser refuses, quoted cut to 60 characters
+    (ws / "skills" / "bad").mkdir(parents=True)
+    (ws / "skills" / "bad" / "SKILL.md").write_text(f"---\nname: bad\ntoken {'x' * 30}{KEY}\n---\nsteps\n")
+    # a name that is no skill name, quoted cut to 80 characters (and listed cut to 64)
+    (ws / "skills" / "long").mkdir(parents=True)
+    (ws / "skills" / "long" / "SKILL.md").write_text(f"---\nname: {'n' * 50}{KEY}!\n---\nsteps\n")
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "/skill:bad hi"})
+    assert r.status_code == 422 and error_of(r) == "SKILL_INVALID", r.text
+    message = r.json()["error"]["message"]
+    assert "got 'token xxx" in message and not leaked(message), message
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "/skill:nope hi"})
+    assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND", r.text
+    assert not leaked(r.text), r.text
+    # the directory's name: the answer names the skill it holds and that skill's problem
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r3", "content": "/skill:long hi"})
+    assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND", r.text
+    assert "the skill name 'nnnn" in r.text and not leaked(r.text), r.text
+    # the `skill` tool's listing (its problems) through a tool call's result
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r4", "content": "/tool skill {}"})
+    assert r.status_code in (200, 202), r.text
+    await d.wait_idle(token, sid)
+    events = json.dumps(await d.events(token, sid))
+    assert "cannot be loaded" in events and not leaked(events), [p for p in leaked(events)]
