@@ -113,10 +113,29 @@ class Secrets:
         (:meth:`scrub_message`) without telling the client anything it did not send. Of any
         other key, only whole ones are judged in what a client sent: an answer that changed as
         its text agreed with a key for longer would tell it how far a guess matched."""
+        return self.sent_whole_in((text,))
+
+    def sent_whole_in(self, texts: Iterable[str], data: bytes = b"") -> "Secrets":
+        """:meth:`sent_whole` of ``texts`` and of ``data`` (a request's body, as bytes) together,
+        without joining them into one text: ``data`` is searched as it is, one bytes search per
+        secret (its part JSON never escapes), and decoded only when one is there and it may be
+        written escaped. Work in proportion to ``data``: a caller with a large body runs it in
+        a worker thread."""
+        texts = tuple(texts)
         held = {}
-        for (value, _mark), needle, form in zip(self._pairs, self._needles, self._forms):
-            if needle in text and (value in text if form is None else form.search(text)):
+        decoded: str | None = None
+        for (value, _mark), needle, packed, form in zip(self._pairs, self._needles, self._packed_needles, self._forms):
+            if any(needle in text and (value in text if form is None else form.search(text)) for text in texts):
                 held[value] = self._names[value]
+            elif data and packed in data:
+                if form is None:
+                    found = value.encode("utf-8") in data
+                else:
+                    if decoded is None:
+                        decoded = data.decode("utf-8", "surrogateescape")
+                    found = form.search(decoded) is not None
+                if found:
+                    held[value] = self._names[value]
         return Secrets(held) if held else _NONE
 
     def scrub_message(self, text: str) -> str:

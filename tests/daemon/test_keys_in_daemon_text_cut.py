@@ -56,3 +56,28 @@ async def test_a_skill_md_line_cut_in_a_422_shows_no_piece_of_a_provider_key(
     await d.wait_idle(token, sid)
     events = json.dumps(await d.events(token, sid))
     assert "cannot be loaded" in events and not leaked(events), [p for p in leaked(events)]
+
+
+async def test_a_4xx_to_a_large_body_still_drops_the_pieces_of_a_key_the_body_holds_whole(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The body of a 4xx is searched for the keys it holds whole (their pieces then go from the
+    # answer too); a body of a few MiB is searched as bytes, in a worker thread: the same answer.
+    monkeypatch.setenv(KEY_ENV, KEY)
+    d = await daemon_factory(config={**CONFIG, "server": {"maxBodyBytes": 16 * 1024 * 1024}})
+    token = await d.pair("large", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    big = "y" * (3 * 1024 * 1024)
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": big, "whenBusy": "x" * 70 + KEY})
+    assert r.status_code in (400, 422), r.text[:300]
+    message = r.json()["error"]["message"]
+    assert "whenBusy" in message and f"[redacted {KEY_ENV}]" in message and not leaked(message), message
+    # a key elsewhere in the body: its pieces quoted go too
+    r = await d.post(f"/sessions/{sid}/inputs", token,
+                     {"requestId": "r2", "content": big + KEY, "whenBusy": "x" * 70 + KEY[:20]})
+    assert r.status_code in (400, 422) and not leaked(r.text), r.text[:300]
+    # no key in the body: the caller's text is quoted as it was sent
+    r = await d.post(f"/sessions/{sid}/inputs", token,
+                     {"requestId": "r3", "content": big, "whenBusy": "x" * 70 + KEY[:20]})
+    assert r.status_code in (400, 422), r.text[:300]
+    assert "x" * 10 + KEY[:10] in r.json()["error"]["message"] and "redacted" not in r.text, r.text
