@@ -81,3 +81,22 @@ async def test_a_4xx_to_a_large_body_still_drops_the_pieces_of_a_key_the_body_ho
                      {"requestId": "r3", "content": big, "whenBusy": "x" * 70 + KEY[:20]})
     assert r.status_code in (400, 422), r.text[:300]
     assert "x" * 10 + KEY[:10] in r.json()["error"]["message"] and "redacted" not in r.text, r.text
+
+
+async def test_a_key_the_body_holds_in_another_json_spelling_leaves_no_piece_in_a_4xx(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `"whenBusy": "xxx…\\u0073k-…"` holds the key whole once decoded; msgspec's reason quotes the
+    # value cut to 80 characters, which left a piece of the client's own key.
+    monkeypatch.setenv(KEY_ENV, KEY)
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("spelled", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    spelled = "x" * 70 + KEY.replace("s", "\\u0073", 1)
+    body = ('{"requestId": "r1", "content": "hi", "whenBusy": "%s"}' % spelled).encode()
+    assert json.loads(body)["whenBusy"] == "x" * 70 + KEY
+    r = await d.client.post(f"/api/v1/sessions/{sid}/inputs", content=body,
+                            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    assert r.status_code in (400, 422), r.text
+    message = r.json()["error"]["message"]
+    assert "whenBusy" in message and not leaked(message), message

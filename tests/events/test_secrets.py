@@ -243,3 +243,19 @@ def test_sent_whole_in_searches_a_body_as_bytes_with_the_texts_beside_it():
     # pieces, in the body or split between a text and the body, hold no key whole
     assert not secrets.sent_whole_in((key[:20],), key[20:].encode() + filler + key[:-1].encode())
     assert not secrets.sent_whole_in((), b"\xff\xfe" + key[:-1].encode())
+
+
+def test_sent_whole_finds_a_key_a_json_body_holds_whole_in_another_spelling():
+    # JSON may write any character as \uXXXX, a letter too: the body holds the key whole
+    key = "sk-sent-whole-Q7w9ZxK2mP4vL8nB3cR6"
+    secrets = Secrets({key: "A"})
+    body = '{"whenBusy": "%s"}' % key.replace("s", "\\u0073", 1).replace("Q", "\\u0051")
+    assert json.loads(body)["whenBusy"] == key
+    assert secrets.sent_whole(body).scrub_message(key[:12]) == "[redacted A]"
+    assert secrets.sent_whole_in((), body.encode()).scrub_message(key[:12]) == "[redacted A]"
+    # a key spelled so as a map key, and deep in the body
+    deep = '{"a": [{"%s": 1}]}' % key.replace("w", "\\u0077")
+    assert secrets.sent_whole_in((), deep.encode())
+    # a piece so spelled is no key; nor is a body that is no JSON
+    assert not secrets.sent_whole_in((), ('{"a": "%s"}' % key[:-1].replace("s", "\\u0073", 1)).encode())
+    assert not secrets.sent_whole_in((), (key.replace("s", "\\u0073", 1) + " not json").encode())
