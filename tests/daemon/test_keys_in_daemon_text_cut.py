@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DaemonFactory, error_of
+from .conftest import DaemonFactory, error_of, run_tool
 
 KEY_ENV = "LENS_TEST_DAEMON_TEXT_KEY"
 KEY = "sk-daemon-text-E4hT9wK2mQ7rV1xBz5Lp"  # (a canary: any 8 characters of it shown is a leak)
@@ -100,3 +100,26 @@ async def test_a_key_the_body_holds_in_another_json_spelling_leaves_no_piece_in_
     assert r.status_code in (400, 422), r.text
     message = r.json()["error"]["message"]
     assert "whenBusy" in message and not leaked(message), message
+
+
+async def test_a_tool_error_quoting_a_calls_arguments_is_no_oracle_for_a_piece_of_a_key(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Any client that can submit input can have a tool called with its own arguments (`/tool`),
+    # and every client reads the `tool.finished` events. Scrubbed of pieces, an error quoting the
+    # arguments answered `[redacted …]` to `KEY[:15]` and `[redacted …]X` to `KEY[:14] + "X"`.
+    monkeypatch.setenv(KEY_ENV, KEY)
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("tools", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    right, wrong = KEY[:15], KEY[:14] + ("X" if KEY[14] != "X" else "Y")
+    shapes = []
+    for n, guess in enumerate((right, wrong)):
+        body = await run_tool(d, token, sid, f"g{n}", "read_file", {"path": guess})
+        assert body["error_code"] == "NOT_FOUND", body
+        shapes.append(body["content"][0]["text"].replace(guess, "<guess>"))
+    assert shapes[0] == shapes[1] and "<guess>" in shapes[0], shapes
+    # a key the arguments hold whole is its marker, and a piece of it quoted cut goes too
+    body = await run_tool(d, token, sid, "g2", "read_file", {"path": "x" * 60 + KEY + "y" * 250})
+    text = json.dumps(body)
+    assert "xxxx[redacted" in text and not leaked(text), text
