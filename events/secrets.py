@@ -112,11 +112,39 @@ class Secrets:
         their own: the keys a client's request holds, whose pieces an answer to it may lose
         (:meth:`scrub_message`) without telling the client anything it did not send. Of any
         other key, only whole ones are judged in what a client sent: an answer that changed as
-        its text agreed with a key for longer would tell it how far a guess matched."""
+        its text agreed with a key for longer would tell it how far a guess matched. ``text`` may
+        be a JSON text: a key it holds in any JSON spelling (a letter written ``\\u0073``) is held
+        whole."""
+        return self.sent_whole_in((), text.encode("utf-8", "surrogatepass"))
+
+    def sent_whole_in(self, texts: Iterable[str], data: bytes = b"") -> "Secrets":
+        """:meth:`sent_whole` of ``texts`` and of ``data`` (a request's body, as bytes) together,
+        without joining them into one text: ``data`` is searched as it is, one bytes search per
+        secret (its part JSON never escapes), and decoded only when one is there and it may be
+        written escaped. ``data`` that is JSON holding a ``\\u`` escape (which may write any
+        character, a letter too, so that no search of its bytes finds the key) is decoded once,
+        and a key one of its strings holds whole is held too. Work in proportion to ``data``: a
+        caller with a large body runs it in a worker thread."""
+        texts = tuple(texts)
         held = {}
-        for (value, _mark), needle, form in zip(self._pairs, self._needles, self._forms):
-            if needle in text and (value in text if form is None else form.search(text)):
+        decoded: str | None = None
+        for (value, _mark), needle, packed, form in zip(self._pairs, self._needles, self._packed_needles, self._forms):
+            if any(needle in text and (value in text if form is None else form.search(text)) for text in texts):
                 held[value] = self._names[value]
+            elif data and packed in data:
+                if form is None:
+                    found = value.encode("utf-8") in data
+                else:
+                    if decoded is None:
+                        decoded = data.decode("utf-8", "surrogateescape")
+                    found = form.search(decoded) is not None
+                if found:
+                    held[value] = self._names[value]
+        if data and len(held) < len(self._pairs) and b"\\u" in data:
+            strings = _json_strings(data)
+            for value, _mark in self._pairs:
+                if value not in held and any(value in string for string in strings):
+                    held[value] = self._names[value]
         return Secrets(held) if held else _NONE
 
     def scrub_message(self, text: str) -> str:
@@ -329,6 +357,26 @@ class StreamScrub:
         """What is still held (the stream ended: it is no secret)."""
         held, self._held = self._held, ""
         return held
+
+
+def _json_strings(data: bytes) -> list[str]:
+    """The strings (map keys included) of the JSON text ``data``; none when it is no JSON."""
+    try:
+        value = msgspec.json.decode(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
+    except (msgspec.DecodeError, RecursionError):
+        return []
+    out: list[str] = []
+    stack = [value]
+    while stack:  # (no recursion: a body may nest as deep as its decoder lets it)
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            out.extend(item)
+            stack.extend(item.values())
+    return out
 
 
 def _either_form(char: str) -> str:

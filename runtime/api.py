@@ -24,6 +24,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from events.errors import LogError
+from events.secrets import Secrets
 from events.store import StoreWriteFailed
 from projections.history import HistoryError
 
@@ -36,7 +37,7 @@ from .errors import LensError
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .head_limit import limit_head
 from .history_api import add_history_routes
-from .http_parts import BODY_SECONDS, STATUS, ApiError, error_response
+from .http_parts import BODY_ON_LOOP_BYTES, BODY_SECONDS, STATUS, ApiError, error_response
 from .jobs_api import add_job_routes
 from .models_api import add_model_routes
 from .pairing import PairingLimit
@@ -247,7 +248,7 @@ def create_app(svc: Services) -> QuartTrio:
                 # a key the request holds whole go too (its value cut in a message: `whenBusy
                 # 'xxx…sk-proj-E4…'`): that tells the client nothing it did not send.
                 clean = secrets.scrub_json(response.response.data)
-                sent = secrets.sent_whole(_sent_text())
+                sent = await _sent_keys(secrets)
                 if sent:
                     clean = sent.scrub_message_json(clean if clean is not None else response.response.data) or clean
             elif request.endpoint not in AS_WRITTEN:
@@ -375,15 +376,18 @@ def _host_checked(asgi_app: Any, svc: Services) -> Any:
     return app
 
 
-def _sent_text() -> str:
-    """What the client sent, as text: the request's path and query (as sent and decoded), its
-    header values and, once a route has read it, its body."""
-    parts = [request.path, request.query_string.decode("latin-1"), urllib.parse.unquote(request.query_string.decode("latin-1")),
-             *(value for _name, value in request.headers.items())]
-    body = g.get("body_sent")
-    if body:
-        parts.append(body.decode("utf-8", "surrogateescape"))
-    return "\n".join(parts)
+async def _sent_keys(secrets: Secrets) -> Secrets:
+    """The keys the client sent whole (``Secrets.sent_whole_in``): in the request's path and
+    query (as sent and decoded), its header values and, once a route has read it, its body. The
+    body is searched as bytes, in a worker thread past ``BODY_ON_LOOP_BYTES`` (a body may be up to
+    ``server.maxBodyBytes``: a search of it on the loop would hold every other request)."""
+    texts = (request.path, request.query_string.decode("latin-1"),
+             urllib.parse.unquote(request.query_string.decode("latin-1")),
+             *(value for _name, value in request.headers.items()))
+    body = g.get("body_sent") or b""
+    if len(body) > BODY_ON_LOOP_BYTES:
+        return await trio.to_thread.run_sync(secrets.sent_whole_in, texts, body)
+    return secrets.sent_whole_in(texts, body)
 
 
 def _check_content_encoding() -> None:

@@ -224,7 +224,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                               ("pair file's directory", pairs.path.parent)])
         skill_sizes = SkillSizes()  # (the skills' size verdicts: the skill tool's and the system prompt's)
         tools = builtin_tools([*history_tools(projections), *workspace_tools(executors, artifacts),
-                               job_tool(executors), skill_tool(executors, skill_sizes),
+                               job_tool(executors), skill_tool(executors, skill_sizes, secrets=keys),
                                *web_tools(artifacts, allow_private_addresses=cfg.web.allow_private_addresses,
                                           allowed_private_networks=cfg.web.allowed_private_networks,
                                           search_base_url=cfg.web_search.base_url,
@@ -252,7 +252,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
 
             skills = ([SkillMeta(*meta) for meta in await prompt_skills(executors, project_id, wait=wait,
                                                                        recordable=store.codec.pack_checked,
-                                                                       sizes=skill_sizes)]
+                                                                       sizes=skill_sizes, secrets=keys)]
                       if project_id and ws and not busy else [])
             return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills,
                                              secrets=store.secrets)

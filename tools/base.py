@@ -121,18 +121,25 @@ class ToolResult:
         return cls([t.TextPart(f"{code}: {message}")], {"error": {"code": code, "message": message}},
                    is_error=True, error_code=code)
 
-    def message_scrubbed(self, secrets: Secrets) -> "ToolResult":
-        """This result, when it is an :meth:`error`'s, with its message without ``secrets``, whole
-        or in pieces (``Secrets.scrub_message``): a message may quote the call's arguments, a
-        path, a name, cut to a limit before any scrub, and the store finds whole keys only.
-        Any other result (a tool's output, which the store scrubs) is returned as it is."""
+    def message_scrubbed(self, secrets: Secrets, sent: Secrets | None = None) -> "ToolResult":
+        """This result, when it is an :meth:`error`'s, with its message without ``secrets``
+        whole (``Secrets.scrub_text``), and without the pieces of ``sent`` (the keys the call's
+        arguments hold whole, ``Secrets.sent_whole``): a message may quote the arguments cut to
+        a limit. The pieces of any other key stay: the arguments are text a client may choose
+        (``/tool``), and an error that changed as they agreed with a key for longer would tell
+        it how far a guess matched. A tool that quotes the daemon's own text cut to a limit (a
+        path the file system resolved, a SKILL.md's line) replaces whole keys before it cuts
+        (``ToolContext.secrets``, ``Secrets.cut``). Any other result (a tool's output, which the
+        store scrubs) is returned as it is."""
         error = self.structured_content.get("error") if isinstance(self.structured_content, dict) else None
         if not secrets or not isinstance(error, dict) or set(error) != {"code", "message"}:
             return self
         code, message = error["code"], error["message"]
         if code != self.error_code or not isinstance(message, str) or self.content != [t.TextPart(f"{code}: {message}")]:
             return self
-        clean = secrets.scrub_message(message)
+        clean = secrets.scrub_text(message)
+        if sent:
+            clean = sent.scrub_message(clean)
         return self if clean == message else dataclasses.replace(ToolResult.error(code, clean), events=self.events,
                                                                  rerun_after=self.rerun_after)
 
@@ -210,9 +217,12 @@ class ToolRegistry:
         """Run one call; every failure comes back as an error result, never as an exception.
         ``check`` (the context and execution planes, tools/catalog.py) sees the decoded arguments
         first and may answer with an error result instead of running the tool. An error's message
-        leaves without ``ctx.secrets`` (:meth:`ToolResult.message_scrubbed`)."""
+        leaves without ``ctx.secrets`` whole, and without pieces of those ``arguments`` hold whole
+        (:meth:`ToolResult.message_scrubbed`)."""
         result = await self._run(name, arguments, ctx, allowed=allowed, check=check)
-        return result.message_scrubbed(ctx.secrets) if result.is_error else result
+        if not result.is_error or not ctx.secrets:
+            return result
+        return result.message_scrubbed(ctx.secrets, ctx.secrets.sent_whole(arguments))
 
     async def _run(self, name: str, arguments: str, ctx: ToolContext, *, allowed: Sequence[str] | None,
                    check: Callable[[ToolSpec, dict[str, Any]], ToolResult | None] | None) -> ToolResult:

@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from events import types as t
 from events.errors import AppendRejected
+from events.secrets import Secrets
 from projections.session_state import HeldSkill
 from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 
@@ -55,6 +56,7 @@ CALL_ID_ROOM = 256
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # whole names only: fullmatch
 
 log = logging.getLogger("lens.skills")
+_NO_SECRETS = Secrets()
 
 # an executor read tool's arguments (read_file, browse_list) -> its result dict; raises ToolError
 # with the executor's code.
@@ -72,7 +74,7 @@ _KEY_RE = re.compile(r"([A-Za-z0-9_](?:[A-Za-z0-9_. -]*[A-Za-z0-9_.-])?)[ \t]*:(
 _BLOCK_MARKS = ("|", "|-", "|+", ">", ">-", ">+")
 
 
-def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
+def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[str, str], str]:
     """``(fields, body)`` of a SKILL.md text; no front matter gives ``({}, text)``.
 
     The front matter starts at the first line when it is ``---`` (trailing blanks allowed, as
@@ -82,8 +84,10 @@ def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
     by spaces); ``|`` / ``>`` start a block of indented lines (kept / folded); an empty value
     followed by indented lines (a nested map or list), or by ``- item`` lines at the key's own
     indentation (a YAML block sequence), is kept as that raw text. A plain YAML
-    subset, stdlib only. Raises :class:`FrontMatterError` naming the line.
+    subset, stdlib only. Raises :class:`FrontMatterError` naming the line (a line it quotes is
+    cut to a limit after ``secrets``, the daemon's keys, are replaced in it: ``Secrets.cut``).
     """
+    secrets = secrets or _NO_SECRETS
     if text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")
@@ -131,7 +135,7 @@ def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
         finish()
         m = _KEY_RE.fullmatch(line)
         if m is None:
-            raise FrontMatterError(f"line {number}: expected 'key: value', got {line[:60]!r}")
+            raise FrontMatterError(f"line {number}: expected 'key: value', got {secrets.cut(line, 60)!r}")
         key, raw = m.group(1), (m.group(2) or "").strip()
         if key in fields:
             raise FrontMatterError(f"line {number}: the key {key!r} appears twice")
@@ -194,8 +198,9 @@ async def _listing(read: Read, path: str) -> list[str]:
         args = {"path": path, "follow_symlinks": False, "offset": page["next_offset"]}
 
 
-async def _skill_text(read: Read, path: str) -> tuple[str | None, str | None]:
-    """(SKILL.md text, None) or (None, problem); (None, None) when there is no SKILL.md."""
+async def _skill_text(read: Read, path: str, secrets: Secrets) -> tuple[str | None, str | None]:
+    """(SKILL.md text, None) or (None, problem); (None, None) when there is no SKILL.md. A
+    problem quoting the executor's message cuts it after ``secrets`` are replaced in it."""
     args: dict[str, Any] = {"path": path, "follow_symlinks": False}
     parts: list[str] = []
     try:
@@ -221,17 +226,21 @@ async def _skill_text(read: Read, path: str) -> tuple[str | None, str | None]:
             return None, f"{SKILL_FILE} is not a regular file"
         if exc.code.startswith("EXECUTOR_") or exc.code in ("NO_WORKSPACE", "CANCELLED"):
             raise  # the executor failed, not this skill
-        return None, f"{SKILL_FILE} cannot be read ({exc.code}: {exc.message[:200]})"
+        return None, f"{SKILL_FILE} cannot be read ({exc.code}: {secrets.cut(exc.message, 200)})"
     text = "".join(parts)
     if len(text.encode("utf-8")) > MAX_SKILL_BYTES:  # (grew while it was read)
         return None, f"{SKILL_FILE} is larger than {MAX_SKILL_BYTES} bytes"
     return text, None
 
 
-def _skill_of(base_dir: str, dir_name: str, text: str) -> Skill:
+def _skill_of(base_dir: str, dir_name: str, text: str, secrets: Secrets = _NO_SECRETS) -> Skill:
+    """The skill a SKILL.md's ``text`` describes. What it quotes of that text cut to a limit (a bad
+    line, a bad name) is cut after ``secrets`` are replaced in it: a 4xx answer quoting a skill's
+    problem (a ``/skill:`` input's) is scrubbed of whole keys only, so a key cut first would show
+    its first characters."""
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     try:
-        fields, body = parse_front_matter(text)
+        fields, body = parse_front_matter(text, secrets)
     except FrontMatterError as exc:
         return Skill(dir_name, base_dir, problem=f"{SKILL_FILE} front matter: {exc}", digest=digest)
     name = fields.get("name", "").strip() or dir_name
@@ -241,9 +250,9 @@ def _skill_of(base_dir: str, dir_name: str, text: str) -> Skill:
     problem = None
     declared = ""
     if len(name) > MAX_NAME_CHARS or not NAME_RE.fullmatch(name):
-        problem = (f"the skill name {name[:80]!r} is not valid: 1 to {MAX_NAME_CHARS} characters of ASCII letters, "
+        problem = (f"the skill name {secrets.cut(name, 80)!r} is not valid: 1 to {MAX_NAME_CHARS} characters of ASCII letters, "
                    "digits, '.', '_' and '-', starting with a letter or digit")
-        name, declared = name[:MAX_NAME_CHARS], (name if len(name) > MAX_NAME_CHARS else "")
+        name, declared = secrets.cut(name, MAX_NAME_CHARS), (name if len(name) > MAX_NAME_CHARS else "")
     elif not body.strip():
         problem = f"{SKILL_FILE} holds no instructions after its front matter"
     return Skill(name, base_dir, description, problem, body.strip("\r\n"), digest, declared)
@@ -267,7 +276,7 @@ class Discovery:
 
 async def discover(read: Read, *, browse: Read | None = None,
                    recordable: Callable[[t._Event], object] | None = None,
-                   sizes: SkillSizes | None = None) -> Discovery:
+                   sizes: SkillSizes | None = None, secrets: Secrets | None = None) -> Discovery:
     """Every skill of the workspace, roots in :data:`SKILL_ROOTS` order, directories sorted.
 
     A name found again in a later directory is listed with a problem (the first one that can be
@@ -279,8 +288,11 @@ async def discover(read: Read, *, browse: Read | None = None,
     that problem. A skill directory whose name the
     executor cannot show as it is (a newline, bytes that are not UTF-8: :func:`_unshowable_dir`,
     which looks with ``browse``, the executor's ``browse_list``) is listed with a problem naming it.
+    ``secrets`` (the daemon's keys) are replaced in what a problem quotes of a SKILL.md before
+    it is cut (:func:`_skill_of`).
     Raises ToolError only when the executor itself fails (not for a missing root or a bad skill).
     """
+    secrets = secrets or _NO_SECRETS
     found: list[Skill] = []
     seen: dict[str, str] = {}
     looked = unread = 0
@@ -302,7 +314,7 @@ async def discover(read: Read, *, browse: Read | None = None,
             looked += 1
             dir_name = entry[:-1]
             base = f"{root}/{dir_name}"
-            text, problem = await _skill_text(read, f"{base}/{SKILL_FILE}")
+            text, problem = await _skill_text(read, f"{base}/{SKILL_FILE}", secrets)
             if text is None and problem is None:
                 if not _maybe_shown_otherwise(dir_name) or await _exists(read, base):
                     continue  # a directory without SKILL.md is not a skill
@@ -314,7 +326,7 @@ async def discover(read: Read, *, browse: Read | None = None,
                 found.append(Skill(dir_name, base, problem=f"its directory name cannot be used as a skill name: "
                                    f"{own!r} (it holds a newline or bytes that are not UTF-8, shown here as U+FFFD)"))
                 continue
-            skill = Skill(dir_name, base, problem=problem) if text is None else _skill_of(base, dir_name, text)
+            skill = Skill(dir_name, base, problem=problem) if text is None else _skill_of(base, dir_name, text, secrets)
             if skill.problem is None and recordable is not None and (why := (
                     too_large_for_the_log(recordable, skill) if sizes is None else sizes.verdict(recordable, skill))):
                 skill = Skill(skill.name, base, skill.description, why, digest=skill.digest)
@@ -601,8 +613,11 @@ def _other_case(names: Iterable[str], name: str, how: str) -> str:
     return f" (skill names are case-sensitive: {how} as {', '.join(repr(o) for o in others[:5])})"
 
 
-def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
-    """The ``skill`` tool; ``sizes`` (a new one when not given) keeps its discoveries' size verdicts."""
+def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secrets | None = None) -> ToolSpec:
+    """The ``skill`` tool; ``sizes`` (a new one when not given) keeps its discoveries' size verdicts.
+    ``secrets`` (the store's keys; else the call's ``ToolContext.secrets``) are replaced in what a
+    skill's problem quotes of its SKILL.md before it is cut, whoever runs the tool (a ``/skill:``
+    input's check runs it too)."""
     sizes = SkillSizes() if sizes is None else sizes
 
     async def skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -638,7 +653,8 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
                 {"name": name, "status": "unloaded"}, events=[t.SkillUnloaded(name=name, call_id=ctx.call_id)])
         read = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill")
         browse = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill", tool="browse_list")
-        discovery = await discover(read, browse=browse, recordable=ctx.recordable, sizes=sizes)
+        discovery = await discover(read, browse=browse, recordable=ctx.recordable, sizes=sizes,
+                                   secrets=secrets or ctx.secrets)
         skills = discovery.skills
         if name is None:
             at = _loaded_at(skills, loaded)
@@ -710,7 +726,7 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None) -> ToolSpec:
 
 async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True,
                         recordable: Callable[[t._Event], object] | None = None,
-                        sizes: SkillSizes | None = None) -> list[tuple[str, str, str]]:
+                        sizes: SkillSizes | None = None, secrets: Secrets | None = None) -> list[tuple[str, str, str]]:
     """(name, description, SKILL.md path) of the project's loadable skills, for the system
     prompt's skills section; an executor that fails leaves the section out (logged).
     ``wait=False``: ``DomainBusy`` instead of waiting while a command holds the workspace.
@@ -721,7 +737,7 @@ async def prompt_skills(pool: Respawning, project_id: str, *, wait: bool = True,
     try:
         found = await discover(workspace_reader(pool, project_id, who, wait=wait),
                                browse=workspace_reader(pool, project_id, who, wait=wait, tool="browse_list"),
-                               recordable=recordable, sizes=sizes)
+                               recordable=recordable, sizes=sizes, secrets=secrets)
     except ToolError as exc:
         log.warning("project %s: skills not listed for the system prompt (%s)", project_id, exc.code)
         return []

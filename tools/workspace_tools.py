@@ -183,7 +183,7 @@ async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: st
         if not isinstance(real, str) or not within_allowlist(real, prefixes):
             shown = path or "."
             of = "" if whose == tool else f" of {whose}"
-            raise ToolError("PATH_NOT_ALLOWED", f"{tool}: {arg} {shown[:200]!r} leads to {str(real)[:200]!r}, outside "
+            raise ToolError("PATH_NOT_ALLOWED", f"{tool}: {arg} {shown[:200]!r} leads to {ctx.secrets.cut(str(real), 200)!r}, outside "
                                                 f"the workspace allowlist{of} ({', '.join(prefixes) or 'empty'})")
     assert isinstance(real, str)
     return real

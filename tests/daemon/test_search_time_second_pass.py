@@ -83,8 +83,8 @@ async def test_a_backend_refusing_redirecting_or_flooding_ends_the_call_with_its
         ("WEB_SEARCH_FAILED", "WEB_SEARCH_FAILED: the search backend answered 302 Found"),
         ("WEB_SEARCH_FAILED", "WEB_SEARCH_FAILED: the search backend's answer is not JSON"),
         ("RESPONSE_TOO_LARGE", "RESPONSE_TOO_LARGE: the search backend: the response body is larger than "
-                               "33554432 bytes (after decompression); ask for less: fewer results (num_results 8) "
-                               "or less text per result (context_max_characters 10000)"),
+                               "33554432 bytes (after decompression); the backend sent more than was asked for "
+                               "(num_results 8, context_max_characters 10000)"),
         (None, 'No results for "lens".'),
     ]
     assert [q.path for q in web_server.requests] == ["/search"] * 5  # (the redirect was not followed)
@@ -111,7 +111,9 @@ async def test_an_answer_past_the_bound_for_arguments_in_range_says_how_to_ask_f
 async def test_the_ask_for_less_hint_names_only_what_can_go_lower(
         daemon_factory: DaemonFactory, web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # The hint was added whole even at num_results 1 and context_max_characters 1, where asking
-    # for less is no way out: the backend sent more than was asked for.
+    # for less is no way out: the backend sent more than was asked for. So it is whenever what was
+    # asked for (6 bytes a character at most, as JSON escapes, and 4 KiB a result besides) could
+    # not come near the bound: 3 results of 1 character were told to ask for fewer results.
     results = [{"title": "R", "url": "https://r.example/", "text": "w" * (34 * 1024 * 1024)}]
     body = gzip.compress(json.dumps({"results": results}).encode(), 1)
     d, token, sid = await searching(daemon_factory, web_server, monkeypatch,
@@ -121,8 +123,14 @@ async def test_the_ask_for_less_hint_names_only_what_can_go_lower(
             ({"num_results": 1, "context_max_characters": 1},
              "; the backend sent more than was asked for (num_results 1, context_max_characters 1)"),
             ({"num_results": 1, "context_max_characters": 5000},
-             "; ask for less: less text per result (context_max_characters 5000)"),
-            ({"num_results": 3, "context_max_characters": 1}, "; ask for less: fewer results (num_results 3)"))):
+             "; the backend sent more than was asked for (num_results 1, context_max_characters 5000)"),
+            ({"num_results": 3, "context_max_characters": 1},
+             "; the backend sent more than was asked for (num_results 3, context_max_characters 1)"),
+            ({"num_results": 1, "context_max_characters": 1_048_576},
+             "; the backend sent more than was asked for (num_results 1, context_max_characters 1048576)"),
+            ({"num_results": 10, "context_max_characters": 1_048_576},
+             "; ask for less: fewer results (num_results 10) or less text per result "
+             "(context_max_characters 1048576)"))):
         answer = await run_tool(d, token, sid, f"r{n}", "web_search", {"query": "lens", **args})
         assert answer["error_code"] == "RESPONSE_TOO_LARGE"
         assert text(answer) == head + tail, args

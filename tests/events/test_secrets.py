@@ -229,3 +229,33 @@ def test_sent_whole_keeps_the_keys_a_text_holds_whole_and_no_piece_of_another():
     assert held.scrub_message(key[:12] + " " + other[:12]) == "[redacted A] " + other[:12]
     escaped = other.replace("/", "\\/").replace('"', '\\"')
     assert secrets.sent_whole(escaped).scrub_message(other[:10]) == "[redacted B]"
+
+
+def test_sent_whole_in_searches_a_body_as_bytes_with_the_texts_beside_it():
+    key, other = "sk-sent-whole-Q7w9ZxK2mP4vL8nB3cR6", "sk-other/key\"Z8x7c6v5b4n3"
+    secrets = Secrets({key: "A", other: "B"})
+    filler = b"y" * (1024 * 1024)
+    held = secrets.sent_whole_in(("/path", "header"), filler + key.encode() + filler)
+    assert held.scrub_message(key[:12] + " " + other[:12]) == "[redacted A] " + other[:12]
+    escaped = other.replace("/", "\\/").replace('"', '\\"').encode()
+    assert secrets.sent_whole_in((), filler + escaped).scrub_message(other[:10]) == "[redacted B]"
+    assert secrets.sent_whole_in((f"?q={other}",), filler).scrub_message(other[:10]) == "[redacted B]"
+    # pieces, in the body or split between a text and the body, hold no key whole
+    assert not secrets.sent_whole_in((key[:20],), key[20:].encode() + filler + key[:-1].encode())
+    assert not secrets.sent_whole_in((), b"\xff\xfe" + key[:-1].encode())
+
+
+def test_sent_whole_finds_a_key_a_json_body_holds_whole_in_another_spelling():
+    # JSON may write any character as \uXXXX, a letter too: the body holds the key whole
+    key = "sk-sent-whole-Q7w9ZxK2mP4vL8nB3cR6"
+    secrets = Secrets({key: "A"})
+    body = '{"whenBusy": "%s"}' % key.replace("s", "\\u0073", 1).replace("Q", "\\u0051")
+    assert json.loads(body)["whenBusy"] == key
+    assert secrets.sent_whole(body).scrub_message(key[:12]) == "[redacted A]"
+    assert secrets.sent_whole_in((), body.encode()).scrub_message(key[:12]) == "[redacted A]"
+    # a key spelled so as a map key, and deep in the body
+    deep = '{"a": [{"%s": 1}]}' % key.replace("w", "\\u0077")
+    assert secrets.sent_whole_in((), deep.encode())
+    # a piece so spelled is no key; nor is a body that is no JSON
+    assert not secrets.sent_whole_in((), ('{"a": "%s"}' % key[:-1].replace("s", "\\u0073", 1)).encode())
+    assert not secrets.sent_whole_in((), (key.replace("s", "\\u0073", 1) + " not json").encode())

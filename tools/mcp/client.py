@@ -248,7 +248,7 @@ class Connection:
         except RecursionError:
             raise _ProtocolViolation(f"the server wrote JSON nested too deep to read on stdout: {self.secrets.cut(line, 200)!r}") from None
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
-            raise _ProtocolViolation(f"the server wrote something that is not JSON-RPC 2.0: {line[:200]!r}")
+            raise _ProtocolViolation(f"the server wrote something that is not JSON-RPC 2.0: {self.secrets.cut(line, 200)!r}")
         method = msg.get("method")
         if isinstance(method, str):
             if "id" in msg:  # a request from the server: answer the ones a client must
@@ -274,7 +274,7 @@ class Connection:
         err = msg.get("error")
         if err is not None:
             err = err if isinstance(err, dict) else {}
-            pending.error = RequestFailed(err.get("code"), str(err.get("message") or "no message")[:2000], err.get("data"))
+            pending.error = RequestFailed(err.get("code"), self.secrets.cut(str(err.get("message") or "no message"), 2000), err.get("data"))
         else:
             pending.result = msg.get("result")
         pending.done.set()

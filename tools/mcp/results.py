@@ -148,7 +148,8 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
                                         f"{problem or f'{size} bytes of JSON, above the {MAX_STRUCTURED_BYTES}-byte cap'}]"))
             structured = None
     if result.get("isError") is True:
-        message = "".join(p.text for p in b.content if isinstance(p, t.TextPart))[:2000] or f"{tool} reported an error without a message"
+        message = (b.secrets.cut("".join(p.text for p in b.content if isinstance(p, t.TextPart)), 2000)
+                   or f"{tool} reported an error without a message")
         return ToolResult(b.content or [t.TextPart(f"MCP_TOOL_ERROR: {message}")],
                           {"error": {"code": "MCP_TOOL_ERROR", "message": message}, "structured": structured},
                           is_error=True, error_code="MCP_TOOL_ERROR", events=b.events)

@@ -219,7 +219,7 @@ class McpServers:
                         # changed between two pages is refused so, and the server announces the
                         # change again. Stopping it would end every call in flight and spend a
                         # restart; its tools stay as last listed until a listing succeeds.)
-                        s.error = (f"tools/list after list_changed failed: {exc.message[:500]}; the tools "
+                        s.error = (f"tools/list after list_changed failed: {self.secrets.cut(exc.message, 500)}; the tools "
                                    "listed before are kept")
                         log.warning("MCP server %s: %s", s.name, s.error)
                         continue

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import trio
 
 from events import types as t
+from events.secrets import Secrets
 from runtime.atomicfile import why_not_written
 from runtime.errors import shortened_names  # (imports nothing: no cycle)
 
@@ -105,7 +106,9 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
     tls_store = TlsOnDemand(tls)
     lookup = resolver or SystemResolver()
 
-    async def fetch(url: Url, fmt: str, timeout: float, deadline: float) -> tuple[Url, list[str], Any]:
+    async def fetch(url: Url, fmt: str, timeout: float, deadline: float,
+                    secrets: Secrets) -> tuple[Url, list[str], Any]:
+        # (a redirect's target is the server's text, cut in a message after the keys are replaced)
         redirects: list[str] = []
         current = url
         looking_up = False
@@ -121,9 +124,9 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                     if resp.status not in REDIRECTS or location is None:
                         return current, redirects, resp
                     if len(redirects) == MAX_REDIRECTS:
-                        raise ToolError("TOO_MANY_REDIRECTS", f"{url.url[:300]} redirected more than "
-                                                              f"{MAX_REDIRECTS} times (last to {current.url[:300]})")
-                    what = f"the redirect from {current.url[:200]} to"
+                        raise ToolError("TOO_MANY_REDIRECTS", f"{secrets.cut(url.url, 300)} redirected more than "
+                                                              f"{MAX_REDIRECTS} times (last to {secrets.cut(current.url, 300)})")
+                    what = f"the redirect from {secrets.cut(current.url, 200)} to"
                     try:
                         target = join(current.url, _header_text(location).strip())
                     except ValueError:  # (e.g. "http://[::1": urlsplit refuses it)
@@ -134,14 +137,14 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
             if looking_up:
                 raise ToolError("FETCH_TIMEOUT", f"looking up the address of {current.host} did not finish within "
                                                  f"{timeout:g} s ({len(redirects)} redirect(s) followed)") from None
-            raise ToolError("FETCH_TIMEOUT", f"{url.url[:300]} did not answer in full within {timeout:g} s "
+            raise ToolError("FETCH_TIMEOUT", f"{secrets.cut(url.url, 300)} did not answer in full within {timeout:g} s "
                                              f"({len(redirects)} redirect(s) followed)") from None
 
     async def web_fetch(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raw_url, fmt, timeout = check_arguments(args)
         deadline = trio.current_time() + timeout  # (the whole call's: fetch and conversion)
         url = parse_url(raw_url)
-        final, redirects, resp = await fetch(url, fmt, timeout, deadline)
+        final, redirects, resp = await fetch(url, fmt, timeout, deadline, ctx.secrets)
         limit = _Limit(deadline, timeout)
         content_type = resp.header("content-type")
         mime = (content_type or "").split(";", 1)[0].strip().lower()
@@ -156,7 +159,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
         if resp.status >= 400:
             text = "" if kind == "binary" else await _excerpt_text(resp.body, content_type, kind, fmt, final, limit)
             excerpt = ctx.secrets.cut(text, ERROR_EXCERPT_CHARS, "…")  # (scrubbed before the cut)
-            raise ToolError("HTTP_ERROR", f"{final.url[:300]} answered {resp.status} {resp.reason}".rstrip()
+            raise ToolError("HTTP_ERROR", f"{ctx.secrets.cut(final.url, 300)} answered {resp.status} {resp.reason}".rstrip()
                             + (f"\n\n{excerpt}" if excerpt.strip() else ""))
         note = f"[redirected to {final.url}]\n\n" if redirects else ""
         if not resp.body:

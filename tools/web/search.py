@@ -94,14 +94,23 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# What asking for a result's text may cost at most in the backend's answer: 6 bytes a character
+# (as JSON writes one escaped, \u001f), and a result's title, URL and other fields besides.
+ASKED_BYTES_PER_CHAR = 6
+ASKED_BYTES_PER_RESULT = 4 * 1024
+
+
 def _too_large_hint(a: dict[str, Any]) -> str:
-    """What a RESPONSE_TOO_LARGE adds: the arguments that can go lower, or (at 1 result of 1
-    character already) that the backend sent more than was asked for."""
+    """What a RESPONSE_TOO_LARGE adds: the arguments that can go lower, when what they asked for
+    could come near :data:`MAX_RESPONSE_BYTES`; otherwise (3 results of 1 character, say) that
+    the backend sent more than was asked for (it ignored ``maxCharacters``), since asking for
+    less would not help."""
+    n, chars = a["num_results"], a["context_max_characters"]
+    if n * (chars * ASKED_BYTES_PER_CHAR + ASKED_BYTES_PER_RESULT) < MAX_RESPONSE_BYTES:
+        return f"; the backend sent more than was asked for (num_results {n}, context_max_characters {chars})"
     lower = [f"{what} ({name} {a[name]})" for what, name in (("fewer results", "num_results"),
                                                              ("less text per result", "context_max_characters"))
              if a[name] > 1]
-    if not lower:
-        return "; the backend sent more than was asked for (num_results 1, context_max_characters 1)"
     return "; ask for less: " + " or ".join(lower)
 
 
