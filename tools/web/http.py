@@ -85,13 +85,13 @@ class TlsOnDemand:
 class _Decoder:
     """Undo a response's Content-Encoding, holding the output to ``limit`` bytes."""
 
-    def __init__(self, content_encoding: str, limit: int) -> None:
+    def __init__(self, content_encoding: str, limit: int, secrets: Secrets) -> None:
         self.limit = limit
         self.out = bytearray()
         codings = [c.strip().lower() for c in content_encoding.split(",")]
         codings = [c for c in codings if c and c != "identity"]
         if len(codings) > 1 or (codings and codings[0] not in ("gzip", "x-gzip", "deflate")):
-            raise ToolError("CONTENT_ENCODING_UNSUPPORTED", f"the response is encoded as {content_encoding[:60]!r}; "
+            raise ToolError("CONTENT_ENCODING_UNSUPPORTED", f"the response is encoded as {secrets.cut(content_encoding, 60)!r}; "
                                                             f"only one of gzip or deflate is supported")
         self.encoding = codings[0] if codings else ""
         self.z: zlib._Decompress | None = None
@@ -278,7 +278,7 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
             continue
         if isinstance(event, h11.Response):
             response = event
-            decoder = _Decoder(_header(event.headers, b"content-encoding"), max_body)
+            decoder = _Decoder(_header(event.headers, b"content-encoding"), max_body, secrets)
             declared = _header(event.headers, b"content-length")
             if not decoder.encoding and declared.isdigit() and int(declared) > max_body:
                 # (refused before a byte of it is read)
