@@ -94,9 +94,10 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# What asking for a result's text may cost at most in the backend's answer: 6 bytes a character
-# (as JSON writes one escaped, \u001f), and a result's title, URL and other fields besides.
-ASKED_BYTES_PER_CHAR = 6
+# What asking for a result's text may cost at most in the backend's answer: 12 bytes a character
+# (as JSON writes one escaped: \u001f, and one outside the BMP as a surrogate pair,
+# \ud83d\ude00), and a result's title, URL and other fields besides.
+ASKED_BYTES_PER_CHAR = 12
 ASKED_BYTES_PER_RESULT = 4 * 1024
 
 
