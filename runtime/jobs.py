@@ -381,7 +381,7 @@ class SessionJobs:
                         dropped = "the executor kept no output past its cap per command"
                         reason = f"{reason}; {dropped}" if reason else dropped
             except LensError as exc:
-                reason = f"{exc.code}: {exc.message}"[:2000]
+                reason = self._secrets.cut(f"{exc.code}: {exc.message}", 2000)  # (keys whole before the cut)
             except trio.Cancelled:
                 if self._stopping is not None and self._stopping.is_set() and not live.abandoned:
                     # The daemon stops gracefully: its store takes appends until the services

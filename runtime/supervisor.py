@@ -440,7 +440,7 @@ class Supervisor:
                         log.warning("session %s: its project could not be read (%r)", handle.session_id, exc)
                         project_id = None
                     await self.deps.store.append(Draft(
-                        t.SessionQuarantined(reason=reason[:2000]), project_id=project_id,
+                        t.SessionQuarantined(reason=self.deps.store.secrets.cut(reason, 2000)), project_id=project_id,
                         session_id=handle.session_id))
             except Exception as exc:
                 # The log itself may be what fails (the status stays in memory). The session is

@@ -458,7 +458,7 @@ class WorkingContextOps:
             # has no other way to be seen, and a manual one's HTTP answer reaches only its caller
             # (the log, the timeline and the Context panel say it too).
             await self._emit([self._scoped(t.ContextCompactionFailed(
-                code="COMPACTION_FAILED", message=message[:2000], trigger=trigger, usage=exc.usage,
+                code="COMPACTION_FAILED", message=self._secrets.cut(message, 2000), trigger=trigger, usage=exc.usage,
                 provider=provider.id, model=model_id), agent_id, task_id)])
             raise ContextError("COMPACTION_FAILED", message) from None
         summary = result.text.strip()

@@ -601,7 +601,7 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
             if all(w in COMMON_WORDS for w in words):
                 text += " Common words such as 'the' or 'for' match only tool names: name what the tool does."
         else:
-            lines = [f"- {m['name']} (score {m['score']}{', loaded' if m['loaded'] else ''}): {m['description'][:300]}"
+            lines = [f"- {m['name']} (score {m['score']}{', loaded' if m['loaded'] else ''}): {ctx.secrets.cut(m['description'], 300)}"
                      for m in matches]
             tail = (f"Loaded {', '.join(new)}: callable from your next request." if new
                     else "Nothing new was loaded." if load else "Not loaded (load: false).")

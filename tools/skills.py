@@ -235,7 +235,7 @@ async def _skill_text(read: Read, path: str, secrets: Secrets) -> tuple[str | No
 
 def _skill_of(base_dir: str, dir_name: str, text: str, secrets: Secrets = _NO_SECRETS) -> Skill:
     """The skill a SKILL.md's ``text`` describes. What it quotes of that text cut to a limit (a bad
-    line, a bad name) is cut after ``secrets`` are replaced in it: a 4xx answer quoting a skill's
+    line, a bad name, the description) is cut after ``secrets`` are replaced in it: a 4xx answer quoting a skill's
     problem (a ``/skill:`` input's) is scrubbed of whole keys only, so a key cut first would show
     its first characters."""
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -245,8 +245,10 @@ def _skill_of(base_dir: str, dir_name: str, text: str, secrets: Secrets = _NO_SE
         return Skill(dir_name, base_dir, problem=f"{SKILL_FILE} front matter: {exc}", digest=digest)
     name = fields.get("name", "").strip() or dir_name
     description = " ".join(fields.get("description", "").split())
-    if len(description) > MAX_DESCRIPTION_CHARS:
-        description = description[:MAX_DESCRIPTION_CHARS - 1] + "…"
+    if len(description) > MAX_DESCRIPTION_CHARS:  # (keys replaced whole first: the listing and the system prompt show it)
+        description = secrets.scrub_text(description)
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            description = description[:MAX_DESCRIPTION_CHARS - 1] + "…"
     problem = None
     declared = ""
     if len(name) > MAX_NAME_CHARS or not NAME_RE.fullmatch(name):

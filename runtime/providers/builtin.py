@@ -58,7 +58,8 @@ def listed_models(configured: Sequence[ProviderConfig]) -> dict[str, list[ModelC
     no entry replaces, then the built-in ``faux`` (serving ``faux-1``) unless an entry replaces
     it. An entry of id ``faux`` and protocol ``faux`` listing no models lists ``faux-1`` as the
     built-in does (the default model is ``faux/faux-1`` without a usable key, so the listing and
-    the model checks name it); a faux entry of another id keeps its own list (none: any id). Pure: reads no environment (a base URL variable changes where a built-in is reached, not
+    the model checks name it); a faux entry of another id keeps its own list (none: any id).
+    Pure: reads no environment (a base URL variable changes where a built-in is reached, not
     what it lists). The catalog is built from it at start, and ``defaultModel`` is checked
     against it before a start or a config write (:mod:`runtime.startcheck`)."""
     listed = {p.id: list(p.models) for p in configured}

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tools.skills import MAX_DESCRIPTION_CHARS
+
 from .conftest import DaemonFactory, error_of, run_tool
 
 KEY_ENV = "LENS_TEST_DAEMON_TEXT_KEY"
@@ -39,6 +41,10 @@ async def test_a_skill_md_line_cut_in_a_422_shows_no_piece_of_a_provider_key(
     # a name that is no skill name, quoted cut to 80 characters (and listed cut to 64)
     (ws / "skills" / "long").mkdir(parents=True)
     (ws / "skills" / "long" / "SKILL.md").write_text(f"---\nname: {'n' * 50}{KEY}!\n---\nsteps\n")
+    # a description past its limit, cut (the listing, the system prompt, the events)
+    (ws / "skills" / "described").mkdir(parents=True)
+    (ws / "skills" / "described" / "SKILL.md").write_text(
+        f"---\nname: described\ndescription: {'d' * (MAX_DESCRIPTION_CHARS - 20)}{KEY}\n---\nsteps\n")
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "/skill:bad hi"})
     assert r.status_code == 422 and error_of(r) == "SKILL_INVALID", r.text
     message = r.json()["error"]["message"]
@@ -56,6 +62,7 @@ async def test_a_skill_md_line_cut_in_a_422_shows_no_piece_of_a_provider_key(
     await d.wait_idle(token, sid)
     events = json.dumps(await d.events(token, sid))
     assert "cannot be loaded" in events and not leaked(events), [p for p in leaked(events)]
+    assert "dddd" in events, events
 
 
 async def test_a_4xx_to_a_large_body_still_drops_the_pieces_of_a_key_the_body_holds_whole(

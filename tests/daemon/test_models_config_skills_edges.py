@@ -103,3 +103,21 @@ async def test_unloading_a_skill_loaded_in_another_case_names_the_loaded_one(dae
     # The exact name unloads.
     result = await run_tool(d, token, sid, "u3", "skill", {"name": "Review", "unload": True})
     assert result["structured_content"]["status"] == "unloaded", result
+
+
+async def test_a_session_stored_on_another_faux_model_id_is_told_model_unknown_after_the_upgrade(daemon_factory):
+    # Before, a `faux` entry listing no models took any id: a session made on `faux/scripted`
+    # then is stored on it. Now that entry serves `faux-1` alone (docs/providers.md says so).
+    d = await daemon_factory(config={"providers": [{"id": "faux", "protocol": "faux",
+                                                    "models": [{"id": "scripted"}, {"id": "faux-1"}]}]})
+    token = await d.pair("upgrade-client", strong=True)
+    project = await d.project(token)
+    r = await d.post("/sessions", token, {"projectId": project["id"], "model": "faux/scripted"})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    d.stop.set()
+    await d.done.wait()
+    d = await daemon_factory(config=SCRIPTED)
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "hi"})
+    assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), r.text
+    assert "no model 'scripted' (configured: faux-1)" in r.json()["error"]["message"], r.text

@@ -89,3 +89,17 @@ def test_the_registry_removes_run_time_tools_but_never_a_replay_safe_one() -> No
     with pytest.raises(ValueError):
         registry.remove(safe.name)
     assert registry.get(safe.name) is safe
+
+
+async def test_a_servers_text_cut_in_a_block_note_shows_no_piece_of_a_key(tmp_path: Path) -> None:
+    # A block that is not an object, or of an unknown type, is quoted cut to a limit: the keys are
+    # replaced whole first (the store's scrub of whole keys finds no piece a cut made first leaves).
+    from events.secrets import Secrets
+
+    key = "sk-proj-Q7mZ4kT1vB8nR3wY6pJ0dF5hGcanaryBlock"
+    content = ["b" * 190 + key, {"type": "t" * 30 + key}]
+    r = await to_tool_result({"content": content}, ArtifactStore(tmp_path), "mcp__s__x",
+                             Secrets({key: "LENS_TEST_KEY"}))
+    text = "".join(p.text for p in r.content if isinstance(p, t.TextPart))
+    assert "bbbb" in text and "tttt" in text, text
+    assert not [key[i:i + 8] for i in range(len(key) - 7) if key[i:i + 8] in text], text

@@ -30,6 +30,7 @@ import trio.testing
 
 from events import types as t
 from events.reader import LogReader, StoredEvent
+from events.secrets import Secrets
 from events.store import EventStore
 from projections.session_state import SessionState
 from projections.snapshots import SnapshotStore
@@ -153,6 +154,7 @@ async def open_runtime(
     model_configs: dict[str, list[ModelConfig]] | None = None,
     catalog: ProviderCatalog | None = None,
     stopping: trio.Event | None = None,
+    secrets: Secrets | None = None,
 ) -> AsyncIterator[Runtime]:
     """A running store + supervisor over ``data_dir``; everything is stopped and closed on exit.
 
@@ -160,8 +162,8 @@ async def open_runtime(
     sessions with unfinished work in the sessions projection (as ``lens serve`` does) instead of
     scanning the log. ``catalog``: the providers, instead of the faux ones (``build_catalog`` of a
     config: the SDK providers against loopback servers); ``stopping``: the daemon's stop event
-    (``ActorDeps.stopping``)."""
-    store = EventStore.open(data_dir)
+    (``ActorDeps.stopping``); ``secrets``: the store's keys."""
+    store = EventStore.open(data_dir, secrets=secrets)
     snapshots = SnapshotStore.open(store.data_dir)
     faux = faux if faux is not None else FauxProvider("faux", list(script or []))
     providers = {"faux": faux, **{p: FauxProvider(p) for p in extra_providers}}

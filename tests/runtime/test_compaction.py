@@ -211,6 +211,23 @@ async def test_an_edit_of_the_working_context_during_a_compaction_is_not_undone_
         assert result.id in [it.id for it in working_context(st.agents["main"])]
 
 
+async def test_a_provider_error_cut_in_compaction_failed_shows_no_piece_of_a_key(runtime_factory, autojump_clock):
+    # The event's message is cut to 2000 characters: the store's keys are replaced whole first,
+    # since the store's scrub of whole keys finds no piece a cut made first leaves.
+    from events.secrets import Secrets
+
+    key = "sk-proj-Q7mZ4kT1vB8nR3wY6pJ0dF5hGcanaryCompact"
+    failing = FauxTurn(when="Summarize the conversation so far", error=FauxError("OVERLOADED", "o" * 1940 + key))
+    async with runtime_factory(script=[failing], secrets=Secrets({key: "LENS_TEST_KEY"})) as rt:
+        sid = await rt.session()
+        await rt.run_to_idle(sid, "r1", "hello")
+        with pytest.raises(ContextError):
+            await rt.call(sid, Compact())
+        failed = one(await rt.events(sid), "context.compaction_failed").event
+        assert "oooo" in failed.message and len(failed.message) <= 2000, failed.message
+        assert not [key[i:i + 8] for i in range(len(key) - 7) if key[i:i + 8] in failed.message], failed.message[-80:]
+
+
 async def test_a_manual_summarizing_request_failed_before_any_answer_is_recorded_without_usage(
         runtime_factory, autojump_clock):
     failing = FauxTurn(when="Summarize the conversation so far", error=FauxError("OVERLOADED", "try later"))

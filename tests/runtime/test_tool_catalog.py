@@ -488,3 +488,16 @@ async def test_a_query_naming_a_tool_the_agent_has_already_searches_the_deferred
     # loaded as any match is
     res = await search(cat, {"query": "job", "limit": 1})
     assert res.structured_content["loaded"] == ["mcp__ci__job_status"] and len(res.events) == 1
+
+
+async def test_an_mcp_tools_description_cut_in_the_search_result_shows_no_piece_of_a_key():
+    # A description is quoted cut to 300 characters: the keys are replaced whole first (the store's
+    # scrub of whole keys finds no piece a cut made first leaves).
+    from events.secrets import Secrets
+
+    key = "sk-proj-Q7mZ4kT1vB8nR3wY6pJ0dF5hGcanaryMcp"
+    cat = catalog([spec("mcp__s__keyed", "keyed tool " + "k" * 270 + key, source="mcp")], {"deferred": ["mcp__*"]})
+    keyed = dataclasses.replace(ctx(), secrets=Secrets({key: "LENS_TEST_KEY"}))
+    res = await search(cat, {"query": "keyed tool"}, keyed)
+    text = res.content[0].text
+    assert "keyed tool kkk" in text and not [key[i:i + 8] for i in range(len(key) - 7) if key[i:i + 8] in text], text

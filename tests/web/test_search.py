@@ -264,3 +264,22 @@ async def test_fields_at_their_bounds_are_kept_whole_and_one_past_is_cut(web_ser
     assert cut["cut"] == ["title", "url", "published_date", "author"] and cut["url"] is None
     assert cut["title"] == "t" * (FIELD_LIMITS["title"] - 1) + "…"
     assert "[URL left out: 8,193 characters, past 8,192]" in text_of(r)
+
+
+async def test_a_backend_error_cut_inside_a_store_key_shows_no_piece_of_it(web_server: WebServer) -> None:
+    # The excerpt of a backend's error is cut to ERROR_EXCERPT_CHARS: the store's keys are
+    # replaced whole before the cut, since a tool's error is scrubbed of whole keys alone.
+    import dataclasses
+
+    from events.secrets import Secrets
+    from tools.web.search import ERROR_EXCERPT_CHARS
+
+    from .conftest import ctx
+
+    key = "sk-proj-Q7mZ4kT1vB8nR3wY6pJ0dF5hGcanaryError"
+    body = ("e" * (ERROR_EXCERPT_CHARS - 10) + key).encode()
+    reg = tool(backend(web_server, status=500, body=body))
+    keyed = dataclasses.replace(ctx(), secrets=Secrets({key: "LENS_TEST_KEY"}))
+    r = await reg.run("web_search", json.dumps({"query": "k"}), keyed)
+    assert r.error_code == "WEB_SEARCH_FAILED" and "eeee" in text_of(r), text_of(r)
+    assert not [key[i:i + 8] for i in range(len(key) - 7) if key[i:i + 8] in text_of(r)], text_of(r)

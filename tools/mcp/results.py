@@ -69,7 +69,7 @@ class _Builder:
             self.content.append(t.TextPart(data.decode("utf-8", "ignore")))  # (a character cut at the cap: dropped)
 
     async def binary(self, b64: Any, mime: Any, what: str) -> None:
-        mime = _clean(mime or "application/octet-stream")[:100]
+        mime = self.secrets.cut(_clean(mime or "application/octet-stream"), 100)
         try:
             data = base64.b64decode(str(b64), validate=True)
         except (binascii.Error, ValueError):
@@ -98,7 +98,7 @@ class _Builder:
 
     async def block(self, block: Any) -> None:
         if not isinstance(block, dict):
-            self.text(f"[a content block that is not an object: {_clean(block)[:200]}]")
+            self.text(f"[a content block that is not an object: {self.secrets.cut(_clean(block), 200)}]")
             return
         kind = block.get("type")
         if kind == "text":
@@ -116,7 +116,7 @@ class _Builder:
             name = self.secrets.cut(_clean(block.get("name", "")), 200)
             self.text(f"[resource link: {self.secrets.cut(_clean(block.get('uri', '')), 2000)}{f' ({name})' if name else ''}]")
         else:
-            self.text(f"[a content block of type {_clean(kind)[:40]!r}, not shown]")
+            self.text(f"[a content block of type {self.secrets.cut(_clean(kind), 40)!r}, not shown]")
 
 
 async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,

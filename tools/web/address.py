@@ -27,7 +27,11 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import trio
 
+from events.secrets import Secrets
+
 from ..base import ToolError
+
+_NO_SECRETS = Secrets()
 
 MAX_URL_CHARS = 8192
 MAX_LOOKUP_THREADS = 8  # a SystemResolver's lookups at once (each holds a thread until getaddrinfo returns)
@@ -61,37 +65,38 @@ class Url:
         return host if self.port == default else f"{host}:{self.port}"
 
 
-def parse_url(url: object, *, what: str = "url") -> Url:
+def parse_url(url: object, *, what: str = "url", secrets: Secrets | None = None) -> Url:
     """The parts of an http(s) URL. Raises ``URL_INVALID`` (shape) or ``URL_CREDENTIALS``
-    (a user name or password in it)."""
+    (a user name or password in it). ``secrets``: keys replaced whole before the URL is cut in a
+    message (for a URL the caller did not send, a redirect's target: see :func:`shown_url`)."""
     if not isinstance(url, str) or not url:
         raise ToolError("URL_INVALID", f"{what} must be a non-empty string")
     if len(url) > MAX_URL_CHARS:
         raise ToolError("URL_INVALID", f"{what} is longer than {MAX_URL_CHARS} characters")
     if any((ch.isspace() and ch != " ") or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
-        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} holds control characters or line breaks")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url, secrets)} holds control characters or line breaks")
     url = special_slashes(url.strip(" "))  # (a space inside is percent-encoded, as a browser does)
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        shown = shown_url(url)  # (urllib's reason may quote the user name and password: then it is left out)
-        reason = f" ({exc})" if shown == repr(url[:200]) else ""
+        shown = shown_url(url, secrets)  # (urllib's reason may quote the user name and password: then it is left out)
+        reason = f" ({exc})" if shown == repr(_cut(url, secrets)) else ""
         raise ToolError("URL_INVALID", f"{what} {shown} is not a valid URL{reason}") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise ToolError("URL_INVALID", f"{what} {shown_url(url)}: only http:// and https:// URLs can be fetched")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url, secrets)}: only http:// and https:// URLs can be fetched")
     if "@" in parts.netloc:
         # (shown without them: the point is that they are secret)
         shown = urlunsplit((scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
-        raise ToolError("URL_CREDENTIALS", f"{what} {shown[:200]!r} carries a user name or password "
+        raise ToolError("URL_CREDENTIALS", f"{what} {_cut(shown, secrets)!r} carries a user name or password "
                                            f"(user:pass@host): URLs with credentials are not fetched")
     host = parts.hostname or ""
     if not host:
-        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} has no host")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url, secrets)} has no host")
     if port == 0:
-        raise ToolError("URL_INVALID", f"{what} {shown_url(url)}: port 0 cannot be connected to")
-    host = _ascii_host(host, url, what)
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url, secrets)}: port 0 cannot be connected to")
+    host = _ascii_host(host, url, what, secrets)
     port = port if port is not None else (443 if scheme == "https" else 80)
     path = quote(parts.path or "/", safe=_SAFE_PATH)
     target = path + ("?" + quote(parts.query, safe=_SAFE_QUERY) if parts.query else "")
@@ -129,10 +134,12 @@ def join(base: str, ref: str) -> str:
     return urljoin(base, special_slashes(ref, urlsplit(base).scheme.lower()))
 
 
-def shown_url(url: str) -> str:
+def shown_url(url: str, secrets: Secrets | None = None) -> str:
     """``url`` quoted for an error message: its first 200 characters, any user name and password
     taken out (the part of its authority up to the last ``@``; a string without a scheme is read
-    as ``user:pass@host``)."""
+    as ``user:pass@host``). ``secrets``: replaced whole before the cut, for a URL the caller did
+    not send (a redirect's target): a tool's error is scrubbed of whole keys alone, and a cut
+    made first would leave a key's first characters."""
     m = _SCHEME.match(url)
     start = m.end() if m else 0
     while start < len(url) and url[start] in "/\\":
@@ -142,25 +149,29 @@ def shown_url(url: str) -> str:
     end = next((i for i in range(start, len(url)) if url[i] in "/\\?#"), len(url))
     if "@" in url[start:end]:
         url = url[:start] + url[start:end].rpartition("@")[2] + url[end:]
-    return repr(url[:200])
+    return repr(_cut(url, secrets))
 
 
-def _ascii_host(host: str, url: str, what: str) -> str:
+def _cut(url: str, secrets: Secrets | None) -> str:
+    return (secrets or _NO_SECRETS).cut(url, 200)
+
+
+def _ascii_host(host: str, url: str, what: str, secrets: Secrets | None) -> str:
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
         pass
     if host.startswith("[") or "%" in host:
-        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} has an invalid host")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url, secrets)} has an invalid host")
     try:
         ascii_host = host.encode("idna").decode("ascii") if not host.isascii() else host
     except UnicodeError:
-        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} has a host name that cannot be encoded (IDNA)") from None
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url, secrets)} has a host name that cannot be encoded (IDNA)") from None
     name = ascii_host[:-1] if ascii_host.endswith(".") else ascii_host
     labels = name.split(".")
     if not name or len(name) > 253 or not all(0 < len(label) <= 63 for label in labels) or not all(
             ch.isalnum() or ch in "-_" for ch in name.replace(".", "")):
-        raise ToolError("URL_INVALID", f"{what} {shown_url(url)} has an invalid host name")
+        raise ToolError("URL_INVALID", f"{what} {shown_url(url, secrets)} has an invalid host name")
     return ascii_host.lower()
 
 

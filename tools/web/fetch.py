@@ -119,7 +119,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                     addresses = await resolve(current, full_access=full_access, networks=networks, resolver=lookup)
                     looking_up = False
                     resp = await request(current, addresses, headers=[("Accept", ACCEPT[fmt])],
-                                         max_body=MAX_BODY_BYTES, tls=tls_store)
+                                         max_body=MAX_BODY_BYTES, tls=tls_store, secrets=secrets)
                     location = resp.header("location")
                     if resp.status not in REDIRECTS or location is None:
                         return current, redirects, resp
@@ -130,8 +130,8 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                     try:
                         target = join(current.url, _header_text(location).strip())
                     except ValueError:  # (e.g. "http://[::1": urlsplit refuses it)
-                        raise ToolError("URL_INVALID", f"{what} {shown_url(location)} is not a valid URL") from None
-                    current = parse_url(target, what=what)
+                        raise ToolError("URL_INVALID", f"{what} {shown_url(location, secrets)} is not a valid URL") from None
+                    current = parse_url(target, what=what, secrets=secrets)
                     redirects.append(current.url)
         except trio.TooSlowError:
             if looking_up:
@@ -167,7 +167,7 @@ def web_fetch_tool(artifacts: ArtifactStore, *, full_access: bool = False, netwo
                                    structured)
         if kind == "binary":
             return await _binary(artifacts, resp.body, mime, final, note, structured)
-        text, title = await _convert(resp.body, content_type, kind, fmt, final, limit)
+        text, title = await _convert(resp.body, content_type, kind, fmt, final, limit, ctx.secrets)
         structured["title"] = title or None
         if not text.strip() and kind == "html" and fmt != "html":
             # (a page drawn by scripts: the model would see nothing and not know why)
@@ -278,9 +278,10 @@ class _Limit:
 
 
 async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url,
-                   limit: _Limit) -> tuple[str, str | None]:
+                   limit: _Limit, secrets: Secrets | None = None) -> tuple[str, str | None]:
     """``body`` as the text the model gets, and the page's title. Raises ``CONVERSION_FAILED``
-    for a page the converter fails on or does not finish before the call's deadline."""
+    for a page the converter fails on or does not finish before the call's deadline (the
+    converter's reason, which may quote the page, cut after ``secrets`` are replaced whole)."""
     too_slow = ToolError("CONVERSION_FAILED", f"the page could not be converted to {fmt}: it did not finish within "
                                               f"the call's timeout of {limit.timeout:g} s; format \"html\" returns it "
                                               f"as sent (or a longer timeout leaves the conversion more time)")
@@ -310,7 +311,7 @@ async def _convert(body: bytes, content_type: str | None, kind: str, fmt: str, f
         # anyone's input; a crash would restart the actor and fetch it again). Python 3.11's
         # parser raises AssertionError on some markup ("<![<!["), so no exception type is trusted.
         raise ToolError("CONVERSION_FAILED", f"the page could not be converted to {fmt} ({type(exc).__name__}: "
-                                             f"{str(exc)[:200]}); format \"html\" returns it as sent") from None
+                                             f"{(secrets or Secrets()).cut(str(exc), 200)}); format \"html\" returns it as sent") from None
 
 
 async def _excerpt_text(body: bytes, content_type: str | None, kind: str, fmt: str, final: Url,

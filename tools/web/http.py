@@ -30,6 +30,8 @@ from typing import Sequence
 import h11
 import trio
 
+from events.secrets import Secrets
+
 from ..base import ToolError
 from .address import IPAddress, Url, shown_address, shown_host
 
@@ -83,13 +85,13 @@ class TlsOnDemand:
 class _Decoder:
     """Undo a response's Content-Encoding, holding the output to ``limit`` bytes."""
 
-    def __init__(self, content_encoding: str, limit: int) -> None:
+    def __init__(self, content_encoding: str, limit: int, secrets: Secrets) -> None:
         self.limit = limit
         self.out = bytearray()
         codings = [c.strip().lower() for c in content_encoding.split(",")]
         codings = [c for c in codings if c and c != "identity"]
         if len(codings) > 1 or (codings and codings[0] not in ("gzip", "x-gzip", "deflate")):
-            raise ToolError("CONTENT_ENCODING_UNSUPPORTED", f"the response is encoded as {content_encoding[:60]!r}; "
+            raise ToolError("CONTENT_ENCODING_UNSUPPORTED", f"the response is encoded as {secrets.cut(content_encoding, 60)!r}; "
                                                             f"only one of gzip or deflate is supported")
         self.encoding = codings[0] if codings else ""
         self.z: zlib._Decompress | None = None
@@ -216,19 +218,21 @@ async def _first_connection(addresses: Sequence[IPAddress], url: Url) -> trio.So
 
 async def request(url: Url, addresses: Sequence[IPAddress], *, method: str = "GET",
                   headers: Sequence[tuple[str, str]] = (), body: bytes | None = None, max_body: int,
-                  tls: TlsOnDemand | None = None) -> Response:
+                  tls: TlsOnDemand | None = None, secrets: Secrets | None = None) -> Response:
     """Send one request to ``url`` over a connection to one of ``addresses``; return the
     response with its body decoded and at most ``max_body`` bytes. Raises :class:`ToolError`
-    (codes in the module docstring). The connection is closed before this returns."""
+    (codes in the module docstring). The connection is closed before this returns.
+    ``secrets``: replaced whole in ``url`` before a message cuts it (a redirect's target is
+    the server's text)."""
     stream = await connect(url, addresses, tls=tls)
     try:
-        return await _exchange(stream, url, method, headers, body, max_body)
+        return await _exchange(stream, url, method, headers, body, max_body, secrets or Secrets())
     finally:
         await trio.aclose_forcefully(stream)
 
 
 async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Sequence[tuple[str, str]],
-                    body: bytes | None, max_body: int) -> Response:
+                    body: bytes | None, max_body: int, secrets: Secrets) -> Response:
     conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
     head = [("Host", url.host_header), ("User-Agent", USER_AGENT), ("Accept-Encoding", "gzip, deflate"),
             ("Connection", "close"), *headers]
@@ -240,7 +244,7 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
             out += conn.send(h11.Data(data=body))
         out += conn.send(h11.EndOfMessage())
     except h11.LocalProtocolError as exc:
-        raise ToolError("URL_INVALID", f"{url.url[:200]!r} cannot be requested ({exc})") from None
+        raise ToolError("URL_INVALID", f"{secrets.cut(url.url, 200)!r} cannot be requested ({exc})") from None
     await _send(stream, out)
 
     response: h11.Response | None = None
@@ -274,7 +278,7 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
             continue
         if isinstance(event, h11.Response):
             response = event
-            decoder = _Decoder(_header(event.headers, b"content-encoding"), max_body)
+            decoder = _Decoder(_header(event.headers, b"content-encoding"), max_body, secrets)
             declared = _header(event.headers, b"content-length")
             if not decoder.encoding and declared.isdigit() and int(declared) > max_body:
                 # (refused before a byte of it is read)

@@ -94,9 +94,10 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# What asking for a result's text may cost at most in the backend's answer: 6 bytes a character
-# (as JSON writes one escaped, \u001f), and a result's title, URL and other fields besides.
-ASKED_BYTES_PER_CHAR = 6
+# What asking for a result's text may cost at most in the backend's answer: 12 bytes a character
+# (as JSON writes one escaped: \u001f, and one outside the BMP as a surrogate pair,
+# \ud83d\ude00), and a result's title, URL and other fields besides.
+ASKED_BYTES_PER_CHAR = 12
 ASKED_BYTES_PER_RESULT = 4 * 1024
 
 
@@ -147,7 +148,8 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
             with trio.fail_after(TIMEOUT_SECONDS):
                 addresses = await resolve(url, full_access=True, resolver=lookup)  # (a configured endpoint: see the docstring)
                 resp = await request(url, addresses, method="POST", headers=headers,
-                                     body=json.dumps(payload).encode(), max_body=MAX_RESPONSE_BYTES, tls=tls_store)
+                                     body=json.dumps(payload).encode(), max_body=MAX_RESPONSE_BYTES, tls=tls_store,
+                                     secrets=ctx.secrets)
         except trio.TooSlowError:
             raise ToolError("WEB_SEARCH_TIMEOUT", f"the search backend did not answer within {TIMEOUT_SECONDS} s") from None
         except ToolError as exc:
@@ -156,8 +158,9 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
             hint = _too_large_hint(a) if exc.code == "RESPONSE_TOO_LARGE" else ""
             raise ToolError(exc.code, _scrub(f"the search backend: {exc.message}{hint}", key)) from None
         if resp.status != 200:
-            # (redacted before it is cut, so that a key at the cut is judged whole)
-            excerpt = _scrub(resp.body[:4 * ERROR_EXCERPT_CHARS].decode("utf-8", errors="replace"), key)
+            # (redacted before it is cut, the search key and the store's, so that a key at the
+            # cut is judged whole: a tool's error is scrubbed of whole keys alone)
+            excerpt = ctx.secrets.scrub_text(_scrub(resp.body[:4 * ERROR_EXCERPT_CHARS].decode("utf-8", errors="replace"), key))
             excerpt = excerpt[:ERROR_EXCERPT_CHARS].strip()
             raise ToolError("WEB_SEARCH_FAILED", _scrub(
                 f"the search backend answered {resp.status} {resp.reason}".rstrip() + (f": {excerpt}" if excerpt else ""),
