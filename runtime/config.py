@@ -217,14 +217,15 @@ def _unknown_protocol(data: dict[str, Any]) -> str | None:
         if not isinstance(p, dict):
             continue
         pid = p.get("id")
-        named = f"provider {shortened(pid)!r}" if isinstance(pid, str) else f"providers[{i}]"
+        # (the key's path as every other refusal of a config value names it, the provider by its id too)
+        named = f"provider {shortened(pid)!r}: " if isinstance(pid, str) else ""
         if "protocol" not in p:
-            return f"{named} has no protocol; it takes {takes}"
+            return f"{named}providers[{i}].protocol is missing; it takes {takes}"
         value = p["protocol"]
         if isinstance(value, str) and value in allowed:
             continue
         shown = repr(shortened(value)) if isinstance(value, str) else shortened_json(value)
-        return f"{named}: protocol {shown} is not one this version knows; it takes {takes}"
+        return f"{named}providers[{i}].protocol {shown} is not one this version knows; it takes {takes}"
     return None
 
 

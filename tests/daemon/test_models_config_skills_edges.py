@@ -53,10 +53,10 @@ async def test_an_unknown_provider_protocol_is_refused_naming_the_provider_and_t
         r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(cfg)})
         assert (r.status_code, error_of(r)) == (400, "CONFIG_INVALID"), r.text
         message = r.json()["error"]["message"]
-        assert (f"provider 'remote': protocol {shown} is not one this version knows; it takes 'openai-responses', "
+        assert (f"provider 'remote': providers[1].protocol {shown} is not one this version knows; it takes 'openai-responses', "
                 f"'openai-chat', 'anthropic' or 'faux'") in message, message
-    for entry, words in (({"id": "remote", "models": [{"id": "m"}]}, "provider 'remote' has no protocol; it takes"),
-                         ({"protocol": "grpc"}, "providers[1]: protocol 'grpc' is not one this version knows")):
+    for entry, words in (({"id": "remote", "models": [{"id": "m"}]}, "provider 'remote': providers[1].protocol is missing; it takes"),
+                         ({"protocol": "grpc"}, "providers[1].protocol 'grpc' is not one this version knows")):
         cfg = {"providers": [SCRIPTED["providers"][0], entry]}
         r = await d.put("/config/files/lens.jsonc", token, {"text": json.dumps(cfg)})
         assert (r.status_code, error_of(r)) == (400, "CONFIG_INVALID") and words in r.json()["error"]["message"], r.text
