@@ -1,6 +1,7 @@
-"""Replay, forks and session configuration, a third pass as a client drives them (SPEC F-ACT-2,
-F-ACT-6, F-ACT-7): the daemon on a loopback port 0 with the ``faux`` provider and the real
-executor, stopped and started again on the same data directory.
+"""Replay, crash recovery, forks and session configuration, a third pass as a client drives them
+(SPEC F-ACT-2, F-ACT-4, F-ACT-6, F-ACT-7): the daemon on a loopback port 0 with the ``faux``
+provider and the real executor, stopped and started again on the same data directory, and
+``lens serve`` as a process SIGKILLed once where the event stream shows it.
 
 What earlier modules pin is not repeated (the next request byte for byte after a restart and a
 passivation, kills inside calls, answers and subagents, forks at another session's seq, inside a
@@ -17,16 +18,24 @@ given another model and thinking level:
 - a fork at the last event has the source's contexts byte for byte; a fork of a fork made at its
   first event has its source's; a fork holding an interrupted subagent runs a turn of its own;
 - model and thinking level along a chain of forks: a fork takes them as of its seq, a reset to the
-  default (``null``) included, a fork of a deleted fork keeps them, and a restart keeps them all.
+  default (``null``) included, a fork of a deleted fork keeps them, and a restart keeps them all;
+- a kill while a subagent's answer streams, with a model change and a follow-up sent meanwhile:
+  the subagent's request is asked again on the new model, the view and contexts are those of
+  before the kill, and an abort keeps the second attempt's text once.
+
+Every wait is a bounded poll of what the log, the view or the stream shows; nothing sleeps.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
-from .conftest import Daemon, error_of, stop_daemon
+import trio
+
+from .conftest import Daemon, error_of, serving, stop_daemon, wait_until
 
 SUMMARY = "SUMMARY: the user keeps a quokka named Pim."
 REVIEW = "---\nname: review\ndescription: review code\n---\nREVIEW-STEPS: read, then judge.\n"
@@ -225,3 +234,66 @@ async def test_model_and_thinking_level_along_a_chain_of_forks_a_reset_and_a_del
     await d.wait_idle(token, sid)
     asked = _of(await d.events(token, sid), "model.requested")[-1]
     assert (asked["body"]["model"], asked["body"]["thinking_level"]) == ("m1", None)
+
+
+# --------------------------------------------------------------------------- F-ACT-4: kill -9 mid-subagent answer
+
+NAP = 600_000  # ms: longer than the test; only an abort ends it
+SLOW_SUB = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1"}, {"id": "m2"}], "script": [
+    {"when": "delegate slowly", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBSLOW answer"}}]},
+    {"when": "SUBSLOW", "chunks": ["sub-alpha ", "sub-beta"], "chunkDelayMs": NAP},
+]}], "defaultModel": "faux/m1"}
+
+
+async def test_a_kill_while_a_subagents_answer_streams_asks_it_again_on_the_model_sent_meanwhile(tmp_path):
+    # The subagent's request is open at the kill: the restart asks it again (attempt 2) on the
+    # model and thinking level sent while it streamed; what streamed before the kill is kept
+    # nowhere; the view (but its lastSeq) and every agent's context are those acknowledged before
+    # the kill, the follow-up still queued; an abort then keeps the second attempt's text once.
+    cwd = tmp_path / "serve"
+    (cwd / "config").mkdir(parents=True)
+    (cwd / "config" / "lens.jsonc").write_text(json.dumps(SLOW_SUB))
+    async with serving(cwd, stderr_name="serve-0.err", timeout=10) as (serve, d):
+        token = await d.pair("third-kill", strong=True)
+        sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+        async with d.sse(token, params={"session": sid}) as stream:
+            await d.submit(token, sid, "r1", "delegate slowly")
+            delta = await stream.until(lambda m: m.event == "model.delta")
+        sub = delta.json()["agent_id"]
+        assert sub != "main" and delta.json()["text"] == "sub-alpha "
+        r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/m2", "thinkingLevel": "high"})
+        assert r.status_code == 200, r.text
+        await d.submit(token, sid, "f1", "queued behind")
+        view = await d.view(token, sid)
+        assert [(a["agentId"], a["status"]) for a in view["agents"]] == [("main", "running"), (sub, "running")]
+        contexts = await _contexts(d, token, sid)
+        assert serve.proc is not None
+        serve.proc.send_signal(signal.SIGKILL)
+        with trio.fail_after(10):
+            assert await serve.proc.wait() == -signal.SIGKILL
+
+    async with serving(cwd, stderr_name="serve-1.err", timeout=10) as (serve, d):
+        async def asked_again() -> list[dict[str, Any]] | None:
+            asked = [e for e in _of(await d.events(token, sid), "model.requested") if e["agent_id"] == sub]
+            return asked if len(asked) == 2 else None
+
+        asked = await wait_until(asked_again, what="the subagent's request asked again")
+        assert [(e["body"]["attempt"], e["body"]["model"], e["body"]["thinking_level"]) for e in asked] == [
+            (1, "m1", None), (2, "m2", "high")]
+        again = await d.view(token, sid)
+        assert {k: v for k, v in again.items() if k != "lastSeq"} == {k: v for k, v in view.items() if k != "lastSeq"}
+        assert await _contexts(d, token, sid) == contexts
+        events = await d.events(token, sid)
+        assert [len(_of(events, k)) for k in ("agent.started", "tool.started", "tool.finished")] == [1, 1, 0]
+        async with d.sse(token, params={"session": sid}) as stream:
+            await stream.until(lambda m: m.event in ("model.delta", "model.partial") and "sub-alpha" in m.json()["text"])
+        r = await d.post(f"/sessions/{sid}/abort", token)
+        assert r.json() == {"aborted": True, "withdrawn": ["f1"]}
+        view = await d.wait_idle(token, sid)
+        assert [(a["agentId"], a["status"]) for a in view["agents"]] == [("main", "idle"), (sub, "aborted")]
+        [call] = [it for it in view["items"] if it["role"] == "tool_call"]
+        assert (call["call"]["status"], call["result"]["status"]) == ("interrupted", "interrupted")
+        r = await d.get(f"/sessions/{sid}", token, params={"agentId": sub})
+        assert r.status_code == 200, r.text
+        assert [(it["role"], it["text"], it.get("status")) for it in r.json()["items"]] == [
+            ("user", "SUBSLOW answer", None), ("assistant", "sub-alpha ", "aborted")]
