@@ -19,6 +19,8 @@ given another model and thinking level:
   first event has its source's; a fork holding an interrupted subagent runs a turn of its own;
 - model and thinking level along a chain of forks: a fork takes them as of its seq, a reset to the
   default (``null``) included, a fork of a deleted fork keeps them, and a restart keeps them all;
+- the next model request (the Anthropic wire protocol, a loopback server) of that session live,
+  after a restart and of a fork made at its last event: the same bytes;
 - a kill while a subagent's answer streams, with a model change and a follow-up sent meanwhile:
   the subagent's request is asked again on the new model, the view and contexts are those of
   before the kill, and an abort keeps the second attempt's text once.
@@ -35,7 +37,10 @@ from typing import Any
 
 import trio
 
+from ..providers.servers.anthropic import message_stream
+from ..providers.servers.base import ScriptedServer
 from .conftest import Daemon, error_of, serving, stop_daemon, wait_until
+from .test_actors_acceptance import _copy_log
 
 SUMMARY = "SUMMARY: the user keeps a quokka named Pim."
 REVIEW = "---\nname: review\ndescription: review code\n---\nREVIEW-STEPS: read, then judge.\n"
@@ -297,3 +302,73 @@ async def test_a_kill_while_a_subagents_answer_streams_asks_it_again_on_the_mode
         assert r.status_code == 200, r.text
         assert [(it["role"], it["text"], it.get("status")) for it in r.json()["items"]] == [
             ("user", "SUBSLOW answer", None), ("assistant", "sub-alpha ", "aborted")]
+
+
+
+# --------------------------------------------------------------------------- F-ACT-2 on the wire
+
+
+def _claude_answer(received: Any) -> Any:
+    """The model (the Anthropic wire protocol), by what it was last told."""
+    last = json.dumps(received.body["messages"][-1])
+    if "Summarize the conversation so far" in last:
+        return message_stream(text=SUMMARY)
+    if "SUBJOB" in last:
+        return message_stream(text="noon")
+    for words, call in (("load the review skill", ("toolu_skill", "skill", {"name": "review"})),
+                        ("delegate", ("toolu_sub", "subagent", {"prompt": "SUBJOB tell the time"})),
+                        ("call a tool", ("toolu_clock", "get_system_time", {}))):
+        if words in last:
+            return message_stream(calls=[call])
+    return message_stream(text="answered")
+
+
+async def test_the_next_request_of_a_rich_session_live_restarted_and_forked_at_its_end_is_one(
+        daemon_factory, nursery, tmp_path):
+    # A skill loaded, a subagent run, a result snipped, a compaction: the live actor's next
+    # request, the one after a restart (the whole log replayed) and that of a fork made at the
+    # last event are the same bytes.
+    server = ScriptedServer(_claude_answer)
+    url = await server.start(nursery)
+    cfg = {"providers": [{"id": "claude", "protocol": "anthropic", "baseUrl": url,
+                          "models": [{"id": "claude-test", "contextWindow": 50000}]}],
+           "defaultModel": "claude/claude-test"}
+    d = await daemon_factory(config=cfg, root=tmp_path / "live")
+    token = await d.pair("wire", strong=True)
+    project = await d.project(token)
+    ws = Path(project["workspace"])
+    (ws / "skills" / "review").mkdir(parents=True)
+    (ws / "skills" / "review" / "SKILL.md").write_text(REVIEW)
+    sid = (await d.session(token, project["id"]))["id"]
+    for rid, text in (("r1", "my quokka is Pim; load the review skill"), ("r2", "delegate"), ("r3", "call a tool")):
+        await d.submit(token, sid, rid, text)
+        await d.wait_idle(token, sid)
+    view = await d.view(token, sid)
+    assert [a["role"] for a in view["agents"]] == ["main", "subagent"]
+    assert any(it["role"] == "system" and "REVIEW-STEPS" in it["text"] for it in view["items"])
+    call = [v for v in view["items"] if v["role"] == "tool_call"][-1]
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [call["result"]["itemId"]]})
+    assert r.status_code == 200, r.text
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200 and r.json()["summary"] == SUMMARY, r.text
+    await d.submit(token, sid, "r4", "after compaction")
+    await d.wait_idle(token, sid)
+    _copy_log(d.data_dir, tmp_path / "restarted")
+
+    asked = len(server.requests)
+    await d.submit(token, sid, "r5", "and now?")
+    await d.wait_idle(token, sid)
+    [live] = [q.raw for q in server.requests[asked:]]
+    assert b"REVIEW-STEPS" in live and SUMMARY.encode() in live and b"and now?" in live
+    await stop_daemon(d)
+
+    d = await daemon_factory(config=cfg, root=tmp_path / "restarted")
+    events = await d.events(token, sid)
+    fork = await _fork(d, token, sid, events[-1]["seq"])
+    asked = len(server.requests)
+    for target in (sid, fork["id"]):
+        await d.submit(token, target, "r5", "and now?")
+        await d.wait_idle(token, target)
+    restarted, forked = [q.raw for q in server.requests[asked:]]
+    assert restarted == live
+    assert forked == live
