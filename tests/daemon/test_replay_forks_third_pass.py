@@ -305,6 +305,23 @@ async def test_a_kill_while_a_subagents_answer_streams_asks_it_again_on_the_mode
 
 
 
+
+async def test_a_model_with_no_provider_part_is_refused_for_its_form_as_one_with_no_model_part(daemon_factory):
+    # "faux/" was refused as "not of the form '<provider>/<model>'" while "/m1" was "no provider ''
+    # is configured": an empty provider id named as if a provider of that id were missing.
+    d = await daemon_factory(config=RICH)
+    token = await d.pair("forms", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    before = await d.events(token, sid)
+    for model in ("/m1", "/", "faux/"):
+        for r in (await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": model}),
+                  await d.post("/sessions", token, {"projectId": pid, "model": model})):
+            assert (r.status_code, error_of(r)) == (422, "MODEL_UNKNOWN"), (model, r.text)
+            assert r.json()["error"]["message"] == f"model {model!r} is not of the form '<provider>/<model>'", r.text
+    assert await d.events(token, sid) == before
+
+
 # --------------------------------------------------------------------------- F-ACT-2 on the wire
 
 
@@ -372,3 +389,4 @@ async def test_the_next_request_of_a_rich_session_live_restarted_and_forked_at_i
     restarted, forked = [q.raw for q in server.requests[asked:]]
     assert restarted == live
     assert forked == live
+
