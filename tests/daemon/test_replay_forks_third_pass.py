@@ -21,6 +21,8 @@ given another model and thinking level:
   default (``null``) included, a fork of a deleted fork keeps them, and a restart keeps them all;
 - the next model request (the Anthropic wire protocol, a loopback server) of that session live,
   after a restart and of a fork made at its last event: the same bytes;
+- a model and thinking level sent while a subagent's command runs apply from the subagent's next
+  request, and a fork at that change has them with the subagent interrupted;
 - a kill while a subagent's answer streams, with a model change and a follow-up sent meanwhile:
   the subagent's request is asked again on the new model, the view and contexts are those of
   before the kill, and an abort keeps the second attempt's text once.
@@ -390,3 +392,42 @@ async def test_the_next_request_of_a_rich_session_live_restarted_and_forked_at_i
     assert restarted == live
     assert forked == live
 
+
+
+# --------------------------------------------------------------------------- F-ACT-6 inside a subagent's run
+
+GATED = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1"}, {"id": "m2"}], "script": [
+    {"when": "delegate the wait", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBGATE wait"}}]},
+    {"when": "SUBGATE", "toolCalls": [{"name": "run_command", "arguments": {
+        "command": "while [ ! -f go ]; do sleep 0.05; done; echo GATE-OPEN"}}]},
+    {"when": "GATE-OPEN", "text": "the gate opened"},
+]}], "defaultModel": "faux/m1"}
+
+
+async def test_a_configuration_sent_while_a_subagents_call_runs_applies_from_its_next_request(daemon_factory):
+    d = await daemon_factory(config=GATED)
+    token = await d.pair("gated", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    await d.submit(token, sid, "r1", "delegate the wait")
+
+    async def sub_calling() -> list[dict[str, Any]] | None:
+        started = [e for e in _of(await d.events(token, sid), "tool.started") if e["agent_id"] != "main"]
+        return started or None
+
+    await wait_until(sub_calling, what="the subagent's command")
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"model": "faux/m2", "thinkingLevel": "low"})
+    assert r.status_code == 200, r.text
+    # A fork at that change, made while the subagent's command runs: on the new model, idle, the
+    # subagent and the parent's call interrupted.
+    configured = _of(await d.events(token, sid), "session.configured")[-1]
+    fork = await _fork(d, token, sid, configured["seq"])
+    assert (fork["model"], fork["thinkingLevel"], fork["status"]) == ("faux/m2", "low", "idle")
+    assert [a["status"] for a in fork["agents"]] == ["idle", "interrupted"]
+    (Path(project["workspace"]) / "go").write_text("")
+    view = await d.wait_idle(token, sid)
+    assert view["items"][-1]["text"] == "The tool answered: the gate opened", view["items"][-1]
+    asked = [(e["agent_id"] == "main", e["body"]["model"], e["body"]["thinking_level"])
+             for e in _of(await d.events(token, sid), "model.requested")]
+    assert asked == [(True, "m1", None), (False, "m1", None), (False, "m2", "low"), (True, "m2", "low")]
+    assert _of(await d.events(token, fork["id"]), "model.requested") == []  # the fork ran nothing
