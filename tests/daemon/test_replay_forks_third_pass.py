@@ -21,6 +21,8 @@ given another model and thinking level:
   default (``null``) included, a fork of a deleted fork keeps them, and a restart keeps them all;
 - the next model request (the Anthropic wire protocol, a loopback server) of that session live,
   after a restart and of a fork made at its last event: the same bytes;
+- a fork between a subagent's call and its result: the call interrupted in the fork, nothing run
+  again, not after a restart either;
 - a model and thinking level sent while a subagent's command runs apply from the subagent's next
   request, and a fork at that change has them with the subagent interrupted;
 - a kill while a subagent's answer streams, with a model change and a follow-up sent meanwhile:
@@ -431,3 +433,33 @@ async def test_a_configuration_sent_while_a_subagents_call_runs_applies_from_its
              for e in _of(await d.events(token, sid), "model.requested")]
     assert asked == [(True, "m1", None), (False, "m1", None), (False, "m2", "low"), (True, "m2", "low")]
     assert _of(await d.events(token, fork["id"]), "model.requested") == []  # the fork ran nothing
+
+
+
+async def test_a_fork_between_a_subagents_call_and_its_result_stays_interrupted_across_a_restart(daemon_factory):
+    # The source ran to its end; the fork is made at the subagent's tool.started: in the fork the
+    # subagent's call has no result (interrupted), nothing is run again, not after a restart either.
+    d = await daemon_factory(config=GATED)
+    token = await d.pair("gated", strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    (Path(project["workspace"]) / "go").write_text("")
+    await d.submit(token, sid, "r1", "delegate the wait")
+    await d.wait_idle(token, sid)
+    [started] = [e for e in _of(await d.events(token, sid), "tool.started") if e["agent_id"] != "main"]
+    sub = started["agent_id"]
+    fork = await _fork(d, token, sid, started["seq"])
+    assert [(a["agentId"], a["status"]) for a in fork["agents"]] == [("main", "idle"), (sub, "interrupted")]
+    r = await d.get(f"/sessions/{fork['id']}", token, params={"agentId": sub})
+    assert r.status_code == 200, r.text
+    sub_view = r.json()
+    assert [(it["role"], it.get("call", {}).get("status"), it.get("result")) for it in sub_view["items"]] == [
+        ("user", None, None), ("tool_call", "interrupted", None)]
+    contexts = await _contexts(d, token, fork["id"])
+    assert json.loads(contexts[sub])["workingItemIds"] == [it["id"] for it in sub_view["items"]]
+    await stop_daemon(d)
+
+    d = await daemon_factory(config=GATED, root=d.root)
+    assert (await d.get(f"/sessions/{fork['id']}", token, params={"agentId": sub})).json() == sub_view
+    assert await _contexts(d, token, fork["id"]) == contexts
+    assert [e["kind"] for e in await d.events(token, fork["id"])] == ["session.created"]
