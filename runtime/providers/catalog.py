@@ -145,7 +145,7 @@ class ProviderCatalog:
         """
         ref = model_ref or self.default_model
         provider_id, sep, model_id = ref.partition("/")
-        if not sep or not model_id:
+        if not sep or not provider_id or not model_id:
             raise ModelUnavailable("MODEL_UNKNOWN", f"model {ref!r} is not of the form '<provider>/<model>'")
         if provider_id in self.unavailable:
             code, message = self.unavailable[provider_id]
