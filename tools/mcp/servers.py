@@ -32,6 +32,7 @@ from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.json_values import lone_surrogate, nesting, scalars
+from tools.schema_shape import schema_problem
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
 from .results import _clean, to_tool_result
@@ -44,6 +45,7 @@ MAX_TOOLS = 1000  # per server; more are left out (and counted)
 MAX_PAGES = 100  # pages of tools/list read per listing; a list going on past them is cut (and said so)
 MAX_SKIPPED = 1000  # tools left out that skippedTools names one by one; the rest are counted in one entry
 MAX_TOOL_NAME = 128  # MCP's own limit on a tool name
+MAX_REASON = 500  # characters of the reason a tool was left out (an invalid schema's names its place)
 MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the model
 # (JSON written deeper than about 990 levels is refused by the JSON encoders of the SDKs: a tool
 # of a schema near that failed every model request of every session offering it)
@@ -283,7 +285,8 @@ class McpServers:
         def skip(label: str, reason: str) -> None:
             nonlocal untold
             if len(s.skipped) < MAX_SKIPPED:
-                s.skipped.append({"name": self.secrets.cut(_clean(label), MAX_TOOL_NAME), "reason": reason})
+                s.skipped.append({"name": self.secrets.cut(_clean(label), MAX_TOOL_NAME),
+                                  "reason": self.secrets.cut(_clean(reason), MAX_REASON)})
             else:
                 untold += 1
         for i, raw in enumerate(tools):
@@ -405,6 +408,9 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
                 "not sendable as JSON")
     if len(msgspec.json.encode(schema)) > MAX_SCHEMA_BYTES:
         return f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes of JSON"
+    problem = schema_problem(schema)  # (bounded: the schema is within the limits above)
+    if problem is not None:
+        return f"inputSchema is not a valid JSON Schema, which providers refuse: {problem}"
     return None
 
 
