@@ -25,7 +25,7 @@ import json
 import posixpath
 import re
 from fnmatch import fnmatchcase
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import msgspec
 
@@ -335,10 +335,14 @@ class ToolCatalog:
     """The planes over one registry and the config's ``tools`` section."""
 
     def __init__(self, registry: ToolRegistry, config: ToolsConfig | None = None,
-                 ptc: LocalPtcConfig | None = None) -> None:
+                 ptc: LocalPtcConfig | None = None, mcp_listed: Callable[[], int] | None = None) -> None:
+        """``mcp_listed``: how many tools the MCP servers listed last, those of servers that are
+        down included; ``tools.mcpDeferAbove`` is compared with it (or with the MCP tools of the
+        registry, if more), so a server's restart does not turn another's tools eager and back."""
         self.registry = registry
         self.config = config or ToolsConfig()
         self.ptc = ptc if ptc is not None and ptc.enabled else None
+        self.mcp_listed = mcp_listed
 
     # ---------------------------------------------------------------- context plane
 
@@ -346,7 +350,10 @@ class ToolCatalog:
         """The tools deferred for every agent (before any loads)."""
         specs = self.registry.all()
         cfg = self.config
-        many_mcp = sum(1 for s in specs if s.source == "mcp") > cfg.mcp_defer_above
+        mcp_count = sum(1 for s in specs if s.source == "mcp")
+        if self.mcp_listed is not None:
+            mcp_count = max(mcp_count, self.mcp_listed())
+        many_mcp = mcp_count > cfg.mcp_defer_above
         out = set()
         for s in specs:
             if s.name == CAPABILITY_SEARCH or _matches(s.name, cfg.eager):

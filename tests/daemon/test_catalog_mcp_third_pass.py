@@ -131,3 +131,31 @@ async def test_a_server_writing_a_banner_on_stdout_before_the_handshake_is_faile
     assert body["error_code"] == "MCP_SERVER_UNAVAILABLE"
     assert body["content"][0]["text"] == f"MCP_SERVER_UNAVAILABLE: mcp__b__ok: MCP server 'b' failed: {why}"
     assert (await run_tool(d, token, sid, "r2", "get_system_time", {}))["status"] == "ok"
+
+
+async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_eager(
+        daemon_factory: DaemonFactory) -> None:
+    # `tools.mcpDeferAbove: 11` with two servers of 11 tools: all 22 deferred. One server fails
+    # for good; the other's tools were counted with the registry alone and became eager (offered,
+    # callable without a load), and would have been withdrawn from the model again at the
+    # failed server's return. The count is of the tools each server listed last, down or not.
+    d = await daemon_factory(config={**FAUX, "tools": {"mcpDeferAbove": 11}, "mcpServers": {
+        "t": mcp_server(maxRestarts=0), "u": mcp_server()}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await new_session(d, token)
+    body = await run_tool(d, token, sid, "r1", "capability_search", {"query": "mcp__t__crash", "limit": 1})
+    assert body["status"] == "ok", body
+    inv = await inventory(d, token, sid)
+    assert inv["loaded"] == ["mcp__t__crash"] and "mcp__u__echo" not in inv["offered"]
+    assert inv["visibility"]["deferred"] == 22
+    body = await run_tool(d, token, sid, "r2", "mcp__t__crash", {})
+    assert body["error_code"] == "MCP_SERVER_UNAVAILABLE"
+
+    async def failed() -> dict[str, Any] | None:
+        inv = await inventory(d, token, sid)
+        return inv if {s["name"]: s["status"] for s in inv["mcpServers"]}["t"] == "failed" else None
+    inv = await wait_until(failed, what="server t failed for good")
+    assert not any(n.startswith("mcp__u__") for n in inv["offered"]), inv["offered"]
+    assert inv["visibility"]["deferred"] == 11 and "mcp__u__echo" in inv["searchable"]
+    body = await run_tool(d, token, sid, "r3", "mcp__u__echo", {"text": "still deferred"})
+    assert body["error_code"] == "TOOL_NOT_LOADED", body

@@ -78,6 +78,9 @@ class ServerState:
     protocol_version: str | None = None
     server_info: dict[str, Any] = field(default_factory=dict)
     tools: list[str] = field(default_factory=list)  # the registered ids, in the server's order
+    # How many tools its last listing registered, kept while it is down (tools.mcpDeferAbove
+    # counts them: another server's tools do not turn eager while this one restarts or failed)
+    listed: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)  # tools left out, with the reason
     list_cut: str | None = None  # why the last tools/list was not read to its end (None: it was)
     conn: Connection | None = None
@@ -325,6 +328,7 @@ class McpServers:
             natives[native] = spec.name
             self.registry.add(spec)
             s.tools.append(spec.name)
+        s.listed = len(s.tools)
         if untold:
             s.skipped.append({"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
                               f"skippedTools names at most {MAX_SKIPPED}"})
@@ -369,6 +373,11 @@ class McpServers:
 
     def inventory(self) -> list[dict[str, Any]]:
         return [s.to_json() for s in self.servers.values()]
+
+    def listed_tool_count(self) -> int:
+        """The tools the servers registered at their last listings, those of servers that are down
+        now included (what ``tools.mcpDeferAbove`` is compared with)."""
+        return sum(s.listed for s in self.servers.values())
 
 
 def _say_cut(s: ServerState, cut: str | None) -> None:
