@@ -16,6 +16,8 @@ from typing import Any
 import jsonschema
 import trio
 
+from runtime.providers.names import alias_for
+
 from ..mcp.conftest import SERVER
 from .conftest import Daemon, DaemonFactory, finished, run_tool, wait_until
 from .test_tool_catalog_http import inventory
@@ -159,3 +161,28 @@ async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_
     assert inv["visibility"]["deferred"] == 11 and "mcp__u__echo" in inv["searchable"]
     body = await run_tool(d, token, sid, "r3", "mcp__u__echo", {"text": "still deferred"})
     assert body["error_code"] == "TOOL_NOT_LOADED", body
+
+
+async def test_a_call_of_the_alias_of_a_tool_whose_server_is_down_is_logged_under_the_tools_id(
+        daemon_factory: DaemonFactory) -> None:
+    # F-MOD-3: a model knows `mcp__t__some.tool` by its digest alias, and the log keeps the id.
+    # Once its server failed, the tool left the registry and a call of the alias was recorded
+    # under the alias, its MCP_SERVER_UNAVAILABLE naming the alias. It is named by the id.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"t": mcp_server("--dotted", maxRestarts=0)}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await new_session(d, token)
+    alias = alias_for("mcp__t__some.tool")
+    body = await run_tool(d, token, sid, "r1", alias, {})
+    assert body["name"] == "mcp__t__some.tool" and body["content"] == [{"type": "text", "text": "some.tool ran"}]
+    assert (await run_tool(d, token, sid, "r2", "mcp__t__crash", {}))["error_code"] == "MCP_SERVER_UNAVAILABLE"
+
+    async def failed() -> bool:
+        return (await inventory(d, token))["mcpServers"][0]["status"] == "failed"
+    await wait_until(failed, what="server t failed for good")
+    body = await run_tool(d, token, sid, "r3", alias, {})
+    assert body["name"] == "mcp__t__some.tool" and body["error_code"] == "MCP_SERVER_UNAVAILABLE", body
+    assert body["content"][0]["text"] == ("MCP_SERVER_UNAVAILABLE: mcp__t__some.tool: MCP server 't' failed: "
+                                          "the server exited with status 3")
+    started = [e["body"]["name"] for e in await d.events(token, sid) if e["kind"] == "tool.started"]
+    assert started == ["mcp__t__some.tool", "mcp__t__crash", "mcp__t__some.tool"]

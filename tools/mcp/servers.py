@@ -78,9 +78,10 @@ class ServerState:
     protocol_version: str | None = None
     server_info: dict[str, Any] = field(default_factory=dict)
     tools: list[str] = field(default_factory=list)  # the registered ids, in the server's order
-    # How many tools its last listing registered, kept while it is down (tools.mcpDeferAbove
-    # counts them: another server's tools do not turn eager while this one restarts or failed)
-    listed: int = 0
+    # The ids its last listing registered, kept while it is down: tools.mcpDeferAbove counts them
+    # (another server's tools do not turn eager while this one restarts or failed), and a call of
+    # one's digest alias is named by its id (F-MOD-3) while the tool is out of the registry
+    listed: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # tools left out, with the reason
     list_cut: str | None = None  # why the last tools/list was not read to its end (None: it was)
     conn: Connection | None = None
@@ -328,7 +329,7 @@ class McpServers:
             natives[native] = spec.name
             self.registry.add(spec)
             s.tools.append(spec.name)
-        s.listed = len(s.tools)
+        s.listed = list(s.tools)
         if untold:
             s.skipped.append({"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
                               f"skippedTools names at most {MAX_SKIPPED}"})
@@ -374,10 +375,10 @@ class McpServers:
     def inventory(self) -> list[dict[str, Any]]:
         return [s.to_json() for s in self.servers.values()]
 
-    def listed_tool_count(self) -> int:
-        """The tools the servers registered at their last listings, those of servers that are down
-        now included (what ``tools.mcpDeferAbove`` is compared with)."""
-        return sum(s.listed for s in self.servers.values())
+    def listed_tools(self) -> list[str]:
+        """The ids of the tools the servers registered at their last listings, those of servers
+        that are down now included (``tools.mcpDeferAbove`` is compared with their number)."""
+        return [name for s in self.servers.values() for name in s.listed]
 
 
 def _say_cut(s: ServerState, cut: str | None) -> None:
