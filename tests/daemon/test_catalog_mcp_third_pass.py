@@ -4,8 +4,9 @@ server ``tests/mcp/server.py`` and ``odd_mcp_server.py`` beside this file), ``GE
 /tools/inventory``. What the first two passes (``test_catalog_acceptance.py``,
 ``test_catalog_mcp_second_pass.py``), ``test_mcp.py`` and ``tests/mcp/`` hold is not repeated:
 input schemas JSON Schema does not allow, two sessions calling one server at once, an error
-result carrying an image and structured content, and a server that writes a banner on stdout
-before the handshake."""
+result carrying an image and structured content, a server that writes a banner on stdout before
+the handshake, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
+alias of a tool whose server is down, and a provider's key kept from a server unless named."""
 
 from __future__ import annotations
 
@@ -186,3 +187,22 @@ async def test_a_call_of_the_alias_of_a_tool_whose_server_is_down_is_logged_unde
                                           "the server exited with status 3")
     started = [e["body"]["name"] for e in await d.events(token, sid) if e["kind"] == "tool.started"]
     assert started == ["mcp__t__some.tool", "mcp__t__crash", "mcp__t__some.tool"]
+
+
+async def test_a_providers_key_reaches_only_the_server_whose_env_from_names_it_and_no_answer(
+        daemon_factory: DaemonFactory, monkeypatch: Any) -> None:
+    # "MCP servers (F-TOOL-5)": provider keys stay with the daemon unless `envFrom` names them.
+    # Server `plain` does not see the provider's key; `given` does, and what it answers with
+    # the key in it reaches the session scrubbed of it.
+    key = "sk-t5-" + "k" * 40
+    monkeypatch.setenv("LENS_T5_PROVIDER_KEY", key)
+    provider = {**FAUX["providers"][0], "apiKeyEnv": "LENS_T5_PROVIDER_KEY"}
+    d = await daemon_factory(config={**FAUX, "providers": [provider], "tools": {"eager": ["mcp__*"]}, "mcpServers": {
+        "plain": mcp_server(), "given": mcp_server(envFrom=["LENS_T5_PROVIDER_KEY"])}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await new_session(d, token)
+    body = await run_tool(d, token, sid, "r1", "mcp__plain__env", {"name": "LENS_T5_PROVIDER_KEY"})
+    assert body["content"] == [{"type": "text", "text": "<unset>"}], body
+    body = await run_tool(d, token, sid, "r2", "mcp__given__env", {"name": "LENS_T5_PROVIDER_KEY"})
+    assert body["content"] == [{"type": "text", "text": "[redacted LENS_T5_PROVIDER_KEY]"}], body
+    assert key not in str(await d.events(token, sid)) and key not in str(await d.view(token, sid))
