@@ -72,7 +72,8 @@ def schema_problem(schema: Any) -> str | None:
             if key in sub:
                 value = sub[key]
                 if not isinstance(value, list) or not value:
-                    return f"{at}/{key}: a non-empty list of schemas, not {_kind(value) if value != [] else 'an empty list'}"
+                    shape = "an empty list" if value == [] else _kind(value)
+                    return f"{at}/{key}: a non-empty list of schemas, not {shape}"
                 found.extend((f"{at}/{key}/{i}", v) for i, v in enumerate(value))
         if "items" in sub:  # (one schema, or a list of them before 2020-12)
             items = sub["items"]

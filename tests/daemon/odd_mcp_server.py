@@ -18,17 +18,12 @@ from __future__ import annotations
 import base64
 import json
 import sys
-import zlib
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "mcp"))
+from server import PNG_1X1  # noqa: E402  (the 1x1 PNG of the other test server)
 
-def _png() -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
-    ihdr = (1).to_bytes(4, "big") * 2 + bytes([8, 6, 0, 0, 0])
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00\xff")) + chunk(b"IEND", b"")
-
-
-PNG = base64.b64encode(_png()).decode()
+PNG = base64.b64encode(PNG_1X1).decode()
 OBJ = {"type": "object"}
 TOOLS = [
     {"name": "mixed", "description": "An error result with an image and structured content", "inputSchema": OBJ},
@@ -50,7 +45,8 @@ LOOSE = [
     # (valid, if unusual: boolean schemas, a type list, properties named as keywords)
     {"name": "fine", "description": "valid", "inputSchema": {"type": "object", "additionalProperties": False,
      "properties": {"type": {"type": ["string", "null"]}, "required": True, "pair": {
-         "type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False}, "properties": {"enum": [1, 2]}},
+         "type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
+         "properties": {"enum": [1, 2]}},
      "required": ["type"]}},
 ]
 

@@ -46,7 +46,8 @@ async def test_a_tool_whose_input_schema_json_schema_does_not_allow_is_left_out_
     # to every session, and a real provider would have failed each of their model requests. Such
     # a tool is left out (skippedTools says where its schema goes wrong); the server's valid
     # tools, unusual ones included, stay offered, and each schema offered passes the meta-schema.
-    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]}, "mcpServers": {"o": odd_server("--loose")}})
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"o": odd_server("--loose")}})
     token = await d.pair("third-pass", strong=True)
     sid = await new_session(d, token)
     inv = await inventory(d, token, sid)
