@@ -1073,7 +1073,9 @@ class SessionActor:
         registry = self.tool_catalog.registry
         if all(registry.get(n) is not None for n in names):
             return list(names)
-        return ids_for(names, {s.name for s in registry.all()})
+        # (an MCP tool whose server is down now is named by its id too: it answers
+        # MCP_SERVER_UNAVAILABLE under the name the log keeps)
+        return ids_for(names, self.tool_catalog.known_names())
 
     def _cut_program(self, output: str, truncated: bool, cut: ProgramCut) -> d.CutProgram:
         """What an aborted program had done, cut to fit one event with the abort's note: the

@@ -229,12 +229,13 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                           allowed_private_networks=cfg.web.allowed_private_networks,
                                           search_base_url=cfg.web_search.base_url,
                                           search_api_key_env=cfg.web_search.api_key_env)])
-        tool_catalog = ToolCatalog(tools, cfg.tools, cfg.local_ptc)  # (the planes over the registry, F-TOOL-1..3)
+        mcp = McpServers(cfg.mcp_servers, tools, artifacts,  # (their tools join `tools` as they start)
+                         secrets=store.secrets, stop_now=stop_now)
+        # (the planes over the registry, F-TOOL-1..3)
+        tool_catalog = ToolCatalog(tools, cfg.tools, cfg.local_ptc, mcp_listed=mcp.listed_tools)
         tools.add(capability_search_tool(tool_catalog))
         if tool_catalog.ptc is not None:
             tools.add(ptc_tool(tool_catalog))
-        mcp = McpServers(cfg.mcp_servers, tools, artifacts,  # (their tools join `tools` as they start)
-                         secrets=store.secrets, stop_now=stop_now)
         home = os.path.expanduser("~")
 
         async def build_prompt(project_id: str | None, wait: bool = True, busy: bool = False) -> list[str]:

@@ -25,7 +25,7 @@ import json
 import posixpath
 import re
 from fnmatch import fnmatchcase
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import msgspec
 
@@ -335,18 +335,32 @@ class ToolCatalog:
     """The planes over one registry and the config's ``tools`` section."""
 
     def __init__(self, registry: ToolRegistry, config: ToolsConfig | None = None,
-                 ptc: LocalPtcConfig | None = None) -> None:
+                 ptc: LocalPtcConfig | None = None, mcp_listed: Callable[[], Sequence[str]] | None = None) -> None:
+        """``mcp_listed``: the ids of the tools the MCP servers listed last, those of servers that
+        are down included; ``tools.mcpDeferAbove`` is compared with their number (or with the MCP
+        tools of the registry, if more), so a server's restart does not turn another's tools eager
+        and back."""
         self.registry = registry
         self.config = config or ToolsConfig()
         self.ptc = ptc if ptc is not None and ptc.enabled else None
+        self.mcp_listed = mcp_listed
 
     # ---------------------------------------------------------------- context plane
+
+    def known_names(self) -> set[str]:
+        """The registry's tools and the MCP tools of servers that are down now (as last listed):
+        the ids a digest alias a model gives is mapped back to (F-MOD-3: the log holds ids)."""
+        names = {s.name for s in self.registry.all()}
+        return names | set(self.mcp_listed()) if self.mcp_listed is not None else names
 
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""
         specs = self.registry.all()
         cfg = self.config
-        many_mcp = sum(1 for s in specs if s.source == "mcp") > cfg.mcp_defer_above
+        mcp_count = sum(1 for s in specs if s.source == "mcp")
+        if self.mcp_listed is not None:
+            mcp_count = max(mcp_count, len(self.mcp_listed()))
+        many_mcp = mcp_count > cfg.mcp_defer_above
         out = set()
         for s in specs:
             if s.name == CAPABILITY_SEARCH or _matches(s.name, cfg.eager):

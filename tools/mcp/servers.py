@@ -32,6 +32,7 @@ from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.json_values import lone_surrogate, nesting, scalars
+from tools.schema_shape import schema_problem
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
 from .results import _clean, to_tool_result
@@ -44,6 +45,7 @@ MAX_TOOLS = 1000  # per server; more are left out (and counted)
 MAX_PAGES = 100  # pages of tools/list read per listing; a list going on past them is cut (and said so)
 MAX_SKIPPED = 1000  # tools left out that skippedTools names one by one; the rest are counted in one entry
 MAX_TOOL_NAME = 128  # MCP's own limit on a tool name
+MAX_REASON = 500  # characters of the reason a tool was left out (an invalid schema's names its place)
 MAX_DESCRIPTION = 8192  # characters of a tool's description offered to the model
 # (JSON written deeper than about 990 levels is refused by the JSON encoders of the SDKs: a tool
 # of a schema near that failed every model request of every session offering it)
@@ -76,6 +78,10 @@ class ServerState:
     protocol_version: str | None = None
     server_info: dict[str, Any] = field(default_factory=dict)
     tools: list[str] = field(default_factory=list)  # the registered ids, in the server's order
+    # The ids its last listing registered, kept while it is down: tools.mcpDeferAbove counts them
+    # (another server's tools do not turn eager while this one restarts or failed), and a call of
+    # one's digest alias is named by its id (F-MOD-3) while the tool is out of the registry
+    listed: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # tools left out, with the reason
     list_cut: str | None = None  # why the last tools/list was not read to its end (None: it was)
     conn: Connection | None = None
@@ -283,7 +289,8 @@ class McpServers:
         def skip(label: str, reason: str) -> None:
             nonlocal untold
             if len(s.skipped) < MAX_SKIPPED:
-                s.skipped.append({"name": self.secrets.cut(_clean(label), MAX_TOOL_NAME), "reason": reason})
+                s.skipped.append({"name": self.secrets.cut(_clean(label), MAX_TOOL_NAME),
+                                  "reason": self.secrets.cut(_clean(reason), MAX_REASON)})
             else:
                 untold += 1
         for i, raw in enumerate(tools):
@@ -322,6 +329,7 @@ class McpServers:
             natives[native] = spec.name
             self.registry.add(spec)
             s.tools.append(spec.name)
+        s.listed = list(s.tools)
         if untold:
             s.skipped.append({"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
                               f"skippedTools names at most {MAX_SKIPPED}"})
@@ -367,6 +375,11 @@ class McpServers:
     def inventory(self) -> list[dict[str, Any]]:
         return [s.to_json() for s in self.servers.values()]
 
+    def listed_tools(self) -> list[str]:
+        """The ids of the tools the servers registered at their last listings, those of servers
+        that are down now included (``tools.mcpDeferAbove`` is compared with their number)."""
+        return [name for s in self.servers.values() for name in s.listed]
+
 
 def _say_cut(s: ServerState, cut: str | None) -> None:
     """Set the server's ``list_cut``, logging when a cut starts or changes and when a listing is
@@ -405,6 +418,9 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
                 "not sendable as JSON")
     if len(msgspec.json.encode(schema)) > MAX_SCHEMA_BYTES:
         return f"inputSchema is larger than {MAX_SCHEMA_BYTES} bytes of JSON"
+    problem = schema_problem(schema)  # (bounded: the schema is within the limits above)
+    if problem is not None:
+        return f"inputSchema is not a valid JSON Schema, which providers refuse: {problem}"
     return None
 
 

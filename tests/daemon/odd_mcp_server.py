@@ -1,0 +1,91 @@
+"""A small stdio MCP server (standard library only) for the edges of
+``test_catalog_mcp_third_pass.py``: newline-delimited JSON-RPC 2.0, as the MCP stdio transport
+specifies.
+
+Flags: ``--banner TEXT`` (writes TEXT as a line on stdout before it reads anything, as a server
+that logs to stdout does), ``--loose`` (adds tools whose input schemas are objects JSON Schema does not
+allow: ``properties`` a list, ``required`` a string, a property's schema a number, a ``type``
+naming no JSON type, an array's ``items`` a string below ``$defs``, an empty ``anyOf``; and
+``fine``, whose valid schema uses boolean schemas, a type list, ``prefixItems`` and properties
+named as keywords).
+
+Tools: ``mixed`` (``isError: true`` with text, an image and ``structuredContent``), ``ok`` (a
+result of text, an image and ``structuredContent``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "mcp"))
+from server import PNG_1X1  # noqa: E402  (the 1x1 PNG of the other test server)
+
+PNG = base64.b64encode(PNG_1X1).decode()
+OBJ = {"type": "object"}
+TOOLS = [
+    {"name": "mixed", "description": "An error result with an image and structured content", "inputSchema": OBJ},
+    {"name": "ok", "description": "A result with an image and structured content", "inputSchema": OBJ},
+]
+LOOSE = [
+    {"name": "props_list", "description": "properties is a list", "inputSchema": {"type": "object", "properties": []}},
+    {"name": "required_text", "description": "required is a string",
+     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": "text"}},
+    {"name": "prop_number", "description": "a property's schema is a number",
+     "inputSchema": {"type": "object", "properties": {"n": 5}}},
+    {"name": "type_word", "description": "a type no JSON type is named",
+     "inputSchema": {"type": "object", "properties": {"when": {"type": "date"}}}},
+    {"name": "deep_items", "description": "an array's items is a string, down a $defs path",
+     "inputSchema": {"type": "object", "$defs": {"a/b": {"type": "array", "items": "string"}},
+                     "properties": {"x": {"$ref": "#/$defs/a~1b"}}}},
+    {"name": "empty_any", "description": "anyOf is empty", "inputSchema": {"type": "object", "properties": {
+        "v": {"anyOf": []}}}},
+    # (valid, if unusual: boolean schemas, a type list, properties named as keywords)
+    {"name": "fine", "description": "valid", "inputSchema": {"type": "object", "additionalProperties": False,
+     "properties": {"type": {"type": ["string", "null"]}, "required": True, "pair": {
+         "type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
+         "properties": {"enum": [1, 2]}},
+     "required": ["type"]}},
+]
+
+
+def send(msg: dict) -> None:
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if "--banner" in args:
+        sys.stdout.write(args[args.index("--banner") + 1] + "\n")
+        sys.stdout.flush()
+    tools = TOOLS + (LOOSE if "--loose" in args else [])
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": rid, "result": {
+                "protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
+                "serverInfo": {"name": "odd", "version": "1"}}})
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
+        elif method == "tools/call":
+            name = params.get("name")
+            content = [{"type": "text", "text": f"{name} said so"},
+                       {"type": "image", "data": PNG, "mimeType": "image/png"}]
+            result = {"content": content, "structuredContent": {"tool": name}}
+            if name == "mixed":
+                result["isError"] = True
+            send({"jsonrpc": "2.0", "id": rid, "result": result})
+        elif method == "ping":
+            send({"jsonrpc": "2.0", "id": rid, "result": {}})
+        elif rid is not None:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Whether a tool's input schema has the shape JSON Schema's meta-schema gives its keywords.
+
+An MCP server's tool schema is passed to the providers as the server wrote it, and the
+providers check it against the meta-schema before they run anything: one tool whose
+``properties`` is a list, whose ``required`` is a string or whose ``type`` names no JSON type
+fails every model request that offers it, in every session. :func:`schema_problem` finds the
+first such keyword, walking the places that hold schemas (``properties``, ``items``, ``$defs``,
+``allOf``, ``not``, …) with an explicit stack, as every walk over a server's JSON does.
+
+Only the keywords whose values have one fixed JSON shape in every draft a provider reads
+(draft 4 to 2020-12) are checked: the places of subschemas, ``type``, ``required`` and ``enum``.
+Numbers, patterns and formats are left to the providers (drafts differ on them: draft 4's
+``exclusiveMinimum`` is a boolean, later ones a number)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
+# keywords whose value is one schema
+ONE = ("additionalProperties", "additionalItems", "contains", "not", "if", "then", "else",
+       "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contentSchema")
+# keywords whose value is an object of schemas
+MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# keywords whose value is a non-empty list of schemas
+LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+
+
+def _is_schema(value: Any) -> bool:
+    return isinstance(value, (Mapping, bool))
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {str: "a string", list: "a list", type(None): "null"}.get(type(value), "an object")
+
+
+def schema_problem(schema: Any) -> str | None:
+    """The first keyword of ``schema`` (or of a schema inside it) whose value has a shape JSON
+    Schema does not allow, as ``<JSON pointer>: <what is wrong>``; None when there is none."""
+    stack: list[tuple[str, Any]] = [("#", schema)]
+    while stack:
+        at, sub = stack.pop()
+        if isinstance(sub, bool):
+            continue
+        if not isinstance(sub, Mapping):
+            return f"{at}: a schema is an object or a boolean, not {_kind(sub)}"
+        typ = sub.get("type")
+        if "type" in sub and not (typ in TYPES if isinstance(typ, str) else isinstance(typ, list) and typ
+                                  and all(isinstance(t, str) and t in TYPES for t in typ)):
+            return f"{at}/type: not one of the JSON types {sorted(TYPES)} or a list of them"
+        required = sub.get("required")
+        if "required" in sub and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
+            return f"{at}/required: a list of property names, not {_kind(required)}"
+        if "enum" in sub and not isinstance(sub["enum"], list):
+            return f"{at}/enum: a list of values, not {_kind(sub['enum'])}"
+        found: list[tuple[str, Any]] = []
+        for key in ONE:
+            if key in sub:
+                found.append((f"{at}/{key}", sub[key]))
+        for key in MAP:
+            if key in sub:
+                value = sub[key]
+                if not isinstance(value, Mapping):
+                    return f"{at}/{key}: an object of schemas, not {_kind(value)}"
+                found.extend((f"{at}/{key}/{_escaped(name)}", v) for name, v in value.items())
+        for key in LIST:
+            if key in sub:
+                value = sub[key]
+                if not isinstance(value, list) or not value:
+                    shape = "an empty list" if value == [] else _kind(value)
+                    return f"{at}/{key}: a non-empty list of schemas, not {shape}"
+                found.extend((f"{at}/{key}/{i}", v) for i, v in enumerate(value))
+        if "items" in sub:  # (one schema, or a list of them before 2020-12)
+            items = sub["items"]
+            found.extend([(f"{at}/items/{i}", v) for i, v in enumerate(items)] if isinstance(items, list)
+                         else [(f"{at}/items", items)])
+        for place, value in found:
+            if not _is_schema(value):
+                return f"{place}: a schema is an object or a boolean, not {_kind(value)}"
+        stack.extend(reversed(found))
+    return None
+
+
+def _escaped(name: Any) -> str:
+    """A property name as a JSON pointer step (RFC 6901)."""
+    return str(name).replace("~", "~0").replace("/", "~1")
