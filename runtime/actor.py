@@ -783,7 +783,7 @@ class SessionActor:
             return {"name": s.name}
         if isinstance(cmd, Delete):
             with self._holding_checked_inputs():
-                await self.jobs.stop_all(d.SESSION_DELETED)  # (recorded stopped, with no report)
+                await self.jobs.stop_all(d.SESSION_DELETED, deleted=True)  # (recorded stopped, with no report)
                 await self._abort(d.SESSION_DELETED, deleted=True)
                 await self._emit([d.Scoped(t.SessionDeleted())])
             self._notify_idle()
