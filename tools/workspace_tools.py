@@ -453,12 +453,14 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                 # frees a cancelled stream's slot a moment after Core does (its refusal comes
                 # before anything runs, so the command is sent again while time is left).
                 async def attempt(slot_wait_s: float) -> Any:
-                    async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
-                                             cwd_leads_to=judged, run_id=run_id, slot_wait_s=slot_wait_s) as events:
+                    async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap,
+                                             cwd=cwd, cwd_leads_to=judged, run_id=run_id,
+                                             slot_wait_s=slot_wait_s) as events:
                         try:
                             return await drain(events, join)
                         except trio.Cancelled:
-                            if ctx.cut_output is not None:  # (an abort: what it printed is kept with it)
+                            # (an abort: what the command printed is kept with it)
+                            if ctx.cut_output is not None:
                                 await cut_at_abort(events)
                             raise
 
@@ -472,7 +474,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                     assert ctx.cut_output is not None
                     ended, whole = None, False
                     with trio.CancelScope(shield=True):
-                        ended, whole = await stop_and_drain(ex.client, run_id, events, join, pool.stop_now)
+                        ended, whole = await stop_and_drain(ex.client, run_id, events, join,
+                                                            pool.stop_now)
                     join.flush()
                     # (no exit: no ``truncated`` from the executor; the output was cut at the cap
                     # when it reached it, as the executor sends no byte past it)
@@ -491,28 +494,35 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                     # user is told the same: what held the slots, for how long the command
                     # waited, what to do)
                     return ToolError("TOO_MANY_COMMANDS", (
-                        f"all {ex.client.stream_slots} command streams of this workspace's executor are in "
-                        f"use (background jobs and other sessions' commands hold them while they run) and "
-                        f"none came free within the command's timeout of {timeout or DEFAULT_TIMEOUT_MS} "
-                        f"ms; stop a job, or wait for one to end, and run it again"))
+                        f"all {ex.client.stream_slots} command streams of this workspace's "
+                        f"executor are in use (background jobs and other sessions' commands hold "
+                        f"them while they run) and none came free within the command's timeout "
+                        f"of {timeout or DEFAULT_TIMEOUT_MS} ms; stop a job, or wait for one to "
+                        f"end, and run it again"))
 
                 wait_s = (timeout or DEFAULT_TIMEOUT_MS) / 1000
                 exit_info = await resend_while_slots_full(attempt, wait_s=wait_s,
                                                           until=trio.current_time() + wait_s,
-                                                          untouched=lambda: not join.began, gave_up=gave_up)
+                                                          untouched=lambda: not join.began,
+                                                          gave_up=gave_up)
                 join.flush()
         if exit_info is None:
-            raise ToolError("COMMAND_LOST", "the command's executor stream ended without an exit status")
+            raise ToolError("COMMAND_LOST",
+                            "the command's executor stream ended without an exit status")
         text, truncated = command_text(out, ctx, cap, truncated=exit_info.truncated)
         killed_by = signal_name(exit_info.exit_code)
-        structured = {"exit_code": exit_info.exit_code, "signal": killed_by, "timed_out": exit_info.timed_out,
-                      "truncated": truncated, "duration_ms": exit_info.duration_ms}
+        structured = {"exit_code": exit_info.exit_code, "signal": killed_by,
+                      "timed_out": exit_info.timed_out, "truncated": truncated,
+                      "duration_ms": exit_info.duration_ms}
         ended = (f"killed by signal {-exit_info.exit_code} ({killed_by})" if killed_by
                  else f"exit {exit_info.exit_code}")
-        note = f"\n[{ended}{', timed out' if exit_info.timed_out else ''}{', output truncated' if truncated else ''}]"
+        note = (f"\n[{ended}{', timed out' if exit_info.timed_out else ''}"
+                f"{', output truncated' if truncated else ''}]")
         failed = exit_info.exit_code != 0 or exit_info.timed_out
-        return ToolResult.text(text + note, structured, is_error=failed,
-                               error_code=("COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED") if failed else None)
+        code = None
+        if failed:
+            code = "COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED"
+        return ToolResult.text(text + note, structured, is_error=failed, error_code=code)
 
     path_schema = {"type": "string", "description": "workspace-relative path"}
     return [
