@@ -353,7 +353,7 @@ class SessionActor:
         # read again (the tail after the snapshot loaded, a fork's source up to its fork point,
         # then what this actor appends). A snapshot is taken once it reaches snapshot_every.
         self._unsnapshotted = 0
-        self._skills = SkillLoads(deps.tools, session_id, deps.store.codec.pack_checked)
+        self._skills = SkillLoads(deps.tools, session_id, deps.store.codec.pack_checked, deps.store.secrets)
         assert deps.tool_catalog is not None
         self.tool_catalog = deps.tool_catalog
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
@@ -783,7 +783,7 @@ class SessionActor:
             return {"name": s.name}
         if isinstance(cmd, Delete):
             with self._holding_checked_inputs():
-                await self.jobs.stop_all(d.SESSION_DELETED)  # (recorded stopped, with no report)
+                await self.jobs.stop_all(d.SESSION_DELETED, deleted=True)  # (recorded stopped, with no report)
                 await self._abort(d.SESSION_DELETED, deleted=True)
                 await self._emit([d.Scoped(t.SessionDeleted())])
             self._notify_idle()
@@ -1050,7 +1050,8 @@ class SessionActor:
             log.warning("session %s: a model response was not recorded: %s", self.session_id, exc.message)
             await self._emit([d.Scoped(t.ModelFailed(
                 code="RESPONSE_NOT_RECORDED",
-                message=f"provider {provider.id!r}: the model's answer could not be recorded ({exc.message[:300]})",
+                message=f"provider {provider.id!r}: the model's answer could not be recorded "
+                        f"({self.deps.store.secrets.cut(exc.message, 300)})",
                 usage=result.usage, partial_text=d.kept_partial_text(self._fitting("".join(shown)))),
                 agent_id, task_id)])
 
@@ -1422,7 +1423,8 @@ class SessionActor:
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error", is_error=True,
                 content=[t.TextPart(f"RESULT_NOT_RECORDED: {call.name} ran, but its result could not be "
-                                    f"recorded ({exc.message[:300]}); if it produced output, ask for less "
+                                    f"recorded ({self.deps.store.secrets.cut(exc.message, 300)}); if it "
+                                    f"produced output, ask for less "
                                     f"(a smaller range, a filter, a lower max_output_bytes).")],
                 error_code="RESULT_NOT_RECORDED"), agent_id, task_id)])
 
@@ -1445,7 +1447,8 @@ class SessionActor:
             log.warning("session %s: skill instructions were not recorded: %s", self.session_id, why)
             await self._emit(self._if_current(agent_id, step, lambda: [
                 d.Scoped(e, agent_id, task_id) for due in step.due
-                for e in load_failed(due.name, due.call_id, f"its instructions could not be recorded: {why[:300]}")]))
+                for e in load_failed(due.name, due.call_id, "its instructions could not be recorded: "
+                                    + self.deps.store.secrets.cut(why, 300))]))
 
     async def _ask(self, agent_id: str, task_id: str | None, call: t.ToolCall,
                    questions: list[t.Question]) -> dict[str, Any]:

@@ -396,12 +396,12 @@ class ExecutorPool:
             if not isinstance(exc, ExecutorTimeout) and await self._killed(proc):
                 raise KilledWhileStarting(f"the executor for project {project_id} did not start: killed (signal "
                                           f"{-(proc.returncode or 0)}, pid {proc.pid}) before its hello "
-                                          f"({exc.message[:200]})") from None
+                                          f"({self.secrets.cut(exc.message, 200)})") from None
             stopping = proc in self._ended_by_pool
             self._end(proc)
             if stopping:
                 raise ExecutorUnavailable(f"the executor for project {project_id} did not start: the executor pool "
-                                          f"is stopping ({exc.message[:200]})") from None
+                                          f"is stopping ({self.secrets.cut(exc.message, 200)})") from None
             raise
         except BaseException:
             client.close()

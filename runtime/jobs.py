@@ -181,6 +181,7 @@ class LiveJob:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
     stop_reason: str | None = None
+    by_delete: bool = False  # stopped by the session's delete: its end is recorded with no report
     abandoned: bool = False  # the actor is going away: record nothing (its next wake says "lost")
     truncated: bool = False  # the executor cut the output at its cap (where no key was known)
 
@@ -216,6 +217,7 @@ class SessionJobs:
         self.live: dict[str, LiveJob] = {}
         self._finished: OrderedDict[str, LiveJob] = OrderedDict()
         self._closing: str | None = None  # stop_all's reason: no job starts any more
+        self._closing_by_delete = False  # stop_all's ``deleted``: what it stops is not reported
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -250,7 +252,7 @@ class SessionJobs:
         await self._emit(decide_start)
         live = self.live[job_id] = LiveJob(job_id)
         if self._closing is not None:  # stop_all began while job.started was written: stop it too
-            live.stop_reason = self._closing
+            live.stop_reason, live.by_delete = self._closing, self._closing_by_delete
             live.scope.cancel()
         self._nursery.start_soon(self._run, live, run)
         return {"job_id": job_id, "status": "running"}
@@ -269,15 +271,17 @@ class SessionJobs:
         await live.done.wait()
         return self.describe(self._record(job_id))
 
-    async def stop_all(self, reason: str) -> None:
+    async def stop_all(self, reason: str, *, deleted: bool = False) -> None:
         """Stop every job and wait until each end is recorded; no job starts after this is
         called (a session delete: the agent's run goes on until the delete aborts it, and a job
-        it started meanwhile would otherwise run on in the deleted session)."""
-        self._closing = reason
+        it started meanwhile would otherwise run on in the deleted session). ``deleted``: the
+        session's delete stops them, so the ends it records are not reported to the agent
+        (nothing would run the report)."""
+        self._closing, self._closing_by_delete = reason, deleted
         while self.live:
             for live in list(self.live.values()):
                 if live.stop_reason is None:
-                    live.stop_reason = reason
+                    live.stop_reason, live.by_delete = reason, deleted
                 live.scope.cancel()
             for live in list(self.live.values()):
                 await live.done.wait()
@@ -409,7 +413,8 @@ class SessionJobs:
             if live.stop_reason is not None:
                 status, code, reason = "stopped", None, live.stop_reason
             tail, tail_start = self._tail(live)
-            await self._record_end(live.job_id, status, code, reason, tail, tail_start=tail_start)
+            await self._record_end(live.job_id, status, code, reason, tail, tail_start=tail_start,
+                                   reported=not live.by_delete)
         finally:
             self.live.pop(live.job_id, None)
             if not live.abandoned:
@@ -451,9 +456,12 @@ class SessionJobs:
 
     async def _record_end(self, job_id: str, status: str, code: int | None, reason: str, tail: str, *,
                           wake: bool = True, within: float | None = None,
-                          saved: tuple[str, int, int] | None = None, tail_start: int | None = None) -> None:
+                          saved: tuple[str, int, int] | None = None, tail_start: int | None = None,
+                          reported: bool = True) -> None:
         """Record the job's end and its report (one append); ``within``: give up after that many
         seconds, the append possibly still committed (a stop: the actor is going away);
+        ``reported``: False records the end alone (a job the session's delete stopped; a deleted
+        session's log gets no report either way);
         ``saved``: the output :meth:`_save_output` stored (with its ``artifact.stored``);
         ``tail_start``: where ``tail`` begins in the whole output (None: not known, a lost job)."""
         def decide_end() -> Sequence[d.Scoped]:
@@ -472,7 +480,7 @@ class SessionJobs:
                 finished = [stored, finished]  # type: ignore[assignment]
             else:
                 finished = [finished]  # type: ignore[assignment]
-            if state.deleted or reason == d.SESSION_DELETED:
+            if state.deleted or not reported:
                 return finished  # type: ignore[return-value]
             report = t.InputSubmitted(content=[t.TextPart(report_text(rec, status, code, reason, tail,
                                                                       saved=saved is not None))],

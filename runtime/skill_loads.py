@@ -22,6 +22,7 @@ import msgspec
 
 from events import types as t
 from events.errors import AppendRejected
+from events.secrets import Secrets
 from projections.session_state import (
     MAIN_AGENT,
     SKILL_COMMAND,
@@ -55,8 +56,10 @@ class SkillLoads:
     hold is one it cannot load; the check here is for what that leaves (a call id longer than
     ``tools.skills.CALL_ID_ROOM``)."""
 
-    def __init__(self, tools: ToolRegistry, session_id: str, recordable: Callable[[t._Event], object]) -> None:
+    def __init__(self, tools: ToolRegistry, session_id: str, recordable: Callable[[t._Event], object],
+                 secrets: Secrets | None = None) -> None:
         self._tools = tools
+        self._secrets = secrets or Secrets()  # (the store's message is cut after they are replaced)
         self._session_id = session_id
         self._recordable = recordable
         self._held: dict[str, t.SkillLoaded] = {}  # call id -> its snapshot, until its round ends
@@ -66,7 +69,7 @@ class SkillLoads:
         try:
             self._recordable(ev)
         except AppendRejected as exc:
-            return f"its instructions could not be recorded: {exc.message[:300]}"
+            return f"its instructions could not be recorded: {self._secrets.cut(exc.message, 300)}"
         return None
 
     def hold(self, state: SessionState, agent_id: str, call_id: str, events: list[t._Event]) -> list[t._Event]:

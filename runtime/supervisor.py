@@ -23,6 +23,7 @@ import trio
 
 from events import types as t
 from events.errors import CorruptEvent, LogError
+from events.secrets import Secrets
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import RESULT_RECORDS, ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor
@@ -390,7 +391,7 @@ class Supervisor:
                     await actor.run()
                     return  # passivated (mailbox closed) or the mailbox ended
                 except Exception as exc:  # a crash is contained here, never reaches the daemon
-                    fault = _storage_fault(exc)
+                    fault = _storage_fault(exc, self.deps.store.secrets)
                     if fault is not None:
                         # The log cannot be written (a full disk, a read-only or failing file
                         # system): no fault of this session, so no step towards quarantine. Its
@@ -473,16 +474,17 @@ async def _refuse_for(handle: _Handle, seconds: float, error: BaseException) -> 
             env.reply(error=error)
 
 
-def _storage_fault(exc: BaseException) -> str | None:
+def _storage_fault(exc: BaseException, secrets: Secrets | None = None) -> str | None:
     """What failed, when ``exc`` (or every exception it groups) is a failure of the storage under
     the log — a commit the file system failed (``STORE_WRITE_FAILED`` of a full, read-only,
     failing or locked store) or such an error of SQLite on a read — rather than of the session
-    (a commit refused for what it holds still counts towards quarantine); else ``None``."""
+    (a commit refused for what it holds still counts towards quarantine); else ``None``. The
+    text (SQLite's or the file system's) is cut after ``secrets`` are replaced in it."""
     if isinstance(exc, BaseExceptionGroup):
-        faults = [_storage_fault(e) for e in exc.exceptions]
+        faults = [_storage_fault(e, secrets) for e in exc.exceptions]
         return faults[0] if faults and all(f is not None for f in faults) else None
     if (isinstance(exc, StoreWriteFailed) and exc.storage) or isinstance(exc, STORAGE_ERRORS):
-        return f"{type(exc).__name__}: {exc}"[:300]
+        return (secrets or Secrets()).cut(f"{type(exc).__name__}: {exc}", 300)
     return None
 
 

@@ -50,6 +50,11 @@ class StreamJoin:
         self._lines: dict[str, bytearray] = {}  # (with whole_lines: each stream's unfinished line)
         self._last: str | None = None  # the stream of the last chunk written
 
+    @property
+    def began(self) -> bool:
+        """Whether any chunk came (written to the sink or still held)."""
+        return self._last is not None
+
     def write(self, stream: str, data: bytes) -> None:
         self._last = stream
         if self._whole_lines:  # (a line in many chunks is gathered in place, not copied at each)

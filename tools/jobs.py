@@ -20,10 +20,14 @@ from runtime.errors import shortened_json, shortened_names  # (imports nothing: 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .command_output import StreamJoin, drain
 from .rerun import ExecutorAccess, executor_failures
+from .executor.commands import DEFAULT_TIMEOUT_MS  # (the executor's default timeout_ms)
 from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, check_where_it_leads,
-                              command_cwd, int_arg)
+                              command_cwd, int_arg, resend_while_slots_full)
 
 DEFAULT_JOB_TIMEOUT_MS = MAX_COMMAND_TIMEOUT_MS  # a background job may run as long as any command
+# How long a job's start refused by the executor for its command slots (TOO_MANY_COMMANDS) is
+# sent again, from the first refusal: run_command's default wait, or the job's timeout if less.
+JOB_SLOT_RESEND_MS = DEFAULT_TIMEOUT_MS
 DEFAULT_READ_BYTES = 16 * 1024
 MAX_READ_BYTES = 64 * 1024
 
@@ -49,6 +53,7 @@ def _line(job: dict[str, Any], secrets: Secrets) -> str:
 
 def job_tool(pool: ExecutorAccess) -> ToolSpec:
     from runtime.errors import LensError  # (runtime imports tools; the errors module imports nothing)
+    from runtime.executor_client import ExecutorToolError
     from runtime.jobs import JobExit
 
     async def start(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -70,10 +75,28 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
             # No execution-domain lock: a job runs for minutes or hours, and holding the write
             # lock that long would stop every edit (run_command holds it for its whole run).
             join = StreamJoin(write)
-            try:
+            resend_ms = min(timeout, JOB_SLOT_RESEND_MS)
+
+            async def attempt(_: float) -> Any:
+                # (Core's own count of the streams is waited for with no bound, as a job's start
+                # is: the job is listed running meanwhile and holds no lock)
                 async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=MAX_COMMAND_OUTPUT,
                                          cwd=cwd, cwd_leads_to=judged) as events:
-                    end = await drain(events, join)
+                    return await drain(events, join)
+
+            def gave_up() -> Exception:
+                return ExecutorToolError("TOO_MANY_COMMANDS", (
+                    f"all {ex.client.stream_slots} command streams of this workspace's executor are in use "
+                    f"(background jobs and other sessions' commands hold them while they run) and none came "
+                    f"free within {resend_ms} ms of the executor's first refusal; stop a job, or wait for one "
+                    f"to end, and start it again"))
+
+            try:
+                # A refusal for the executor's command slots comes before anything runs: the
+                # start is sent again, as run_command's is (one freed a moment ago may still be
+                # counted by the executor, or another of its clients holds them).
+                end = await resend_while_slots_full(attempt, wait_s=resend_ms / 1000, until=None,
+                                                    untouched=lambda: not join.began, gave_up=gave_up)
                 return None if end is None else JobExit(end.exit_code, end.timed_out, timeout, end.truncated)
             finally:
                 join.flush()  # (also when stopped: what the command wrote is kept)

@@ -330,7 +330,8 @@ async def discover(read: Read, *, browse: Read | None = None,
                 continue
             skill = Skill(dir_name, base, problem=problem) if text is None else _skill_of(base, dir_name, text, secrets)
             if skill.problem is None and recordable is not None and (why := (
-                    too_large_for_the_log(recordable, skill) if sizes is None else sizes.verdict(recordable, skill))):
+                    too_large_for_the_log(recordable, skill, secrets) if sizes is None
+                    else sizes.verdict(recordable, skill, secrets))):
                 skill = Skill(skill.name, base, skill.description, why, digest=skill.digest)
             if skill.name in seen and skill.problem is None:
                 # (only a skill that could be loaded but for the name is told it is taken: one with a
@@ -386,7 +387,8 @@ async def _dirs_holding_skill_files(browse: Read | None, root: str) -> tuple[dic
     return out, bool(page.get("truncated"))
 
 
-def too_large_for_the_log(recordable: Callable[[t._Event], object], skill: Skill) -> str | None:
+def too_large_for_the_log(recordable: Callable[[t._Event], object], skill: Skill,
+                          secrets: Secrets | None = None) -> str | None:
     """Why the log could never hold the ``skill.loaded`` a load of ``skill`` records (None: it
     can). Checked with a call id of :data:`CALL_ID_ROOM` bytes, what a load from a tool call
     carries at most in practice (a ``/skill:`` input's carries none), so that a skill listed
@@ -398,7 +400,8 @@ def too_large_for_the_log(recordable: Callable[[t._Event], object], skill: Skill
         if exc.size is not None and exc.limit is not None:
             return (f"its instructions are too large for the event log (a load records {exc.size} bytes; "
                     f"the log holds events up to {exc.limit} bytes, log.maxEventBytes)")
-        return f"its instructions could not be recorded: {exc.message[:300]}"
+        # (the store's message, cut after the daemon's keys are replaced in it: ``Secrets.cut``)
+        return f"its instructions could not be recorded: {(secrets or _NO_SECRETS).cut(exc.message, 300)}"
     return None
 
 
@@ -416,17 +419,19 @@ class SkillSizes:
     (:func:`skill_tool`, :func:`prompt_skills`); ``checks`` counts the verdicts asked."""
 
     def __init__(self, max_verdicts: int = MAX_SIZE_VERDICTS) -> None:
-        self._verdicts: dict[tuple[object, str, str, str], str | None] = {}
+        self._verdicts: dict[tuple[object, str, str, str, object], str | None] = {}
         self._max = max_verdicts
         self.checks = 0
 
-    def verdict(self, recordable: Callable[[t._Event], object], skill: Skill) -> str | None:
-        """:func:`too_large_for_the_log` of ``skill``, asked only when no verdict is held."""
-        key = (recordable, skill.digest, skill.name, skill.base_dir)
+    def verdict(self, recordable: Callable[[t._Event], object], skill: Skill,
+                secrets: Secrets | None = None) -> str | None:
+        """:func:`too_large_for_the_log` of ``skill``, asked only when no verdict is held (its
+        text made with ``secrets``, which are part of what the verdict is kept by)."""
+        key = (recordable, skill.digest, skill.name, skill.base_dir, secrets)
         if key in self._verdicts:
             return self._verdicts[key]
         self.checks += 1
-        why = self._verdicts[key] = too_large_for_the_log(recordable, skill)
+        why = self._verdicts[key] = too_large_for_the_log(recordable, skill, secrets)
         if len(self._verdicts) > self._max:
             del self._verdicts[next(iter(self._verdicts))]
         return why

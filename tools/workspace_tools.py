@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 import signal
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -47,6 +47,8 @@ ABORT_OUTPUT_WAIT_S = 0.25
 # ignores SIGTERM; this leaves as long again for a loaded host. An executor that never answers
 # (stopped, hung) holds the abort no longer than this.
 ABORT_STOP_ANSWER_WAIT_S = 4.0
+
+T = TypeVar("T")
 
 
 def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
@@ -109,6 +111,34 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
     if got and got[0] is not None:
         return got[0], True
     return (answered[0] if answered else None), False
+
+
+async def resend_while_slots_full(attempt: Callable[[float], Awaitable[T]], *, wait_s: float,
+                                  until: float | None, untouched: Callable[[], bool],
+                                  gave_up: Callable[[], Exception]) -> T:
+    """Run ``attempt`` (one sending of a command to the executor), sending it again every
+    :data:`SLOT_RETRY_S` while it is refused ``TOO_MANY_COMMANDS`` with nothing of it run
+    (``untouched()``: no output came; the refusal comes before anything runs): all the
+    executor's command slots are taken, by this client's streams or another client's, and one
+    freed a moment ago may still be counted by the executor (it frees a cancelled stream's slot
+    after Core does). ``attempt`` gets how long it may still wait for the client's own slot.
+
+    ``until``: when the resends end (``trio.current_time()``'s clock); None counts ``wait_s``
+    from the first refusal (a job's start, which waits for the client's slot with no bound).
+    The last attempt comes at the end, not a whole :data:`SLOT_RETRY_S` past it; a refusal
+    then raises ``gave_up()``. Any other failure is raised as it is."""
+    while True:
+        left = wait_s if until is None else max(0.0, until - trio.current_time())
+        try:
+            return await attempt(left)
+        except EXECUTOR_FAILURES as exc:
+            if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or not untouched():
+                raise
+            if until is None:
+                until = trio.current_time() + wait_s
+            if trio.current_time() >= until:
+                raise gave_up() from None
+            await trio.sleep(min(SLOT_RETRY_S, until - trio.current_time()))
 
 
 def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,
@@ -422,67 +452,77 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                 # domain's write lock): Core's count of them first, then the executor's own, which
                 # frees a cancelled stream's slot a moment after Core does (its refusal comes
                 # before anything runs, so the command is sent again while time is left).
-                slot_until = trio.current_time() + (timeout or DEFAULT_TIMEOUT_MS) / 1000
-                while True:
-                    try:
-                        async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap, cwd=cwd,
-                                                 cwd_leads_to=judged, run_id=run_id,
-                                                 slot_wait_s=max(0.0, slot_until - trio.current_time())) as events:
-                            try:
-                                exit_info = await drain(events, join)
-                            except trio.Cancelled:
-                                if ctx.cut_output is not None:  # (an abort: what it printed is kept with it)
-                                    # The executor is asked to stop the command and answers once the
-                                    # command has ended; the output still on its way (the executor's read,
-                                    # gRPC, the pump) is read up to the exit, which says how it ended, at
-                                    # most ABORT_STOP_ANSWER_WAIT_S in all, so the abort stays bounded; the
-                                    # stream is then cancelled, which ends the command's group on the
-                                    # executor if the stop did not.
-                                    ended, whole = None, False
-                                    with trio.CancelScope(shield=True):
-                                        ended, whole = await stop_and_drain(ex.client, run_id, events, join, pool.stop_now)
-                                    join.flush()
-                                    # (no exit: no ``truncated`` from the executor; the output was cut at
-                                    # the cap when it reached it, as the executor sends no byte past it)
-                                    reached = (ended.truncated if ended is not None
-                                               else len(out) >= (cap or DEFAULT_COMMAND_OUTPUT))
-                                    # An exit from the Stop answer alone: the stream was not read to it,
-                                    # so what came last may be missing; the text says it was cut.
-                                    lost = ended is not None and not whole
-                                    text, cut = command_text(out, ctx, cap, truncated=reached or lost,
-                                                             cut_end=ended is None or reached or lost)
-                                    ctx.cut_output(text, cut, None if ended is None else CommandEnd(
-                                        ended.exit_code, signal_name(ended.exit_code), ended.stopped))
-                                raise
-                    except EXECUTOR_FAILURES as exc:
-                        if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or out:
+                async def attempt(slot_wait_s: float) -> Any:
+                    async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap,
+                                             cwd=cwd, cwd_leads_to=judged, run_id=run_id,
+                                             slot_wait_s=slot_wait_s) as events:
+                        try:
+                            return await drain(events, join)
+                        except trio.Cancelled:
+                            # (an abort: what the command printed is kept with it)
+                            if ctx.cut_output is not None:
+                                await cut_at_abort(events)
                             raise
-                        if trio.current_time() >= slot_until:
-                            # (whichever refused last, the client's count or the executor's own,
-                            # the user is told the same: what held the slots, for how long the
-                            # command waited, what to do)
-                            raise ToolError("TOO_MANY_COMMANDS", (
-                                f"all {ex.client.stream_slots} command streams of this workspace's executor are in use "
-                                f"(background jobs and other sessions' commands hold them while they run) and none "
-                                f"came free within the command's timeout of {timeout or DEFAULT_TIMEOUT_MS} "
-                                f"ms; stop a job, or wait for one to end, and run it again")) from None
-                        # (no sleep past the wait's end: the last attempt comes at it)
-                        await trio.sleep(min(SLOT_RETRY_S, slot_until - trio.current_time()))
-                        continue
-                    break
+
+                async def cut_at_abort(events: Any) -> None:
+                    # The executor is asked to stop the command and answers once the command has
+                    # ended; the output still on its way (the executor's read, gRPC, the pump) is
+                    # read up to the exit, which says how it ended, at most
+                    # ABORT_STOP_ANSWER_WAIT_S in all, so the abort stays bounded; the stream is
+                    # then cancelled, which ends the command's group on the executor if the stop
+                    # did not.
+                    assert ctx.cut_output is not None
+                    ended, whole = None, False
+                    with trio.CancelScope(shield=True):
+                        ended, whole = await stop_and_drain(ex.client, run_id, events, join,
+                                                            pool.stop_now)
+                    join.flush()
+                    # (no exit: no ``truncated`` from the executor; the output was cut at the cap
+                    # when it reached it, as the executor sends no byte past it)
+                    reached = (ended.truncated if ended is not None
+                               else len(out) >= (cap or DEFAULT_COMMAND_OUTPUT))
+                    # An exit from the Stop answer alone: the stream was not read to it, so what
+                    # came last may be missing; the text says it was cut.
+                    lost = ended is not None and not whole
+                    text, cut = command_text(out, ctx, cap, truncated=reached or lost,
+                                             cut_end=ended is None or reached or lost)
+                    ctx.cut_output(text, cut, None if ended is None else CommandEnd(
+                        ended.exit_code, signal_name(ended.exit_code), ended.stopped))
+
+                def gave_up() -> ToolError:
+                    # (whichever refused last, the client's count or the executor's own, the
+                    # user is told the same: what held the slots, for how long the command
+                    # waited, what to do)
+                    return ToolError("TOO_MANY_COMMANDS", (
+                        f"all {ex.client.stream_slots} command streams of this workspace's "
+                        f"executor are in use (background jobs and other sessions' commands hold "
+                        f"them while they run) and none came free within the command's timeout "
+                        f"of {timeout or DEFAULT_TIMEOUT_MS} ms; stop a job, or wait for one to "
+                        f"end, and run it again"))
+
+                wait_s = (timeout or DEFAULT_TIMEOUT_MS) / 1000
+                exit_info = await resend_while_slots_full(attempt, wait_s=wait_s,
+                                                          until=trio.current_time() + wait_s,
+                                                          untouched=lambda: not join.began,
+                                                          gave_up=gave_up)
                 join.flush()
         if exit_info is None:
-            raise ToolError("COMMAND_LOST", "the command's executor stream ended without an exit status")
+            raise ToolError("COMMAND_LOST",
+                            "the command's executor stream ended without an exit status")
         text, truncated = command_text(out, ctx, cap, truncated=exit_info.truncated)
         killed_by = signal_name(exit_info.exit_code)
-        structured = {"exit_code": exit_info.exit_code, "signal": killed_by, "timed_out": exit_info.timed_out,
-                      "truncated": truncated, "duration_ms": exit_info.duration_ms}
+        structured = {"exit_code": exit_info.exit_code, "signal": killed_by,
+                      "timed_out": exit_info.timed_out, "truncated": truncated,
+                      "duration_ms": exit_info.duration_ms}
         ended = (f"killed by signal {-exit_info.exit_code} ({killed_by})" if killed_by
                  else f"exit {exit_info.exit_code}")
-        note = f"\n[{ended}{', timed out' if exit_info.timed_out else ''}{', output truncated' if truncated else ''}]"
+        note = (f"\n[{ended}{', timed out' if exit_info.timed_out else ''}"
+                f"{', output truncated' if truncated else ''}]")
         failed = exit_info.exit_code != 0 or exit_info.timed_out
-        return ToolResult.text(text + note, structured, is_error=failed,
-                               error_code=("COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED") if failed else None)
+        code = None
+        if failed:
+            code = "COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED"
+        return ToolResult.text(text + note, structured, is_error=failed, error_code=code)
 
     path_schema = {"type": "string", "description": "workspace-relative path"}
     return [

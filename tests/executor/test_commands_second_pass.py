@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import pytest
 import trio
@@ -185,3 +185,74 @@ async def test_a_command_the_executor_refuses_is_cancelled_at_once_between_its_r
                 nursery.cancel_scope.cancel()
     assert ended == [], ended  # (cancelled, not ended by the refusal)
     assert not (workspace / "ran.txt").exists()
+
+
+@asynccontextmanager
+async def session_jobs(session_id: str) -> AsyncIterator[tuple[Any, Any]]:
+    """A real :class:`SessionJobs` over a folded session (as the actor keeps it)."""
+    from runtime.jobs import SessionJobs
+
+    from .test_cwd_judged import FoldedSession
+
+    session = FoldedSession(session_id)
+    async with trio.open_nursery() as nursery:
+        jobs = SessionJobs(session_id, emit=session.emit, state=lambda: session.state,
+                           new_id=session.new_id, wake=lambda: None)
+        jobs.attach(nursery)
+        yield session, jobs
+        nursery.cancel_scope.cancel()
+
+
+async def _start_job(pool: ExecutorPool, jobs: Any, args: dict[str, Any]) -> str:
+    import dataclasses
+
+    from tools.base import ToolContext
+    from tools.jobs import job_tool
+
+    ctx = dataclasses.replace(ToolContext("p1", jobs.session_id, "main", None, "call_1", True), jobs=jobs)
+    res = await job_tool(pool).run({"action": "start", **args}, ctx)
+    assert not res.is_error, res.content
+    return res.structured_content["job_id"]  # type: ignore[index]
+
+
+async def _ended(jobs: Any, session: Any, job_id: str) -> dict[str, Any]:
+    while job_id in jobs.live:
+        await jobs.live[job_id].done.wait()
+    return jobs.describe(session.state.jobs[job_id])
+
+
+async def test_a_job_start_the_executor_refuses_for_its_slots_is_sent_again_until_one_frees(
+        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
+    # Another client of the executor holds its slots: Core's count is free, the executor refuses
+    # the job's command. It is sent again (as run_command's is) and runs once a slot frees.
+    _, pool = core_and_pool
+    (workspace / "job_ran.txt").unlink(missing_ok=True)
+    ours = (await pool.get("p1")).client
+    with trio.fail_after(30):
+        async with session_jobs("ses_job_slots") as (session, jobs):
+            async with every_slot_held(client):
+                job_id = await _start_job(pool, jobs, {"command": "echo ran > job_ran.txt"})
+                before = ours.used  # (the job's command is not sent yet: its task has not run)
+                while ours.used == before:  # (a refused attempt ended: the job is between resends)
+                    await trio.sleep(0.01)
+                assert job_id in jobs.live
+            ended = await _ended(jobs, session, job_id)
+    assert ended["status"] == "exited" and ended["exit_code"] == 0, ended
+    assert (workspace / "job_ran.txt").read_text() == "ran\n"
+
+
+async def test_a_job_start_the_executor_keeps_refusing_ends_at_its_bound_saying_why(
+        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
+    # The resends last the job's timeout when it is shorter than run_command's default wait.
+    _, pool = core_and_pool
+    (workspace / "job_ran.txt").unlink(missing_ok=True)
+    with trio.fail_after(30):
+        async with session_jobs("ses_job_slots_bound") as (session, jobs):
+            async with every_slot_held(client):
+                job_id = await _start_job(pool, jobs, {"command": "echo ran > job_ran.txt", "timeout_ms": 300})
+                ended = await _ended(jobs, session, job_id)
+    assert ended["status"] == "crashed", ended
+    reason = ended["reason"]
+    assert reason.startswith("TOO_MANY_COMMANDS: ") and f"all {MAX_RUNNING_COMMANDS} command streams" in reason \
+        and "within 300 ms" in reason and "stop a job" in reason, reason
+    assert not (workspace / "job_ran.txt").exists()

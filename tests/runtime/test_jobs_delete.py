@@ -63,3 +63,29 @@ async def test_a_job_started_while_a_delete_stops_the_others_is_stopped_too(runt
         assert [j.command for j in state.jobs.values() if j.status == "running"] == []
         events = await rt.events(sid)
         assert not [e for e in by_kind(events, "input.submitted") if (e.request_id or "").startswith("job:")]
+
+
+async def test_a_stop_whose_reason_reads_session_deleted_is_still_reported(runtime_factory):
+    # Only the delete's own stop leaves the report out: a stop that is no delete is reported,
+    # whatever its reason says.
+    from runtime import decide as d
+
+    async def forever(sink: Callable[[bytes], None]) -> Any:
+        await trio.sleep_forever()
+
+    async def start_and_stop(args: dict[str, Any], ctx: Any) -> ToolResult:
+        out = await ctx.jobs.start("sleeper", forever, call_id=ctx.call_id)
+        return ToolResult.text("stopped", await ctx.jobs.stop(out["job_id"], d.SESSION_DELETED))
+
+    schema = {"type": "object", "properties": {}}
+    tools = [ToolSpec("start_and_stop", "", schema, start_and_stop, read_only=False)]
+    script = [FauxTurn(when="go", tool_calls=[FauxToolCall("start_and_stop", {})])]
+    async with runtime_factory(script=script, extra_tools=tools) as rt:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "go")
+        await rt.until(sid, lambda s: [(j.status, j.reason) for j in s.jobs.values()] == [
+            ("stopped", d.SESSION_DELETED)])
+        # (the end and its report are one append)
+        events = await rt.events(sid)
+        reports = [e for e in by_kind(events, "input.submitted") if (e.request_id or "").startswith("job:")]
+        assert len(reports) == 1

@@ -63,8 +63,9 @@ class ServerUnavailable(McpError):
 class RequestFailed(McpError):
     """The server answered a request with a JSON-RPC error."""
 
-    def __init__(self, rpc_code: Any, message: str, data: Any = None) -> None:
-        text = f"{message} (JSON-RPC error {str(rpc_code)[:40]})"
+    def __init__(self, rpc_code: Any, message: str, data: Any = None, secrets: Secrets | None = None) -> None:
+        # (the server's code, cut after the daemon's keys are replaced in it: ``Secrets.cut``)
+        text = f"{message} (JSON-RPC error {(secrets or Secrets()).cut(str(rpc_code), 40)})"
         # (made valid Unicode: a lone surrogate from a \ud800 escape could not be recorded or sent)
         super().__init__("MCP_REQUEST_FAILED", text.encode("utf-8", "replace").decode("utf-8"))
         self.rpc_code = rpc_code
@@ -274,7 +275,8 @@ class Connection:
         err = msg.get("error")
         if err is not None:
             err = err if isinstance(err, dict) else {}
-            pending.error = RequestFailed(err.get("code"), self.secrets.cut(str(err.get("message") or "no message"), 2000), err.get("data"))
+            pending.error = RequestFailed(err.get("code"), self.secrets.cut(str(err.get("message") or "no message"), 2000),
+                                          err.get("data"), self.secrets)
         else:
             pending.result = msg.get("result")
         pending.done.set()
@@ -410,7 +412,8 @@ async def _initialize(conn: Connection, timeout: float) -> None:
         raise McpError("MCP_START_FAILED", "initialize answered something that is not an object")
     version = result.get("protocolVersion")
     if version not in PROTOCOL_VERSIONS:
-        raise McpError("MCP_START_FAILED", f"the server speaks MCP protocol version {str(version)[:40]!r}; "
+        raise McpError("MCP_START_FAILED", f"the server speaks MCP protocol version "
+                                           f"{conn.secrets.cut(str(version), 40)!r}; "
                        f"Lens speaks {', '.join(PROTOCOL_VERSIONS)}")
     conn.protocol_version = version
     conn.server_info = result.get("serverInfo") if isinstance(result.get("serverInfo"), dict) else {}

@@ -1,0 +1,47 @@
+"""An MCP server's text quoted cut to a limit (a JSON-RPC error's code, the protocol version it
+answers) is cut after the daemon's keys are replaced in it (docs/decisions.md, "Caller text
+against whole keys, daemon text against pieces")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from events.secrets import Secrets
+from tools.artifacts import ArtifactStore
+from tools.mcp import McpServers
+from tools.mcp.client import RequestFailed
+from tools.registry import builtin_tools
+
+from .conftest import LIMIT, srv, wait_for
+
+KEY = "sk-mcp-text-Q7mZ4kT1vB8nR3wY6pJ0dF5hGc"  # (a canary: any 8 characters of it shown is a leak)
+SECRETS = Secrets({KEY: "LENS_TEST_MCP_KEY"})
+
+
+def leaked(text: str) -> list[str]:
+    return [KEY[i:i + 8] for i in range(len(KEY) - 7) if KEY[i:i + 8] in text]
+
+
+def test_a_json_rpc_error_code_is_cut_after_the_keys() -> None:
+    code = "c" * 30 + KEY  # (the cut at 40 falls inside the key)
+    exc = RequestFailed(code, "refused", None, SECRETS)
+    assert "cccc" in exc.message and leaked(exc.message) == [], exc.message
+    assert leaked(RequestFailed(code, "refused").message) != []  # (without the keys: the check can fail)
+
+
+async def test_a_protocol_version_refused_at_start_is_cut_after_the_keys(tmp_path: Path) -> None:
+    servers = McpServers({"old": srv("--protocol", "v" * 30 + KEY, max_restarts=0)}, builtin_tools(),
+                         ArtifactStore(tmp_path / "artifacts"), secrets=SECRETS)
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(LIMIT):
+            await nursery.start(servers.run)
+        def state() -> dict:
+            return next(s for s in servers.inventory() if s["name"] == "old")
+
+        await wait_for(lambda: state()["status"] == "failed", "the server's start failed")
+        failed = state()
+        nursery.cancel_scope.cancel()
+    assert "protocol version 'vvvv" in failed["error"], failed
+    assert leaked(failed["error"]) == [], failed["error"]
