@@ -71,7 +71,8 @@ from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts
 
 from .config import ContextConfig
 from .errors import AgentNotFound, LensError
-from .providers.base import CONTENT_FILTER, OUTPUT_LIMIT, REFUSAL, ModelRequest, ProviderError, UsageMeter
+from .providers.base import (CONTENT_FILTER, INCOMPLETE, MESSAGE_LIMIT, OUTPUT_LIMIT, REFUSAL, ModelRequest, ProviderError,
+                             UsageMeter)
 from .providers.catalog import ProviderCatalog
 
 log = logging.getLogger("lens.context")
@@ -102,11 +103,15 @@ COMPACTION_PARTIAL = (
     "out. Say in the summary what it could not cover."
 )
 MAX_EDIT_IDS = 1000
-# Stop reasons (as the providers normalize them) of an answer that is no complete summary.
+# Stop reasons (as the providers normalize them) of an answer that is no complete summary: every
+# reason runtime/decide.py's CUT_BY takes as a cut (a Responses limit on messages, an incomplete
+# response that gave no reason) stops a summary before its end too.
 UNFINISHED_SUMMARY = {
     OUTPUT_LIMIT: "cut off at the model's output limit",
     REFUSAL: "the model refused",
     CONTENT_FILTER: "cut by the provider's content filter",
+    MESSAGE_LIMIT: "stopped at the provider's limit on messages",
+    INCOMPLETE: "stopped before the provider finished it, in an incomplete response that gave no reason",
 }
 
 
