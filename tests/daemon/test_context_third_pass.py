@@ -10,7 +10,7 @@ from typing import Any
 
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
-from .conftest import error_of, stop_daemon
+from .conftest import error_of, sdks_ready
 from .keyleaks import loop_config
 
 KEY_ENV = "LENS_TEST_CTX3_KEY"
@@ -88,6 +88,7 @@ async def test_a_responses_summary_left_incomplete_for_any_reason_replaces_nothi
     config["providers"] = [{**config["providers"][0], "protocol": "openai-responses"}]
     d = await daemon_factory(config=config)
     token, _pid, sid = await _session(d)
+    await sdks_ready()  # (the first turn's bound is not the SDKs' one-off import)
     loop.push(orr.response_stream(text="first answer", usage=orr.usage(100, 3)))
     await _turn(d, token, sid, "r1", "hello there")
     for reason, words in (("max_messages", "max_messages"), (None, "incomplete"),
@@ -98,3 +99,72 @@ async def test_a_responses_summary_left_incomplete_for_any_reason_replaces_nothi
     loop.push(orr.response_stream(text="SUMMARY: the user said hello.", usage=orr.usage(300, 9)))
     r = await d.post(f"/sessions/{sid}/compact", token)
     assert r.status_code == 200 and r.json()["summary"] == "SUMMARY: the user said hello.", r.text
+
+
+async def test_a_fork_sees_the_snips_made_before_its_seq_and_no_later_one_of_either_session(daemon_factory):
+    # F-CTX-3 with F-ACT-7: a fork's Working Context is its source's as of the seq it was made
+    # from, snips included; from then on each session's snips are its own.
+    d = await daemon_factory(config=_faux())
+    token, _pid, sid = await _session(d)
+    await _turn(d, token, sid, "r1", "first words")
+    await _turn(d, token, sid, "r2", "second words")
+    ids = (await _context(d, token, sid))["workingItemIds"]
+    assert len(ids) == 4, ids  # (two inputs, two answers)
+    before = (await d.events(token, sid))[-1]["seq"]
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [ids[0]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    snip_seq = r.json()["seq"]
+
+    forks = {}
+    for seq in (before, snip_seq):
+        r = await d.post(f"/sessions/{sid}/fork", token, {"seq": seq})
+        assert r.status_code == 201, r.text
+        forks[seq] = r.json()["id"]
+    assert (await _context(d, token, forks[before]))["workingItemIds"] == ids
+    after_snip = await _context(d, token, forks[snip_seq])
+    assert after_snip["workingItemIds"] == ids[1:]
+    assert {it["id"]: it["context"] for it in after_snip["items"]}[ids[0]] == "snipped"
+
+    # A snip of the source after the fork does not reach the fork, nor a snip of the fork the source.
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [ids[3]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    r = await d.post(f"/sessions/{forks[snip_seq]}/context/snip", token, {"itemIds": [ids[1]]})
+    assert r.status_code == 200 and r.json()["changed"] is True, r.text
+    assert (await _context(d, token, sid))["workingItemIds"] == [ids[1], ids[2]]
+    assert (await _context(d, token, forks[snip_seq]))["workingItemIds"] == [ids[2], ids[3]]
+    assert (await _context(d, token, forks[before]))["workingItemIds"] == ids
+
+    # The fork's next request sends its own Working Context: the source's later snip is not in it.
+    await _turn(d, token, forks[snip_seq], "f1", "third words")
+    fork_ctx = await _context(d, token, forks[snip_seq])
+    assert fork_ctx["workingItemIds"][:2] == [ids[2], ids[3]] and len(fork_ctx["workingItemIds"]) == 4, fork_ctx
+
+
+async def test_a_context_emptied_by_snips_or_hides_has_nothing_to_compact_and_asks_no_summary(daemon_factory):
+    # F-CTX-2 / F-CTX-3: with every item out of the Working Context there is nothing to summarize;
+    # no summarizing request is asked (usage unchanged), nothing is recorded, and the next
+    # request sends the new input alone.
+    d = await daemon_factory(config=_faux({"when": SUMMARIZE, "text": "SUMMARY: nothing"}))
+    token, _pid, sid = await _session(d)
+    for op, undo in (("snip", "unsnip"), ("hide", "unhide")):
+        await _turn(d, token, sid, f"{op}-1", f"words before the {op}")
+        ids = (await _context(d, token, sid))["workingItemIds"]
+        r = await d.post(f"/sessions/{sid}/context/{op}", token, {"itemIds": ids})
+        assert r.status_code == 200 and r.json()["changed"] is True, r.text
+        assert (await _context(d, token, sid))["workingItemIds"] == []
+        n, usage = len(await d.events(token, sid)), (await d.view(token, sid))["usage"]
+        compactions = (await _context(d, token, sid))["compactions"]
+        r = await d.post(f"/sessions/{sid}/compact", token)
+        assert r.status_code == 409 and error_of(r) == "NOTHING_TO_COMPACT", r.text
+        assert len(await d.events(token, sid)) == n and (await d.view(token, sid))["usage"] == usage
+        ctx = await _context(d, token, sid)
+        assert ctx["compactions"] == compactions and ctx["compactionFailed"] is None, ctx
+        view = await _turn(d, token, sid, f"{op}-2", f"words after the {op}")
+        assert view["items"][-1]["text"] == f"(faux) You said: words after the {op}", view["items"][-1]
+        requested = [e for e in await d.events(token, sid) if e["kind"] == "model.requested"][-1]
+        assert requested["body"]["diagnostics"]["items"] == 1, requested["body"]
+        r = await d.post(f"/sessions/{sid}/context/{undo}", token, {"itemIds": ids})
+        assert r.status_code == 200 and r.json()["changed"] is True, r.text
+        r = await d.post(f"/sessions/{sid}/compact", token)
+        assert r.status_code == 200 and r.json()["replacedItemIds"], r.text
+        assert set(r.json()["replacedItemIds"]) <= set(ids), (r.text, ids)
