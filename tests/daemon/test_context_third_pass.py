@@ -6,11 +6,12 @@ reports in part."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
-from .conftest import error_of, sdks_ready
+from .conftest import error_of, sdks_ready, stop_daemon
 from .keyleaks import loop_config
 
 KEY_ENV = "LENS_TEST_CTX3_KEY"
@@ -168,3 +169,44 @@ async def test_a_context_emptied_by_snips_or_hides_has_nothing_to_compact_and_as
         r = await d.post(f"/sessions/{sid}/compact", token)
         assert r.status_code == 200 and r.json()["replacedItemIds"], r.text
         assert set(r.json()["replacedItemIds"]) <= set(ids), (r.text, ids)
+
+
+async def test_a_subagents_automatic_compaction_is_its_own_and_counted_once_after_a_restart(daemon_factory):
+    # F-CTX-2 / F-CTX-5 with F-ACT-5: a subagent whose context reaches the threshold compacts its
+    # own context (the main agent's is untouched); its summarizing request counts in its own usage,
+    # the session's is the sum of its agents', and a restart folds the same numbers from the log.
+    config = _faux({"when": SUMMARIZE, "text": "SUB-SUMMARY"},
+                   {"when": "start sub", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "sub task: read big.txt"}}]},
+                   {"when": "sub task", "toolCalls": [{"name": "read_file", "arguments": {"path": "big.txt"}}]})
+    config["providers"][0]["models"] = [{"id": "m1", "contextWindow": 5000}]  # (threshold 4000)
+    d = await daemon_factory(config=config)
+    token, _pid, sid = await _session(d)
+    workspace = Path((await d.get("/projects", token)).json()["projects"][0]["workspace"])
+    (workspace / "big.txt").write_text("word " * 4000)  # (about 5,000 estimated tokens)
+    view = await _turn(d, token, sid, "r1", "start sub")
+    [main, sub] = view["agents"]
+    assert (main["agentId"], sub["parentAgentId"]) == ("main", "main"), view["agents"]
+
+    sub_ctx = await _context(d, token, sid, agentId=sub["agentId"])
+    assert sub_ctx["compactions"] == 1 and sub_ctx["compactionFailed"] is None, sub_ctx
+    marks = {it["id"]: (it["role"], it["context"]) for it in sub_ctx["items"]}
+    assert marks[sub_ctx["workingItemIds"][0]] == ("summary", "visible"), sub_ctx
+    assert [m for m in marks.values() if m[1] == "compacted"] == [
+        ("user", "compacted"), ("tool_call", "compacted"), ("tool_result", "compacted")], marks
+    main_ctx = await _context(d, token, sid)
+    assert main_ctx["compactions"] == 0 and all(it["context"] == "visible" for it in main_ctx["items"]), main_ctx
+    [compacted] = [e for e in await d.events(token, sid) if e["kind"] == "context.compacted"]
+    assert compacted["agent_id"] == sub["agentId"] and compacted["body"]["trigger"] == "auto", compacted
+
+    # Usage: the subagent's two model requests and its summarizing one; the main agent's two.
+    assert (sub["usage"]["requests"], main["usage"]["requests"], view["usage"]["requests"]) == (3, 2, 5), view["agents"]
+    for count in ("inputTokens", "outputTokens", "totalInputTokens"):
+        assert view["usage"][count] == main["usage"][count] + sub["usage"][count], (count, view["usage"])
+    assert compacted["body"]["usage"]["input_tokens"] > 0, compacted["body"]
+
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=config, root=d.root)
+    again = await d2.view(token, sid)
+    assert (again["usage"], again["agents"]) == (view["usage"], view["agents"]), again
+    assert await _context(d2, token, sid, agentId=sub["agentId"]) == sub_ctx
+    assert await _context(d2, token, sid) == main_ctx
