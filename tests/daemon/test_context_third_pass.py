@@ -71,6 +71,26 @@ async def test_a_summary_stopped_at_the_providers_message_limit_replaces_nothing
     await _assert_summary_refused(d, token, sid, "max_messages")
 
 
+async def test_an_automatic_summary_stopped_at_the_message_limit_lets_the_request_go_as_it_is(daemon_factory):
+    config = _faux({"when": SUMMARIZE, "text": "SUMMARY: a file was rea", "stopReason": "max_messages"})
+    config["providers"][0]["models"] = [{"id": "m1", "contextWindow": 5000}]  # (threshold 4000)
+    d = await daemon_factory(config=config)
+    token, _pid, sid = await _session(d)
+    workspace = Path((await d.get("/projects", token)).json()["projects"][0]["workspace"])
+    (workspace / "big.txt").write_text("word " * 4000)  # (about 5,000 estimated tokens)
+    view = await _turn(d, token, sid, "r1", '/tool read_file {"path": "big.txt"}')
+    assert view["items"][-1]["role"] == "assistant" and view["items"][-1]["text"].startswith("The tool answered: word")
+    events = await d.events(token, sid)
+    assert not [e for e in events if e["kind"] == "context.compacted"]
+    [failed] = [e["body"] for e in events if e["kind"] == "context.compaction_failed"]
+    assert failed["trigger"] == "auto" and failed["code"] == "COMPACTION_FAILED", failed
+    assert "max_messages" in failed["message"] and failed["usage"]["input_tokens"] > 0, failed
+    ctx = await _context(d, token, sid)
+    assert ctx["compactions"] == 0 and ctx["compactionFailed"]["trigger"] == "auto", ctx
+    assert all(it["context"] == "visible" for it in ctx["items"]), ctx["items"]
+    assert view["usage"]["requests"] == 3, view["usage"]  # (the call, the summary not used, the answer)
+
+
 def _incomplete_summary(reason: str | None) -> Reply:
     """A Responses summary that ends ``incomplete`` for ``reason`` (None: the response gives no
     ``incomplete_details``, as a proxy may send it)."""
