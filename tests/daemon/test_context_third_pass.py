@@ -7,8 +7,10 @@ reports in part."""
 from __future__ import annotations
 
 from pathlib import Path
+import shutil
 from typing import Any
 
+from ..providers.servers import openai_chat as oc
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
 from .conftest import error_of, sdks_ready, stop_daemon
@@ -230,3 +232,41 @@ async def test_a_subagents_automatic_compaction_is_its_own_and_counted_once_afte
     assert (again["usage"], again["agents"]) == (view["usage"], view["agents"]), again
     assert await _context(d2, token, sid, agentId=sub["agentId"]) == sub_ctx
     assert await _context(d2, token, sid) == main_ctx
+
+
+async def test_the_skills_section_follows_the_workspace_between_two_turns_of_one_session(
+        daemon_factory, nursery, monkeypatch, tmp_path):
+    # F-CTX-4: the skills metadata is part of the system prompt, so a skill added, changed or
+    # removed between two turns of one session is what the next request lists (its description on
+    # one line), and the other sections stay as they were. (The prompt is rebuilt at most every
+    # 2 s, a period runtime.prompt's own tests prove on a virtual clock; at 0 each request reads.)
+    monkeypatch.setattr("runtime.prompt.PROMPT_REFRESH_SECONDS", 0.0)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(KEY_ENV, "sk-test-ctx3-0123456789")
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config=loop_config(url, KEY_ENV))
+    token, _pid, sid = await _session(d)
+    workspace = Path((await d.get("/projects", token)).json()["projects"][0]["workspace"])
+    await sdks_ready()
+
+    async def system_prompt(rid: str) -> str:
+        loop.push(oc.chat_stream(text="ok"))
+        await _turn(d, token, sid, rid, f"input {rid}")
+        [first, *_] = loop.bodies[-1]["messages"]
+        assert first["role"] == "system", first
+        return first["content"]
+
+    without = await system_prompt("r1")
+    assert "# Skills" not in without and "# Rules" in without and "# Environment" in without, without
+    skill_md = workspace / "skills" / "wombat" / "SKILL.md"
+    skill_md.parent.mkdir(parents=True)
+    skill_md.write_text("---\nname: wombat\ndescription: digs\n  deep holes\n---\nDig.\n")
+    listed = await system_prompt("r2")
+    assert "# Skills\n" in listed and "- wombat: digs deep holes (skills/wombat/SKILL.md)" in listed, listed[-500:]
+    assert listed.replace(listed[listed.index("# Skills"):listed.index("# Environment")], "") == without
+    skill_md.write_text("---\nname: wombat\ndescription: climbs trees\n---\nClimb.\n")
+    changed = await system_prompt("r3")
+    assert "- wombat: climbs trees (skills/wombat/SKILL.md)" in changed and "digs" not in changed, changed[-500:]
+    shutil.rmtree(workspace / "skills")
+    assert await system_prompt("r4") == without
