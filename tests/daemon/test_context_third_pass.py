@@ -270,3 +270,33 @@ async def test_the_skills_section_follows_the_workspace_between_two_turns_of_one
     assert "- wombat: climbs trees (skills/wombat/SKILL.md)" in changed and "digs" not in changed, changed[-500:]
     shutil.rmtree(workspace / "skills")
     assert await system_prompt("r4") == without
+
+
+async def test_usage_folded_from_snapshots_after_a_restart_counts_each_request_once(daemon_factory):
+    # F-CTX-5 with F-ACT-2: a daemon started again folds the usage from a snapshot plus its tail
+    # (snapshots every 3 events here, so most of it comes from one); a summarizing request whose
+    # answer was not used (no text) counts once, as every other request, and the numbers are the
+    # same again when the snapshots are not read (a period past the log's length).
+    def config(every: int) -> dict[str, Any]:
+        return _faux({"when": SUMMARIZE, "text": "", "inputTokens": 70, "outputTokens": 0},
+                     {"when": "start sub", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "sub task"}}]},
+                     sessions={"snapshotEvery": every})
+
+    d = await daemon_factory(config=config(3))
+    token, _pid, sid = await _session(d)
+    for rid, text in (("r1", "hello"), ("r2", "start sub"), ("r3", "again")):
+        await _turn(d, token, sid, rid, text)
+    before = (await d.view(token, sid))["usage"]
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 502 and "no text" in r.json()["error"]["message"], r.text
+    view = await d.view(token, sid)
+    assert view["usage"]["requests"] == before["requests"] + 1 == 6, view["usage"]
+    assert view["usage"]["inputTokens"] == before["inputTokens"] + 70, view["usage"]
+    assert [a["usage"]["requests"] for a in view["agents"]] == [5, 1], view["agents"]
+    context = await _context(d, token, sid)
+    for every in (3, 10_000_000):
+        await stop_daemon(d)
+        d = await daemon_factory(config=config(every), root=d.root)
+        again = await d.view(token, sid)
+        assert (again["usage"], again["agents"]) == (view["usage"], view["agents"]), (every, again["usage"])
+        assert await _context(d, token, sid) == context
