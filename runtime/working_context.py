@@ -630,11 +630,12 @@ class WorkingContextOps:
 
     def _items_by_id(self, agent: Any, agent_id: str, ids: Sequence[str]) -> dict[str, Item]:
         """The agent's Full Context items by id; ``CONTEXT_ITEM_NOT_FOUND`` names (the first ten
-        of) ``ids`` it does not hold."""
+        of) ``ids`` it does not hold, each once, and says how many more there are."""
         by_id = {it.id: it for it in agent.items}
-        missing = [i for i in ids if i not in by_id]
+        missing = list(dict.fromkeys(i for i in ids if i not in by_id))
         if missing:
-            raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no context item {', '.join(missing[:10])} in agent "
+            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no context item {', '.join(missing[:10])}{more} in agent "
                                                          f"{agent_id!r}")
         return by_id
 

@@ -300,3 +300,22 @@ async def test_usage_folded_from_snapshots_after_a_restart_counts_each_request_o
         again = await d.view(token, sid)
         assert (again["usage"], again["agents"]) == (view["usage"], view["agents"]), (every, again["usage"])
         assert await _context(d, token, sid) == context
+
+
+async def test_an_edit_naming_many_unknown_items_says_how_many_it_did_not_name(daemon_factory):
+    # F-CTX-3: an edit takes up to 1000 ids; the refusal names the first ten it does not know,
+    # each once, and says how many more there are, nothing recorded.
+    d = await daemon_factory(config=_faux())
+    token, _pid, sid = await _session(d)
+    await _turn(d, token, sid, "r1", "hello")
+    ids = (await _context(d, token, sid))["workingItemIds"]
+    unknown = [f"c{900000 + i}" for i in range(1000 - len(ids))]
+    n = len(await d.events(token, sid))
+    for route in ("snip", "unsnip", "hide", "unhide"):
+        r = await d.post(f"/sessions/{sid}/context/{route}", token, {"itemIds": [*ids, *unknown]})
+        assert r.status_code == 404 and error_of(r) == "CONTEXT_ITEM_NOT_FOUND", r.text
+        assert r.json()["error"]["message"] == (
+            f"no context item {', '.join(unknown[:10])} and {len(unknown) - 10} more in agent 'main'"), r.text
+        r = await d.post(f"/sessions/{sid}/context/{route}", token, {"itemIds": ["c999999", ids[0], "c999999"]})
+        assert r.status_code == 404 and r.json()["error"]["message"] == "no context item c999999 in agent 'main'", r.text
+    assert len(await d.events(token, sid)) == n
