@@ -71,7 +71,8 @@ from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts
 
 from .config import ContextConfig
 from .errors import AgentNotFound, LensError
-from .providers.base import CONTENT_FILTER, OUTPUT_LIMIT, REFUSAL, ModelRequest, ProviderError, UsageMeter
+from .providers.base import (CONTENT_FILTER, INCOMPLETE, MESSAGE_LIMIT, OUTPUT_LIMIT, REFUSAL, ModelRequest, ProviderError,
+                             UsageMeter)
 from .providers.catalog import ProviderCatalog
 
 log = logging.getLogger("lens.context")
@@ -102,11 +103,15 @@ COMPACTION_PARTIAL = (
     "out. Say in the summary what it could not cover."
 )
 MAX_EDIT_IDS = 1000
-# Stop reasons (as the providers normalize them) of an answer that is no complete summary.
+# Stop reasons (as the providers normalize them) of an answer that is no complete summary: every
+# reason runtime/decide.py's CUT_BY takes as a cut (a Responses limit on messages, an incomplete
+# response that gave no reason) stops a summary before its end too.
 UNFINISHED_SUMMARY = {
     OUTPUT_LIMIT: "cut off at the model's output limit",
     REFUSAL: "the model refused",
     CONTENT_FILTER: "cut by the provider's content filter",
+    MESSAGE_LIMIT: "stopped at the provider's limit on messages",
+    INCOMPLETE: "stopped before the provider finished it, in an incomplete response that gave no reason",
 }
 
 
@@ -625,11 +630,12 @@ class WorkingContextOps:
 
     def _items_by_id(self, agent: Any, agent_id: str, ids: Sequence[str]) -> dict[str, Item]:
         """The agent's Full Context items by id; ``CONTEXT_ITEM_NOT_FOUND`` names (the first ten
-        of) ``ids`` it does not hold."""
+        of) ``ids`` it does not hold, each once, and says how many more there are."""
         by_id = {it.id: it for it in agent.items}
-        missing = [i for i in ids if i not in by_id]
+        missing = list(dict.fromkeys(i for i in ids if i not in by_id))
         if missing:
-            raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no context item {', '.join(missing[:10])} in agent "
+            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            raise ContextError("CONTEXT_ITEM_NOT_FOUND", f"no context item {', '.join(missing[:10])}{more} in agent "
                                                          f"{agent_id!r}")
         return by_id
 
