@@ -119,6 +119,20 @@ def recorded_max_event_bytes(meta: Mapping[str, Any]) -> int:
     return max(DEFAULT_MAX_EVENT_BYTES, min(int(value), RECORDED_MAX_EVENT_BYTES_CEILING))
 
 
+ACTIVE_DICT_KEY = "active_dict_id"
+
+
+def recorded_active_dictionary(meta: Mapping[str, Any]) -> int | None:
+    """The id of the dictionary ``meta`` names for new bodies (see :data:`ACTIVE_DICT_KEY`), or
+    ``None`` when none is named or the value is not one a writer records (ASCII decimal digits:
+    ``'²'`` passes ``str.isdigit`` but not ``int``). Whether the log holds that dictionary is the
+    caller's to check."""
+    value = meta.get(ACTIVE_DICT_KEY)
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 10:
+        return None
+    return int(value)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
