@@ -119,6 +119,20 @@ def recorded_max_event_bytes(meta: Mapping[str, Any]) -> int:
     return max(DEFAULT_MAX_EVENT_BYTES, min(int(value), RECORDED_MAX_EVENT_BYTES_CEILING))
 
 
+ACTIVE_DICT_KEY = "active_dict_id"
+
+
+def recorded_active_dictionary(meta: Mapping[str, Any]) -> int | None:
+    """The id of the dictionary ``meta`` names for new bodies (see :data:`ACTIVE_DICT_KEY`), or
+    ``None`` when none is named or the value is not one a writer records (ASCII decimal digits:
+    ``'²'`` passes ``str.isdigit`` but not ``int``). Whether the log holds that dictionary is the
+    caller's to check."""
+    value = meta.get(ACTIVE_DICT_KEY)
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 10:
+        return None
+    return int(value)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -253,6 +267,7 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
         )
     if events_db.exists() and not events_db.is_file():
         raise StoreOpenError(f"{events_db} is not a file; it is not a Lens event log")
+    refuse_wal_without_its_log(data_dir)
     if not events_db.exists():
         foreign = sorted(p.name for p in data_dir.iterdir() if p.name not in KNOWN_ENTRIES)
         if foreign:
@@ -276,6 +291,33 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
             f"writable (chmod u+w), or read it with `lens log …`, which never writes it"
         )
     return data_dir
+
+
+def refuse_wal_without_its_log(data_dir: Path) -> None:
+    """:class:`StoreCorrupt` when ``data_dir`` holds an ``events.db-wal`` with bytes in it but no
+    ``events.db``.
+
+    No Lens log has that shape: the writer makes ``events.db`` before its WAL gets any bytes and
+    never removes it, so the file was removed or moved from under its WAL. Opening the log would
+    make a new, empty ``events.db``, whose WAL SQLite deletes, and the writer would start a new log
+    in place of the commits still in it. Nothing is touched; the user restores the file, or
+    removes the WAL to start a new log there."""
+    wal = data_dir / (EVENTS_DB + "-wal")
+    # The WAL is read first, then the database file (as in refuse_empty_beside_a_wal): a log being
+    # made between the two reads has its file before its WAL has bytes.
+    try:
+        st = os.lstat(wal)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or os.path.lexists(data_dir / EVENTS_DB):
+        return
+    raise StoreCorrupt(
+        f"data directory {data_dir} holds no {EVENTS_DB}, but {wal.name} beside where it belongs holds "
+        f"{st.st_size} bytes of the log's writes: the database file was removed or moved, and opening "
+        f"a new log there would delete that WAL (every commit still in it). Nothing was changed; "
+        f"restore {EVENTS_DB} from where it went or from a backup, keeping {wal.name} as it is "
+        f"(or, to start a new log in this directory, remove {wal.name} and {EVENTS_DB}-shm first)"
+    )
 
 
 def schema_entries(conn: apsw.Connection) -> list[tuple[str, str]]:

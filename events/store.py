@@ -60,6 +60,7 @@ from .schema import (
     now_ms,
     open_read_connection,
     open_write_connection,
+    recorded_active_dictionary,
     recorded_max_event_bytes,
     refuse_foreign_early,
     translate_open_error,
@@ -418,8 +419,7 @@ class EventStore:
                     dict(conn.execute("SELECT dict_id, data FROM dictionaries"))
                 )
                 meta = dict(conn.execute("SELECT key, value FROM meta"))
-                active = meta.get("active_dict_id")
-                active_id = int(active) if isinstance(active, str) and active.isdigit() else None
+                active_id = recorded_active_dictionary(meta)
                 recorded = recorded_max_event_bytes(meta)
                 if max_event_bytes > recorded:
                     # Recorded before any event can be larger than what readers assumed so far.

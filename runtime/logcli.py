@@ -24,6 +24,7 @@ import zstandard
 from events.errors import CorruptEvent, DataDirMissing, DataDirNotWritable, LogError, StoreCorrupt
 from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, numbering_step, row_problem
 from events.schema import (
+    ACTIVE_DICT_KEY,
     EVENTS_DB,
     FORMAT,
     FORMAT_VERSION,
@@ -31,6 +32,7 @@ from events.schema import (
     PROJECTIONS_DB,
     data_dir_problem,
     now_ms,
+    recorded_active_dictionary,
     recorded_max_event_bytes,
     ts_ahead,
     ts_steps_back,
@@ -315,6 +317,23 @@ def _wal_damage(reader: LogReader, secrets: Secrets, *, what: str) -> WalFinding
 # ---------------------------------------------------------------------- verify
 
 
+def _verify_active_dictionary(reader: LogReader, meta: dict[str, Any]) -> Iterator[tuple[int | None, str]]:
+    """``meta.active_dict_id``, when recorded, names a dictionary the log holds: the writer stores
+    the dictionary and names it in one transaction, and dictionaries are never deleted. Otherwise
+    the writer goes on without a dictionary, which no row would show."""
+    if ACTIVE_DICT_KEY not in meta:
+        return
+    value = meta[ACTIVE_DICT_KEY]
+    shown = repr(value)[:40] if isinstance(value, str) else f"{type(value).__name__} {str(value)[:40]!r}"
+    dict_id = recorded_active_dictionary(meta)
+    if dict_id is None:
+        yield None, (f"META_INVALID: meta {ACTIVE_DICT_KEY} is {shown}, not a dictionary id a writer records; "
+                     f"new bodies are written without a dictionary")
+    elif dict_id not in reader.dictionaries():
+        yield None, (f"META_INVALID: meta {ACTIVE_DICT_KEY} is {shown}, but the log holds no dictionary "
+                     f"{dict_id}; new bodies are written without a dictionary")
+
+
 def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     """Yield ``(seq, reason)`` for every problem found; reads only. Each reason starts with a
     stable code (``SEQ_GAP: …``, ``WAL_DAMAGED: …``, ``EVENT_CORRUPT: …``; the
@@ -336,6 +355,7 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     wal = reader.data_dir / f"{EVENTS_DB}-wal"
     if (hidden := hidden_commits(wal)) is not None:
         yield None, f"WAL_DAMAGED: {hidden.message(wal)}"
+    yield from _verify_active_dictionary(reader, meta)
     for dict_id, reason in sorted(reader.damaged_dictionaries.items()):
         yield None, f"DICTIONARY_DAMAGED: dictionary {dict_id} is damaged ({reason}); bodies that need it cannot be decoded"
     try:

@@ -1,0 +1,152 @@
+"""`lens log decode | verify | rebuild | stats` and `lens serve` driven as the installed script, on
+the cases the earlier log CLI passes do not list: an `events.db-wal` holding commits whose
+`events.db` is gone, and a `meta.active_dict_id` naming no dictionary the log holds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from events.store import Draft, open_store
+from events.types import ModelResponded, ProjectCreated, SessionCreated
+
+from tests.cli.lens_script import lens_script
+from tests.rawlog import edit_log, log_rows, log_with_its_wal
+
+COMMANDS = ("decode", "verify", "stats", "rebuild")
+
+
+def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``lens ARGS`` run by the installed script; stdout and stderr as text, at most 60 s."""
+    return subprocess.run([str(lens_script()), *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+def refused(res: subprocess.CompletedProcess[str], code: str) -> str:
+    """The one stderr line of a command that could not run (exit 2, nothing on stdout, no
+    traceback), after checking it carries ``code``."""
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout[:300], res.stderr)
+    assert "Traceback" not in res.stderr, res.stderr
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"lens: {code}: "), line
+    return line
+
+
+# ------------------------------------------------------------ a WAL with commits, its events.db gone
+
+
+@pytest.fixture(scope="module")
+def wal_of_5(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The events.db-wal of a log whose 5 commits are all still in it."""
+    root = tmp_path_factory.mktemp("wal5")
+    trio.run(log_with_its_wal, root / "writer", root / "copy", 5)
+    return (root / "copy" / "events.db-wal").read_bytes()
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, "serve"])
+def test_a_wal_with_commits_beside_no_events_db_is_kept_and_named(wal_of_5: bytes, tmp_path: Path,
+                                                                   command: str) -> None:
+    # The readers said DATA_DIR_MISSING ("start the daemon … to create one"), and the daemon did:
+    # SQLite deletes the WAL of a database it finds empty, so the new log took the place of the
+    # commits still in it, without a word. It is an events.db removed (or moved) from under its
+    # WAL, named as an events.db cut to nothing is (STORE_CORRUPT), with the WAL left as it was.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "events.db-wal").write_bytes(wal_of_5)
+    os.chmod(data / "events.db-wal", 0o600)
+    if command == "serve":
+        res = lens("serve", "--data", str(data), "--port", "0", cwd=tmp_path)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-800:])
+        said = res.stderr
+    elif command == "verify":
+        res = lens("log", "verify", "--data", str(data))
+        assert res.returncode == 1 and "Traceback" not in res.stderr, (res.stdout, res.stderr)
+        problem, summary = res.stdout.splitlines()
+        assert problem.startswith("log: STORE_CORRUPT: ") and summary == "FAILED: the log cannot be read", res.stdout
+        said = problem
+    else:
+        said = refused(lens("log", command, "--data", str(data)), "STORE_CORRUPT")
+    assert (f"data directory {data} holds no events.db, but events.db-wal beside where it belongs holds "
+            f"{len(wal_of_5)} bytes of the log's writes") in said, said
+    assert "restore events.db" in said and "remove events.db-wal" in said, said
+    assert sorted(p.name for p in data.iterdir()) == ["events.db-wal"]
+    assert (data / "events.db-wal").read_bytes() == wal_of_5
+
+
+def test_an_empty_wal_beside_no_events_db_is_no_log_yet(tmp_path: Path) -> None:
+    # An empty WAL holds no commit: readers still say there is no log, and the writer makes one.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "events.db-wal").touch(mode=0o600)
+    refused(lens("log", "decode", "--data", str(data)), "DATA_DIR_MISSING")
+
+    async def open_and_close() -> int:
+        async with open_store(data, synchronous="OFF") as store:
+            return store.last_seq
+
+    assert trio.run(open_and_close) == 0
+    res = lens("log", "verify", "--data", str(data))
+    assert (res.returncode, res.stdout) == (0, "ok: 0 event(s) verified\n"), res.stderr
+
+
+# ------------------------------------------------------------ meta.active_dict_id naming no dictionary
+
+
+def write_log_with_a_dictionary(data: Path) -> int:
+    """A log of 60 events, then a trained dictionary made the active one; returns its id (no row
+    uses it yet)."""
+    async def write() -> int:
+        async with open_store(data, synchronous="OFF", auto_dictionary_after=None) as store:
+            await store.append(Draft(ProjectCreated(name="p", workspace="/ws"), project_id="p"))
+            await store.append(Draft(SessionCreated(model="a/b"), project_id="p", session_id="s1"))
+            for i in range(58):
+                await store.append(Draft(ModelResponded(text=f"answer {i}: the same words again"),
+                                         project_id="p", session_id="s1"))
+            return await trio.to_thread.run_sync(store.train_dictionary)
+
+    return trio.run(write)
+
+
+def meta_problems(data: Path) -> list[str]:
+    res = lens("log", "verify", "--data", str(data))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, (res.returncode, res.stdout, res.stderr)
+    *problems, summary = res.stdout.splitlines()
+    assert summary == "FAILED: 1 problem(s) in 60 event(s)", res.stdout
+    return problems
+
+
+def test_an_active_dictionary_the_log_does_not_hold_is_reported(tmp_path: Path) -> None:
+    # The writer records the dictionary and makes it the active one in one transaction, and
+    # dictionaries are never deleted: a meta naming one the log does not hold is damage (a row
+    # of `dictionaries` deleted), which `verify` passed as "ok" while the writer went on without.
+    data = tmp_path / "data"
+    dict_id = write_log_with_a_dictionary(data)
+    edit_log(data, "DELETE FROM dictionaries")
+    assert meta_problems(data) == [
+        f"log: META_INVALID: meta active_dict_id is '{dict_id}', but the log holds no dictionary {dict_id}; "
+        f"new bodies are written without a dictionary"]
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", " 7", "seven"])
+def test_an_active_dictionary_id_that_is_no_ascii_number_is_reported_and_the_writer_opens(
+        tmp_path: Path, value: str) -> None:
+    # '²' passes str.isdigit but not int(): the writer's open failed with ValueError (`lens
+    # serve`: "INTERNAL", a traceback). No writer records any of these, and `verify` said "ok".
+    data = tmp_path / "data"
+    write_log_with_a_dictionary(data)
+    edit_log(data, "UPDATE meta SET value = ? WHERE key = 'active_dict_id'", (value,))
+    assert meta_problems(data) == [
+        f"log: META_INVALID: meta active_dict_id is {value!r}, not a dictionary id a writer records; "
+        f"new bodies are written without a dictionary"]
+
+    async def append_one() -> int:
+        async with open_store(data, synchronous="OFF", auto_dictionary_after=None) as store:
+            result = await store.append(Draft(ModelResponded(text="after"), project_id="p", session_id="s1"))
+            return result.seqs[0]
+
+    seq = trio.run(append_one)
+    assert log_rows(data, "SELECT dict_id FROM events WHERE seq = ?", (seq,)) == [(0,)]
