@@ -214,7 +214,7 @@ class _Resolver:
             token = token.replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping) and token in node:
                 node = node[token]
-            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            elif isinstance(node, list) and token.isascii() and token.isdigit() and int(token) < len(node):
                 node = node[int(token)]
             else:
                 return None

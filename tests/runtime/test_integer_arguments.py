@@ -179,3 +179,13 @@ def test_a_schema_too_costly_to_work_out_converts_nothing_there_and_ends():
                        "B": {"oneOf": [{"$ref": "#/$defs/A"}, {"allOf": [{"$ref": "#/$defs/B"}]}]}},
              "properties": {"n": {"$ref": "#/$defs/A"}}}
     assert json.dumps(integers_as_int(loops, {"n": 5.0})) == '{"n": 5.0}'
+
+
+@pytest.mark.parametrize("token", ["²", "٣", "1²"])
+def test_a_pointer_token_of_digits_that_are_not_ascii_names_nothing(token: str) -> None:
+    """A `$ref` pointer's array index is ASCII digits only: a token like '²' (a digit to
+    `str.isdigit`, not to `int`) names no item, so the value is left as sent (it raised
+    ValueError from the conversion of a tool call's arguments)."""
+    schema = {"type": "object", "properties": {"a": {"$ref": f"#/$defs/L/{token}"}, "b": {"$ref": "#/$defs/L/0"}},
+              "$defs": {"L": [{"type": "integer"}, {"type": "integer"}]}}
+    assert integers_as_int(schema, {"a": 1.0, "b": 2.0}) == {"a": 1.0, "b": 2}

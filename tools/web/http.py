@@ -280,7 +280,7 @@ async def _exchange(stream: trio.abc.Stream, url: Url, method: str, headers: Seq
             response = event
             decoder = _Decoder(_header(event.headers, b"content-encoding"), max_body, secrets)
             declared = _header(event.headers, b"content-length")
-            if not decoder.encoding and declared.isdigit() and int(declared) > max_body:
+            if not decoder.encoding and declared.isascii() and declared.isdigit() and int(declared) > max_body:
                 # (refused before a byte of it is read)
                 raise ToolError("RESPONSE_TOO_LARGE", f"the response body is {declared} bytes, more than {max_body}")
         elif isinstance(event, h11.Data):
