@@ -96,10 +96,17 @@ async def test_a_credential_sent_wrong_never_reaches_the_serving_process_output(
 
 KEY_ENV = "LENS_TEST_SECOND_PASS_KEY"
 KEY = "sk-second-pass-Q7w9ZxK2mP4vL8nB3cR6tY1u"  # (a canary: any 8 characters of it shown is a leak)
+KEYED = {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": KEY_ENV, "models": [{"id": "m"}]}]}
 
 
 def pieces_of(key: str) -> list[str]:
     return [key[i:i + 8] for i in range(len(key) - 7)]
+
+
+async def keyed_daemon(daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> Daemon:
+    """A daemon whose config (:data:`KEYED`) names a provider whose key is :data:`KEY`."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    return await daemon_factory(config=KEYED)
 
 
 async def test_an_unknown_key_cut_to_80_characters_shows_no_piece_of_a_provider_key(
@@ -107,12 +114,10 @@ async def test_an_unknown_key_cut_to_80_characters_shows_no_piece_of_a_provider_
     # A write's answer lists the main config's unknown keys, each cut to 80 characters. Cut before
     # it was scrubbed, a key pasted as (or into) a key name past that cut left its first characters,
     # which no scrub of whole keys recognises (docs/decisions.md, "Keys scrubbed before any text is cut").
-    monkeypatch.setenv(KEY_ENV, KEY)
-    cfg = {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": KEY_ENV, "models": [{"id": "m"}]}]}
-    d = await daemon_factory(config=cfg)
+    d = await keyed_daemon(daemon_factory, monkeypatch)
     token = await d.pair("admin", strong=True)
     for unknown in ({"a" * 70 + KEY: 1}, {"server": {"prot" + "x" * 60 + KEY: 1}}):
-        text = json.dumps({**cfg, **unknown})
+        text = json.dumps({**KEYED, **unknown})
         r = await d.put("/config/files/lens.jsonc", token, {"text": text})
         assert r.status_code == 200, r.text
         answer = r.json()
@@ -128,16 +133,14 @@ async def test_an_answer_to_a_callers_text_is_no_oracle_for_a_piece_of_a_provide
     # ran over text the caller sent: `KEY[:15]` came back as the marker and `KEY[:14] + "X"` as
     # the marker and "X", telling the caller how far its guess matched (a key rebuilt one
     # character at a time from its public prefix). Caller text is matched against whole keys only.
-    monkeypatch.setenv(KEY_ENV, KEY)
-    cfg = {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": KEY_ENV, "models": [{"id": "m"}]}]}
-    d = await daemon_factory(config=cfg)
+    d = await keyed_daemon(daemon_factory, monkeypatch)
     admin = await d.pair("admin", strong=True)
     reader = await d.pair("reader", strong=False)
     right, wrong = KEY[:15], KEY[:14] + ("X" if KEY[14] != "X" else "Y")
     # a config write's unknown keys
     answers = []
     for guess in (right, wrong):
-        r = await d.put("/config/files/lens.jsonc", admin, {"text": json.dumps({**cfg, guess: 1})})
+        r = await d.put("/config/files/lens.jsonc", admin, {"text": json.dumps({**KEYED, guess: 1})})
         assert r.status_code == 200, r.text
         answers.append(r.json()["unknownKeys"])
     assert answers == [[right], [wrong]], answers
@@ -148,7 +151,7 @@ async def test_an_answer_to_a_callers_text_is_no_oracle_for_a_piece_of_a_provide
         message = r.json()["error"]["message"]
         assert guess in message and "redacted" not in message, message
     # a whole key a caller sends is still its marker, in a 200 and in a 4xx answer
-    r = await d.put("/config/files/lens.jsonc", admin, {"text": json.dumps({**cfg, "k" + KEY: 1})})
+    r = await d.put("/config/files/lens.jsonc", admin, {"text": json.dumps({**KEYED, "k" + KEY: 1})})
     assert r.json()["unknownKeys"] == [f"k[redacted {KEY_ENV}]"], r.text
     r = await d.get(f"/sessions/{KEY}", reader)
     assert r.status_code in (400, 404) and f"[redacted {KEY_ENV}]" in r.json()["error"]["message"], r.text
@@ -158,9 +161,7 @@ async def test_an_answer_to_a_callers_text_is_no_oracle_for_a_piece_of_a_provide
 async def test_a_provider_key_in_a_pairing_name_is_neither_stored_nor_listed(
         daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     # (F-MOD-6: the pair file is a store, `lens pair list` prints; the name is any caller's text)
-    monkeypatch.setenv(KEY_ENV, KEY)
-    cfg = {"providers": [{"id": "p", "protocol": "faux", "apiKeyEnv": KEY_ENV, "models": [{"id": "m"}]}]}
-    d = await daemon_factory(config=cfg)
+    d = await keyed_daemon(daemon_factory, monkeypatch)
     r = await d.post("/pair/requests", body={"clientId": "pasted", "name": "laptop " + KEY})
     assert r.status_code == 202, r.text
     stored = json.loads(d.pair_path.read_text())["clients"]

@@ -138,10 +138,9 @@ def _executor_of(shell_pid: int) -> int:
     return reaper.ppid
 
 
-async def test_an_executor_killed_during_a_command_ends_the_call_and_the_command_and_the_next_runs(
-        daemon_factory: DaemonFactory) -> None:
-    d = await daemon_factory()
-    token, sid, ws = await _session(d)
+async def _held_command_shell(d: Daemon, token: str, sid: str, ws: Path) -> int:
+    """A command that holds its call (and the domain's write lock) until killed, submitted to
+    session ``sid`` (request ``r1``): the pid of its shell, once the shell has written it."""
     await d.submit(token, sid, "r1", "/tool run_command " + json.dumps(
         {"command": "echo $$ > shell.pid; exec sleep 300"}))
 
@@ -149,7 +148,14 @@ async def test_an_executor_killed_during_a_command_ends_the_call_and_the_command
         text = (ws / "shell.pid").read_text() if (ws / "shell.pid").exists() else ""
         return int(text) if text.strip() else 0
 
-    pid = await wait_until(shell_pid, what="the command's shell pid")
+    return await wait_until(shell_pid, what="the command's shell pid")
+
+
+async def test_an_executor_killed_during_a_command_ends_the_call_and_the_command_and_the_next_runs(
+        daemon_factory: DaemonFactory) -> None:
+    d = await daemon_factory()
+    token, sid, ws = await _session(d)
+    pid = await _held_command_shell(d, token, sid, ws)
     executor = _executor_of(pid)
     assert read_proc(executor) is not None and b"executor" in b" ".join(read_proc(executor).argv)  # type: ignore[union-attr]
     os.kill(executor, signal.SIGKILL)
@@ -202,12 +208,10 @@ async def test_provider_keys_of_the_daemon_are_not_in_a_commands_environment(dae
         assert f"{name}=" not in text and value not in text, name
 
 
-async def test_a_command_that_finds_every_command_slot_taken_waits_no_longer_than_its_timeout(
-        daemon_factory: DaemonFactory) -> None:
-    """Background jobs hold the executor's command streams (16) for as long as they run; a
-    ``run_command`` past them waited for a slot with no bound, holding the domain's write lock,
-    whatever its ``timeout_ms``."""
-    d = await daemon_factory()
+async def _every_slot_taken(d: Daemon) -> tuple[str, dict[str, Any], str, str, list[tuple[str, str]]]:
+    """A project with two sessions, each running 8 background jobs: the executor's 16 command
+    streams all held. (The credential, the project, the two sessions' ids, each job's session
+    and id.)"""
     token = await d.pair("p", strong=True)
     project = await d.project(token, "p")
     sid, other = [(await d.session(token, project["id"]))["id"] for _ in range(2)]
@@ -215,6 +219,16 @@ async def test_a_command_that_finds_every_command_slot_taken_waits_no_longer_tha
     for n, session in enumerate([sid] * 8 + [other] * 8):
         jobs.append((session, await start_job(d, token, session, f"j{n}", "exec sleep 300")))
         await d.wait_idle(token, session)
+    return token, project, sid, other, jobs
+
+
+async def test_a_command_that_finds_every_command_slot_taken_waits_no_longer_than_its_timeout(
+        daemon_factory: DaemonFactory) -> None:
+    """Background jobs hold the executor's command streams (16) for as long as they run; a
+    ``run_command`` past them waited for a slot with no bound, holding the domain's write lock,
+    whatever its ``timeout_ms``."""
+    d = await daemon_factory()
+    token, project, sid, other, jobs = await _every_slot_taken(d)
     with trio.fail_after(30):
         body = await _command(d, token, sid, "c1", command="echo ran > ran.txt", timeout_ms=1000)
     assert body["is_error"] and body["error_code"] == "TOO_MANY_COMMANDS", body
@@ -240,12 +254,7 @@ async def test_a_command_waiting_for_a_slot_is_aborted_at_once(daemon_factory: D
     another client of the executor can hold its slots while Core's count is free
     (``tests/executor/test_commands_second_pass.py``)."""
     d = await daemon_factory()
-    token = await d.pair("p", strong=True)
-    project = await d.project(token, "p")
-    sid, other = [(await d.session(token, project["id"]))["id"] for _ in range(2)]
-    for n, session in enumerate([sid] * 8 + [other] * 8):
-        await start_job(d, token, session, f"j{n}", "exec sleep 300")
-        await d.wait_idle(token, session)
+    token, _, sid, other, _ = await _every_slot_taken(d)
     await d.submit(token, sid, "c1", "/tool run_command " + json.dumps({"command": "echo ran > ran.txt",
                                                                         "timeout_ms": 600_000}))
     await d.wait_running_call(token, sid)
@@ -266,13 +275,7 @@ async def test_an_edit_waiting_behind_a_command_whose_executor_is_killed_runs_on
     project = await d.project(token, "p")
     ws = Path(project["workspace"])
     sid, other = [(await d.session(token, project["id"]))["id"] for _ in range(2)]
-    await d.submit(token, sid, "r1", "/tool run_command " + json.dumps({"command": "echo $$ > shell.pid; exec sleep 300"}))
-
-    async def shell_pid() -> int:
-        text = (ws / "shell.pid").read_text() if (ws / "shell.pid").exists() else ""
-        return int(text) if text.strip() else 0
-
-    pid = await wait_until(shell_pid, what="the command's shell pid")
+    pid = await _held_command_shell(d, token, sid, ws)
     # the other session's edit waits for the domain's write lock the command holds
     await d.submit(token, other, "e1", "/tool edit_file " + json.dumps(
         {"path": "after.txt", "mode": "create", "content": "after\n"}))

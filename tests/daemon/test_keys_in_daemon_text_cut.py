@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tools.skills import MAX_DESCRIPTION_CHARS
 
-from .conftest import DaemonFactory, error_of, run_tool
+from .conftest import Daemon, DaemonFactory, error_of, run_tool
 
 KEY_ENV = "LENS_TEST_DAEMON_TEXT_KEY"
 KEY = "sk-daemon-text-E4hT9wK2mQ7rV1xBz5Lp"  # (a canary: any 8 characters of it shown is a leak)
@@ -27,14 +28,22 @@ def leaked(text: str) -> list[str]:
     return [p for p in pieces_of(KEY) if p in text]
 
 
+async def keyed_session(daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch, client: str,
+                        config: dict[str, Any] = CONFIG) -> tuple[Daemon, str, str, Path]:
+    """A daemon whose provider's key is :data:`KEY` (from :data:`KEY_ENV`), a strong credential
+    for ``client``, a project and a session of it: (the daemon, the credential, the session's id,
+    the project's workspace)."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    d = await daemon_factory(config=config)
+    token = await d.pair(client, strong=True)
+    project = await d.project(token)
+    sid = (await d.session(token, project["id"]))["id"]
+    return d, token, sid, Path(project["workspace"])
+
+
 async def test_a_skill_md_line_cut_in_a_422_shows_no_piece_of_a_provider_key(
         daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, KEY)
-    d = await daemon_factory(config=CONFIG)
-    token = await d.pair("skills", strong=True)
-    project = await d.project(token)
-    ws = Path(project["workspace"])
-    sid = (await d.session(token, project["id"]))["id"]
+    d, token, sid, ws = await keyed_session(daemon_factory, monkeypatch, "skills")
     # a front matter line the parser refuses, quoted cut to 60 characters
     (ws / "skills" / "bad").mkdir(parents=True)
     (ws / "skills" / "bad" / "SKILL.md").write_text(f"---\nname: bad\ntoken {'x' * 30}{KEY}\n---\nsteps\n")
@@ -69,11 +78,8 @@ async def test_a_4xx_to_a_large_body_still_drops_the_pieces_of_a_key_the_body_ho
         daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     # The body of a 4xx is searched for the keys it holds whole (their pieces then go from the
     # answer too); a body of a few MiB is searched as bytes, in a worker thread: the same answer.
-    monkeypatch.setenv(KEY_ENV, KEY)
-    d = await daemon_factory(config={**CONFIG, "server": {"maxBodyBytes": 16 * 1024 * 1024}})
-    token = await d.pair("large", strong=True)
-    project = await d.project(token)
-    sid = (await d.session(token, project["id"]))["id"]
+    d, token, sid, _ = await keyed_session(daemon_factory, monkeypatch, "large",
+                                           config={**CONFIG, "server": {"maxBodyBytes": 16 * 1024 * 1024}})
     big = "y" * (3 * 1024 * 1024)
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": big, "whenBusy": "x" * 70 + KEY})
     assert r.status_code in (400, 422), r.text[:300]
@@ -94,11 +100,7 @@ async def test_a_key_the_body_holds_in_another_json_spelling_leaves_no_piece_in_
         daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     # `"whenBusy": "xxx…\\u0073k-…"` holds the key whole once decoded; msgspec's reason quotes the
     # value cut to 80 characters, which left a piece of the client's own key.
-    monkeypatch.setenv(KEY_ENV, KEY)
-    d = await daemon_factory(config=CONFIG)
-    token = await d.pair("spelled", strong=True)
-    project = await d.project(token)
-    sid = (await d.session(token, project["id"]))["id"]
+    d, token, sid, _ = await keyed_session(daemon_factory, monkeypatch, "spelled")
     spelled = "x" * 70 + KEY.replace("s", "\\u0073", 1)
     body = ('{"requestId": "r1", "content": "hi", "whenBusy": "%s"}' % spelled).encode()
     assert json.loads(body)["whenBusy"] == "x" * 70 + KEY
@@ -114,11 +116,7 @@ async def test_a_tool_error_quoting_a_calls_arguments_is_no_oracle_for_a_piece_o
     # Any client that can submit input can have a tool called with its own arguments (`/tool`),
     # and every client reads the `tool.finished` events. Scrubbed of pieces, an error quoting the
     # arguments answered `[redacted …]` to `KEY[:15]` and `[redacted …]X` to `KEY[:14] + "X"`.
-    monkeypatch.setenv(KEY_ENV, KEY)
-    d = await daemon_factory(config=CONFIG)
-    token = await d.pair("tools", strong=True)
-    project = await d.project(token)
-    sid = (await d.session(token, project["id"]))["id"]
+    d, token, sid, _ = await keyed_session(daemon_factory, monkeypatch, "tools")
     right, wrong = KEY[:15], KEY[:14] + ("X" if KEY[14] != "X" else "Y")
     shapes = []
     for n, guess in enumerate((right, wrong)):

@@ -600,6 +600,17 @@ def console_errors(driver: Any) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE" and "Uncaught" in e["message"]]
 
 
+# The answer to the page's next send of an input is lost after the daemon has it (a network
+# failure on the way back).
+LOSE_NEXT_SEND_ANSWER = """
+    const real = window.fetch; let once = true;
+    window.fetch = async (...args) => {
+      const r = await real(...args);
+      if (once && String(args[0]).endsWith('/inputs')) { once = false; throw new TypeError('Failed to fetch'); }
+      return r;
+    };"""
+
+
 def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     started = time.monotonic()
     driver = browser
@@ -631,13 +642,7 @@ def test_dashboard_questions_failures_retries_and_silence(daemon: Daemon, browse
 
     # A send whose answer was lost (the daemon had it) is retried with the same requestId: one input.
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle", "the idle session")
-    driver.execute_script("""
-        const real = window.fetch; let once = true;
-        window.fetch = async (...args) => {
-          const r = await real(...args);
-          if (once && String(args[0]).endsWith('/inputs')) { once = false; throw new TypeError('Failed to fetch'); }
-          return r;
-        };""")
+    driver.execute_script(LOSE_NEXT_SEND_ANSWER)
     submit(driver, "send me once")
     wait_for(lambda: by_css(driver, "#errors li"), "the failed send")
     click(driver, "#send")  # the text is still in the box
@@ -768,11 +773,37 @@ def network_requests(driver: Any, base: str) -> list[tuple[str, str, bool]]:
     return out
 
 
-COUNT_STREAMS = """
-    window.streamRequests = 0;
+def count_requests(counter: str, matches: str) -> str:
+    """A script after which the page's requests whose URL (``url``, a string) and options
+    (``init``, or undefined) ``matches`` (a JavaScript condition) are counted in
+    ``window[counter]``."""
+    return f"""
+    window.{counter} = 0;
     const real = window.fetch;
-    window.fetch = (...args) => { if (String(args[0]).includes('/events/stream')) window.streamRequests++; return real(...args); };
-"""
+    window.fetch = (...args) => {{
+      const url = String(args[0]), init = args[1];
+      if ({matches}) window.{counter}++;
+      return real(...args);
+    }};"""
+
+
+def hold_requests(counter: str, release: str, matches: str) -> str:
+    """A script after which the page's requests whose URL (``url``, a string) ``matches`` (a
+    JavaScript condition) are counted in ``window[counter]`` and wait until ``window[release]()``
+    is called."""
+    return f"""
+    window.{counter} = 0;
+    const real = window.fetch;
+    let release; const gate = new Promise((r) => {{ release = r; }});
+    window.{release} = () => release();
+    window.fetch = async (...args) => {{
+      const url = String(args[0]);
+      if ({matches}) {{ window.{counter}++; await gate; }}
+      return real(...args);
+    }};"""
+
+
+COUNT_STREAMS = count_requests("streamRequests", "url.includes('/events/stream')")
 
 
 def next_frame(driver: Any) -> None:
@@ -2035,15 +2066,6 @@ def input_value(driver: Any) -> str:
     return driver.execute_script("return document.getElementById('input').value")
 
 
-LOSE_NEXT_SEND_ANSWER = """
-    const real = window.fetch; let once = true;
-    window.fetch = async (...args) => {
-      const r = await real(...args);
-      if (once && String(args[0]).endsWith('/inputs')) { once = false; throw new TypeError('Failed to fetch'); }
-      return r;
-    };"""
-
-
 def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something_was_typed_since(
         daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     """Withdraw on a queued input: the daemon answers `withdrawn` with the input's text, and the
@@ -2115,22 +2137,6 @@ def test_dashboard_puts_a_withdrawn_inputs_text_back_in_the_box_unless_something
 ONE_QUESTION = {"when": "ask one question", "toolCalls": [{"name": "ask_user", "arguments": {"questions": [
     {"id": "colour", "text": "Colour?", "options": [{"id": "red", "label": "Red"}, {"id": "blue", "label": "Blue"}],
      "allow_text": False}]}}]}
-
-
-def hold_requests(counter: str, release: str, matches: str) -> str:
-    """A script after which the page's requests whose URL (``url``, a string) ``matches`` (a
-    JavaScript condition) are counted in ``window[counter]`` and wait until ``window[release]()``
-    is called."""
-    return f"""
-    window.{counter} = 0;
-    const real = window.fetch;
-    let release; const gate = new Promise((r) => {{ release = r; }});
-    window.{release} = () => release();
-    window.fetch = async (...args) => {{
-      const url = String(args[0]);
-      if ({matches}) {{ window.{counter}++; await gate; }}
-      return real(...args);
-    }};"""
 
 
 HOLD_ANSWERS = hold_requests("answerRequests", "releaseAnswers", "url.includes('/answer')")

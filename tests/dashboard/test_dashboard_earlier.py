@@ -12,21 +12,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, make_daemon, open_new_session,
-    press, submit, texts, wait_for, with_turns)
+    Daemon, body_data, browser, by_css, click, committed_answers, console_errors, hold_requests, make_daemon,
+    open_new_session, press, submit, texts, wait_for, with_turns)
 
 # Holds the page's reads of the open session's view (GET /sessions/{id}?itemsLimit=…) from now on
 # until window.releaseViews() is called.
-HOLD_VIEW_READS = """window.viewReads = 0;
-    let release; const held = new Promise((r) => { release = r; });
-    window.releaseViews = () => release();
-    const fetch1 = window.fetch;
-    window.fetch = async (url, init) => {
-      if (/\\/api\\/v1\\/sessions\\/[^/?]+\\?itemsLimit=/.test(String(url)) && !/agentId=/.test(String(url))) {
-        window.viewReads++; await held;
-      }
-      return fetch1(url, init);
-    };"""
+HOLD_VIEW_READS = hold_requests("viewReads", "releaseViews",
+                                "/\\/api\\/v1\\/sessions\\/[^/?]+\\?itemsLimit=/.test(url) && !/agentId=/.test(url)")
 
 
 def _calls(n: int) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, by_css, click, console_errors, make_daemon, network_requests, one, open_session,
-    seen_then_stopped, submit, texts, wait_for, with_turns)
+    Daemon, body_data, browser, by_css, click, console_errors, count_requests, make_daemon, network_requests, one,
+    open_session, seen_then_stopped, submit, texts, wait_for, with_turns)
 
 HEBREW = "שלום עולם! 123"
 
@@ -31,6 +31,16 @@ def paste_credential(driver: Any, value: str) -> None:
     click(driver, "#connect")
 
 
+def connected_by_paste(driver: Any, d: Daemon, value: str, empty: bool = True) -> None:
+    """The page opened afresh and ``value`` pasted into it (:func:`paste_credential`): returns once
+    it is connected with strong trust, and (``empty``) once it lists no project."""
+    driver.get(d.base + "/")
+    paste_credential(driver, value)
+    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    if empty:
+        wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
+
+
 def test_a_credential_pasted_with_white_space_around_it_connects_and_a_wrong_one_asks_nothing_more(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any) -> None:
     """A credential copied from a terminal comes with a line break after it, often a space or a
@@ -40,10 +50,7 @@ def test_a_credential_pasted_with_white_space_around_it_connects_and_a_wrong_one
     driver = browser
     d = make_daemon(with_turns())
     strong = d.pair("dash-paste", strong=True)
-    driver.get(d.base + "/")
-    paste_credential(driver, " \t" + strong + " \r\n")
-    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
-    wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
+    connected_by_paste(driver, d, " \t" + strong + " \r\n")
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
 
     click(driver, "#disconnect")
@@ -184,12 +191,8 @@ def test_markup_in_a_file_name_a_jobs_output_a_question_and_an_error_is_shown_as
 
 ANSWERS_WHILE_AWAY = 3000
 # Counts the views of the session the page reads (GET /sessions/{id}, whatever its query).
-COUNT_VIEWS = """window.viewReads = 0;
-    const fetchViews = window.fetch;
-    window.fetch = (url, init) => {
-      if (/\\/api\\/v1\\/sessions\\/[^/?]+(\\?|$)/.test(String(url)) && (!init || !init.method || init.method === "GET")) window.viewReads++;
-      return fetchViews(url, init);
-    };"""
+COUNT_VIEWS = count_requests("viewReads", "/\\/api\\/v1\\/sessions\\/[^/?]+(\\?|$)/.test(url)"
+                                           " && (!init || !init.method || init.method === 'GET')")
 
 
 def test_a_restart_after_thousands_of_events_resumes_at_the_last_seq_seen_and_the_page_keeps_up(
@@ -368,6 +371,15 @@ HOLD_FIRST_WHOAMI = """
     };"""
 
 
+def paste_held(driver: Any, d: Daemon, credential: str, what: str) -> None:
+    """The page opened afresh, :data:`HOLD_FIRST_WHOAMI` run in it and ``credential`` pasted:
+    returns once its check (the first request to /whoami) is on its way, and held."""
+    driver.get(d.base + "/")
+    driver.execute_script(HOLD_FIRST_WHOAMI)
+    paste_credential(driver, credential)
+    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 1, what)
+
+
 def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any) -> None:
     """A credential pasted and sent, then another pasted and sent before the daemon answered the
@@ -383,10 +395,7 @@ def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
     wrong = "lens_" + "0" * 40
 
     # The wrong one first, answered last: the page stays connected with the right one.
-    driver.get(d.base + "/")
-    driver.execute_script(HOLD_FIRST_WHOAMI)
-    paste_credential(driver, wrong)
-    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 1, "the first credential on its way")
+    paste_held(driver, d, wrong, "the first credential on its way")
     paste_credential(driver, strong)
     wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
     wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
@@ -402,10 +411,7 @@ def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
     assert not by_css(driver, "#errors li"), texts(driver, "#errors li")
 
     # The right one first, answered last: the wrong one's refusal stands, and the page is not connected.
-    driver.get(d.base + "/")
-    driver.execute_script(HOLD_FIRST_WHOAMI)
-    paste_credential(driver, strong)
-    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 1, "the first credential on its way")
+    paste_held(driver, d, strong, "the first credential on its way")
     paste_credential(driver, wrong)
     wait_for(lambda: by_css(driver, "#errors li[data-code='AUTH_INVALID']"), "the refusal of the last one")
     network_requests(driver, d.base)
@@ -420,10 +426,7 @@ def test_the_answer_for_a_credential_pasted_before_the_last_one_changes_nothing(
 
     # Connect pressed again on the emptied field while the credential is on its way: nothing more
     # is asked, and no "paste a credential first" stays beside the connected page.
-    driver.get(d.base + "/")
-    driver.execute_script(HOLD_FIRST_WHOAMI)
-    paste_credential(driver, strong)
-    wait_for(lambda: driver.execute_script("return window.whoamiHeld") == 1, "the credential on its way")
+    paste_held(driver, d, strong, "the credential on its way")
     click(driver, "#connect")
     driver.execute_script("window.releaseFirstWhoami()")
     wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
@@ -455,6 +458,22 @@ HOLD_CREATES = """
     }"""
 
 
+def create_project_held(driver: Any, name: str, workspace: Path) -> None:
+    """:data:`HOLD_CREATES` run in the page, then a project ``name`` on ``workspace`` asked for
+    by *Create project*: returns once its request is on its way, and held."""
+    driver.execute_script(HOLD_CREATES)
+    one(driver, "#project-name").send_keys(name)
+    one(driver, "#project-workspace").send_keys(str(workspace))
+    click(driver, "#new-project button")
+    wait_for(lambda: driver.execute_script("return window.createsAsked") == 1, "the project asked")
+
+
+def revoke(d: Daemon, client: str) -> None:
+    """``lens pair revoke --client <client>`` run on the daemon's directory."""
+    subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", client],
+                   cwd=d.cwd, capture_output=True, text=True, timeout=30, check=True)
+
+
 def test_a_double_click_on_create_project_or_new_session_makes_one(
         make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
     """*Create project* and *New session* stayed enabled while their request was on its way, and
@@ -470,10 +489,7 @@ def test_a_double_click_on_create_project_or_new_session_makes_one(
     strong = d.pair("dash-double-create", strong=True)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    driver.get(d.base + "/")
-    paste_credential(driver, strong)
-    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
-    wait_for(lambda: by_css(driver, "#projects li.empty"), "the (empty) project list")
+    connected_by_paste(driver, d, strong)
 
     driver.execute_script(HOLD_CREATES)
     one(driver, "#project-name").send_keys("Once")
@@ -533,19 +549,14 @@ def test_a_create_on_its_way_when_the_credential_is_forgotten_changes_nothing_fo
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     driver.get(d.base + "/")
-    for held, then, revoke, name in ((first, second, False, "Answered late"), (second, third, True, "Refused late")):
+    for held, then, revoked, name in ((first, second, False, "Answered late"), (second, third, True, "Refused late")):
         paste_credential(driver, held)
         wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "connected")
-        driver.execute_script(HOLD_CREATES)
-        one(driver, "#project-name").send_keys(name)
-        one(driver, "#project-workspace").send_keys(str(workspace))
-        click(driver, "#new-project button")
-        wait_for(lambda: driver.execute_script("return window.createsAsked") == 1, "the project asked")
+        create_project_held(driver, name, workspace)
         assert not one(driver, "#new-project button").is_enabled()
         click(driver, "#disconnect")
-        if revoke:
-            subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", "dash-create-forget-1"],
-                           cwd=d.cwd, capture_output=True, text=True, timeout=30, check=True)
+        if revoked:
+            revoke(d, "dash-create-forget-1")
         paste_credential(driver, then)
         wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "the next credential connected")
         assert one(driver, "#new-project button").is_enabled()
@@ -565,13 +576,8 @@ def test_a_create_on_its_way_when_the_credential_is_forgotten_changes_nothing_fo
     # the page's reason to forget it, and it is said.
     paste_credential(driver, third)
     wait_for(lambda: body_data(driver, "trust") == "strong" and by_css(driver, "#projects li"), "connected")
-    driver.execute_script(HOLD_CREATES)
-    one(driver, "#project-name").send_keys("Refused now")
-    one(driver, "#project-workspace").send_keys(str(workspace))
-    click(driver, "#new-project button")
-    wait_for(lambda: driver.execute_script("return window.createsAsked") == 1, "the project asked")
-    subprocess.run([sys.executable, "-m", "runtime.cli", "pair", "revoke", "--client", "dash-create-forget-2"],
-                   cwd=d.cwd, capture_output=True, text=True, timeout=30, check=True)
+    create_project_held(driver, "Refused now", workspace)
+    revoke(d, "dash-create-forget-2")
     driver.execute_script("window.releaseCreates()")
     wait_for(lambda: driver.execute_script("return window.createsRead") == 1, "the refusal read")
     assert driver.execute_async_script(A_TURN_LATER)
@@ -593,9 +599,7 @@ def test_new_session_pressed_by_the_keyboard_keeps_the_focus_on_a_control(
     strong = d.pair("dash-new-session-keys", strong=True)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    driver.get(d.base + "/")
-    paste_credential(driver, strong)
-    wait_for(lambda: body_data(driver, "trust") == "strong", "strong trust")
+    connected_by_paste(driver, d, strong, empty=False)
     one(driver, "#project-name").send_keys("Keys")
     one(driver, "#project-workspace").send_keys(str(workspace), Keys.ENTER)
     wait_for(lambda: by_css(driver, "#projects button.selected") and one(driver, "#new-session").is_displayed(), "the project")
