@@ -9,9 +9,9 @@ Recognised (anything else is NOT_AN_IMAGE, an empty file included)::
 
 The magic bytes type an artifact (:func:`sniff`); an image sent to a model must also be whole
 (:func:`fault`, :func:`measure`): its structure read far enough to know its width and height and
-that it ends where its format says (a PNG's chunks up to ``IEND``, a JPEG's segments up to its
-scan and an ``EOI`` after it, a GIF's blocks up to its trailer, a WebP's RIFF size within the
-file), else NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no
+that it ends where its format says (a PNG's chunks up to ``IEND``, each critical chunk's CRC-32
+checked, a JPEG's segments up to its scan and an ``EOI`` after it, a GIF's blocks up to its
+trailer, a WebP's RIFF size within the file), else NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no
 pixels, and the image is sent again with every later request of the session, so each of them
 would fail. The walk also counts a GIF's frames (:class:`Measured`): a GIF of more than one is
 animated, which some services refuse.
@@ -25,6 +25,7 @@ are read_file's: a regular file inside the workspace (symlinks followed only ins
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import NamedTuple
 
 from .errors import FileToolError
@@ -77,6 +78,11 @@ def _png(data: bytes) -> tuple[int, int, int]:
         at += 12 + length
         if at > len(data):
             raise Malformed(f"is truncated (inside its {kind.decode('latin-1')!r} chunk)")
+        crc = int.from_bytes(data[at - 4:at], "big")
+        if not kind[0] & 0x20 and zlib.crc32(data[at - length - 8:at - 4]) != crc:
+            # (a critical chunk, its type's first letter upper case: a decoder stops there, as
+            # libpng does; an ancillary chunk's bad CRC is only a warning, the chunk skipped)
+            raise Malformed(f"is corrupt (its {kind.decode('latin-1')!r} chunk fails its CRC-32 check)")
         if kind == b"IEND":
             return width, height, 1
 
