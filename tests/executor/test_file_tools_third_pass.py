@@ -68,3 +68,22 @@ async def test_an_image_is_known_by_its_bytes_whatever_its_name_says(client: Exe
     (workspace / sub / "really_a_png.gif").write_bytes(PNG)
     out = await client.call("view_image", {"path": f"{sub}/really_a_png.gif"})
     assert (out.data, out.mime) == (PNG, "image/png")
+
+
+# ---------------------------------------------------------------------------- F-EXE-4 patch_file
+
+
+async def test_an_anchor_that_differs_from_a_line_only_in_whitespace_says_which(client: ExecutorClient,
+                                                                              workspace: Path, sub: str) -> None:
+    # A context or '-' line that differs only in whitespace was named; an anchor with a trailing
+    # blank (as a model writes it) got only "the anchor line is not in the file".
+    f = workspace / sub / "f.py"
+    f.write_bytes(b"import os\n\ndef f():\n    x = 1\n")
+    err = await fails("NO_MATCH", client.call("patch_file", {"path": f"{sub}/f.py",
+                                                             "patch": "@@ def f(): \n-    x = 1\n+    x = 2\n"}))
+    assert str(err) == (f"{sub}/f.py: hunk 0: the anchor line is not in the file "
+                        "(line 3 of the file differs from it only in whitespace)")
+    err = await fails("NO_MATCH", client.call("patch_file", {"path": f"{sub}/f.py",
+                                                             "patch": "@@ def g():\n-    x = 1\n+    x = 2\n"}))
+    assert str(err) == f"{sub}/f.py: hunk 0: the anchor line is not in the file"
+    assert f.read_bytes() == b"import os\n\ndef f():\n    x = 1\n"
