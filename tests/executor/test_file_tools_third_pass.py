@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from runtime.executor_client import ExecutorClient
+from tools.files.errors import READ_PAGE_BYTES
 
 from tests.files.sample_images import PNG
 
@@ -87,3 +88,91 @@ async def test_an_anchor_that_differs_from_a_line_only_in_whitespace_says_which(
                                                              "patch": "@@ def g():\n-    x = 1\n+    x = 2\n"}))
     assert str(err) == f"{sub}/f.py: hunk 0: the anchor line is not in the file"
     assert f.read_bytes() == b"import os\n\ndef f():\n    x = 1\n"
+
+
+@pytest.mark.parametrize("original, patch, result", [
+    # a patch written with LF, applied to CRLF text: added lines take the nearby "\r\n"
+    (b"one\r\ntwo\r\nthree\r\n", "@@\n one\n-two\n+TWO\n+extra\n three\n", b"one\r\nTWO\r\nextra\r\nthree\r\n"),
+    # the same with a byte-order mark, appended at the end by the pin
+    (b"\xef\xbb\xbfa\r\nb\r\n", "@@\n b\n+c\n*** End of File\n", b"\xef\xbb\xbfa\r\nb\r\nc\r\n"),
+    # a patch written with CRLF, applied to LF text without a final newline: it keeps none
+    (b"a\nb", "@@\r\n a\r\n-b\r\n+B\r\n", b"a\nB"),
+    # a line added after an unterminated last line of CRLF text: the old last line gets the ending
+    (b"a\r\nb", "@@\n a\n b\n+c\n", b"a\r\nb\r\nc"),
+    # a blank line of the patch without its leading space is an empty context line
+    (b"a\n\nb\nc\n", "@@\n a\n\n-b\n+B\n", b"a\n\nB\nc\n"),
+    # every line deleted
+    (b"a\nb\n", "@@\n-a\n-b\n", b""),
+])
+async def test_a_patch_with_other_line_endings_than_the_file_keeps_the_files(client: ExecutorClient, workspace: Path,
+                                                                            sub: str, original: bytes, patch: str,
+                                                                            result: bytes) -> None:
+    f = workspace / sub / "f.txt"
+    f.write_bytes(original)
+    out = (await client.call("patch_file", {"path": f"{sub}/f.txt", "patch": patch})).result
+    assert f.read_bytes() == result
+    assert (out["changed"], out["bytes_written"]) == (True, len(result))
+
+
+# ---------------------------------------------------------------------------- F-EXE-2 read_file
+
+
+async def test_an_offset_between_a_carriage_return_and_its_newline_reads_from_there(client: ExecutorClient,
+                                                                                    workspace: Path, sub: str) -> None:
+    # Byte 2 of "a\r\nb\r\n" is a character boundary inside line 1: the page starts there, and
+    # its first line is the tail of line 1 (the "\n" alone).
+    (workspace / sub / "f.txt").write_bytes(b"a\r\nb\r\n")
+    r = (await client.call("read_file", {"path": f"{sub}/f.txt", "offset": 2})).result
+    assert (r["content"], r["start_line"], r["lines_returned"], r["next_offset"], r["eof"]) == ("\nb\r\n", 1, 2, 6, True)
+    r = (await client.call("read_file", {"path": f"{sub}/f.txt", "offset": 2, "max_lines": 1})).result
+    assert (r["content"], r["start_line"], r["lines_returned"], r["next_offset"], r["eof"]) == ("\n", 1, 1, 3, False)
+
+
+async def test_a_file_of_exactly_the_page_cap_is_one_page_and_one_byte_more_is_two(client: ExecutorClient,
+                                                                                   workspace: Path, sub: str) -> None:
+    (workspace / sub / "exact.txt").write_bytes(b"x" * (READ_PAGE_BYTES - 1) + b"\n")
+    r = (await client.call("read_file", {"path": f"{sub}/exact.txt"})).result
+    assert (len(r["content"]), r["next_offset"], r["eof"], r["size"]) == (READ_PAGE_BYTES, READ_PAGE_BYTES, True,
+                                                                          READ_PAGE_BYTES)
+    (workspace / sub / "past.txt").write_bytes(b"x" * READ_PAGE_BYTES + b"\n")
+    r = (await client.call("read_file", {"path": f"{sub}/past.txt"})).result
+    assert (len(r["content"]), r["next_offset"], r["eof"]) == (READ_PAGE_BYTES, READ_PAGE_BYTES, False)
+    r = (await client.call("read_file", {"path": f"{sub}/past.txt", "offset": r["next_offset"]})).result
+    assert (r["content"], r["start_line"], r["eof"]) == ("\n", 1, True)
+    # a whole line before a longer one: the page ends after the whole line
+    (workspace / sub / "two.txt").write_bytes(b"a\n" + b"y" * READ_PAGE_BYTES + b"\n")
+    r = (await client.call("read_file", {"path": f"{sub}/two.txt"})).result
+    assert (r["content"], r["lines_returned"], r["next_offset"], r["eof"]) == ("a\n", 1, 2, False)
+
+
+async def test_a_line_longer_than_the_page_cut_between_its_cr_and_lf_loses_no_byte(client: ExecutorClient,
+                                                                                   workspace: Path, sub: str) -> None:
+    data = b"x" * (READ_PAGE_BYTES - 1) + b"\r\nz"
+    (workspace / sub / "f.txt").write_bytes(data)
+    first = (await client.call("read_file", {"path": f"{sub}/f.txt"})).result
+    assert (first["content"][-2:], first["next_offset"], first["eof"]) == ("x\r", READ_PAGE_BYTES, False)
+    second = (await client.call("read_file", {"path": f"{sub}/f.txt", "offset": first["next_offset"]})).result
+    assert (second["content"], second["start_line"], second["eof"]) == ("\nz", 1, True)
+    assert (first["content"] + second["content"]).encode() == data
+
+
+# ---------------------------------------------------------------------------- F-EXE-9 names
+
+
+async def test_names_of_255_bytes_in_two_byte_characters_work_and_256_are_refused_by_every_tool(
+        client: ExecutorClient, workspace: Path, sub: str) -> None:
+    name = "é" * 127 + "a"  # 255 bytes, 128 characters
+    assert len(name.encode()) == 255
+    out = (await client.call("edit_file", {"path": f"{sub}/{name}", "mode": "create", "content": "x"})).result
+    assert out["changed"] and (workspace / sub / name).read_bytes() == b"x"
+    assert (await client.call("read_file", {"path": f"{sub}/{name}"})).result["content"] == "x"
+    (await client.call("patch_file", {"path": f"{sub}/{name}", "patch": "@@\n-x\n+y\n"}))
+    assert (workspace / sub / name).read_bytes() == b"y"
+    long = "é" * 128  # 256 bytes, 128 characters
+    calls = [("read_file", {}), ("view_image", {}), ("patch_file", {"patch": "@@\n+a\n"}),
+             ("edit_file", {"mode": "create", "content": "x"}), ("edit_file", {"mode": "rewrite", "content": "x"})]
+    for tool, args in calls:
+        for path in (f"{sub}/{long}", f"{sub}/{long}/below.txt"):
+            err = await fails("INVALID_ARGUMENT", client.call(tool, {"path": path, **args}))
+            assert str(err).endswith(": a file name is longer than 255 bytes"), (tool, str(err))
+    assert sorted(p.name for p in (workspace / sub).iterdir()) == [name]
