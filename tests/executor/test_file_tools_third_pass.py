@@ -3,7 +3,8 @@ the real ``lens executor serve`` over gRPC.
 
 ``test_file_tools_acceptance.py``, ``test_file_tools_second_pass.py`` and the rest of
 tests/executor and tests/files are not repeated; these are the edges they left: a PNG whose
-critical chunk fails its CRC (a decoder refuses it; an ancillary chunk's is only a warning), an
+critical chunk fails its CRC (a decoder refuses it; an ancillary chunk's is only a warning) or
+that has no ``IDAT``, a WebP whose chunks run past its RIFF size, an
 anchor line that differs from the file's only in whitespace, ``read_file`` at the byte between a
 ``\\r`` and its ``\\n`` and at the page's byte cap (exactly, one past, a line cut between ``\\r``
 and ``\\n``), a patch written with the other line endings than the file's, and names of 255 and
@@ -21,7 +22,7 @@ import pytest
 from runtime.executor_client import ExecutorClient
 from tools.files.errors import READ_PAGE_BYTES
 
-from tests.files.sample_images import PNG
+from tests.files.sample_images import PNG, WEBP_ANIMATED, WEBP_EXTENDED, WEBP_LOSSLESS, WEBP_LOSSY
 
 from .test_tools import fails, sub  # noqa: F401  (sub is a fixture)
 
@@ -62,6 +63,43 @@ async def test_a_png_whose_ancillary_chunk_fails_its_crc_is_taken_as_decoders_ta
     assert (out.data, out.mime) == (data, "image/png")
     (workspace / sub / "whole.png").write_bytes(png_with(None))
     assert (await client.call("view_image", {"path": f"{sub}/whole.png"})).mime == "image/png"
+
+
+def webp_sized(riff: int | None = None, first_chunk: int | None = None) -> bytes:
+    """The 1x1 lossy WebP with its RIFF size or its first chunk's size said otherwise."""
+    data = bytearray(WEBP_LOSSY)
+    if riff is not None:
+        data[4:8] = struct.pack("<I", riff)
+    if first_chunk is not None:
+        data[16:20] = struct.pack("<I", first_chunk)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("name, data, said", [
+    # a decoder finds no pixel data to decode: "no IDAT"
+    ("no_idat.png", b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+     + chunk(b"IEND", b""), "the PNG image has no image data (no IDAT chunk before IEND)"),
+    # the RIFF header says the file ends inside the first chunk's header, or the chunk runs past it
+    ("short_riff.webp", webp_sized(riff=10),
+     "the WEBP image is truncated (its chunks run past the 18 bytes its RIFF header declares)"),
+    ("long_chunk.webp", webp_sized(first_chunk=9999),
+     "the WEBP image is truncated (its chunks run past the 42 bytes its RIFF header declares)"),
+], ids=["png-no-idat", "webp-short-riff", "webp-long-chunk"])
+async def test_an_image_without_its_data_is_not_an_image(client: ExecutorClient, workspace: Path, sub: str,
+                                                         name: str, data: bytes, said: str) -> None:
+    # Each walked to its end as whole before: the chunk lengths were never held to the RIFF size,
+    # and a PNG's chunks were read to IEND whether pixel data came on the way or not.
+    (workspace / sub / name).write_bytes(data)
+    err = await fails("NOT_AN_IMAGE", client.call("view_image", {"path": f"{sub}/{name}"}))
+    assert str(err) == f"{sub}/{name}: {said}"
+
+
+async def test_the_whole_webp_samples_are_still_images(client: ExecutorClient, workspace: Path, sub: str) -> None:
+    for name, data in [("lossy.webp", WEBP_LOSSY), ("lossless.webp", WEBP_LOSSLESS),
+                       ("extended.webp", WEBP_EXTENDED), ("animated.webp", WEBP_ANIMATED)]:
+        (workspace / sub / name).write_bytes(data)
+        out = await client.call("view_image", {"path": f"{sub}/{name}"})
+        assert (out.data, out.mime) == (data, "image/webp"), name
 
 
 async def test_an_image_is_known_by_its_bytes_whatever_its_name_says(client: ExecutorClient, workspace: Path,
