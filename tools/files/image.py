@@ -9,9 +9,10 @@ Recognised (anything else is NOT_AN_IMAGE, an empty file included)::
 
 The magic bytes type an artifact (:func:`sniff`); an image sent to a model must also be whole
 (:func:`fault`, :func:`measure`): its structure read far enough to know its width and height and
-that it ends where its format says (a PNG's chunks up to ``IEND``, a JPEG's segments up to its
-scan and an ``EOI`` after it, a GIF's blocks up to its trailer, a WebP's RIFF size within the
-file), else NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no
+that it ends where its format says (a PNG's chunks up to ``IEND``, an ``IDAT`` on the way and
+each critical chunk's CRC-32 checked, a JPEG's segments up to its scan and an ``EOI`` after it, a
+GIF's blocks up to its trailer, a WebP's RIFF size within the file and its chunks within that
+size), else NOT_AN_IMAGE naming what is wrong. A provider refuses a truncated image or one of no
 pixels, and the image is sent again with every later request of the session, so each of them
 would fail. The walk also counts a GIF's frames (:class:`Measured`): a GIF of more than one is
 animated, which some services refuse.
@@ -25,6 +26,7 @@ are read_file's: a regular file inside the workspace (symlinks followed only ins
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import NamedTuple
 
 from .errors import FileToolError
@@ -69,7 +71,7 @@ def _png(data: bytes) -> tuple[int, int, int]:
     if len(data) < 33 or data[12:16] != b"IHDR" or data[8:12] != b"\x00\x00\x00\x0d":
         raise Malformed("has no IHDR header")
     width, height = struct.unpack(">II", data[16:24])
-    at = 8
+    at, pixels = 8, False
     while True:  # (its chunks, to IEND: a truncated PNG ends inside one)
         if at + 8 > len(data):
             raise Malformed("is truncated (no IEND chunk)")
@@ -77,7 +79,15 @@ def _png(data: bytes) -> tuple[int, int, int]:
         at += 12 + length
         if at > len(data):
             raise Malformed(f"is truncated (inside its {kind.decode('latin-1')!r} chunk)")
+        crc = int.from_bytes(data[at - 4:at], "big")
+        if not kind[0] & 0x20 and zlib.crc32(data[at - length - 8:at - 4]) != crc:
+            # (a critical chunk, its type's first letter upper case: a decoder stops there, as
+            # libpng does; an ancillary chunk's bad CRC is only a warning, the chunk skipped)
+            raise Malformed(f"is corrupt (its {kind.decode('latin-1')!r} chunk fails its CRC-32 check)")
+        pixels = pixels or kind == b"IDAT"
         if kind == b"IEND":
+            if not pixels:
+                raise Malformed("has no image data (no IDAT chunk before IEND)")
             return width, height, 1
 
 
@@ -158,6 +168,12 @@ def _webp(data: bytes) -> tuple[int, int, int]:
         raise Malformed(f"is truncated ({len(data)} bytes of the {riff} its RIFF header declares)")
     if len(data) < 30:
         raise Malformed("is truncated (in its first chunk)")
+    at = 12
+    while at < riff:  # (its chunks, each within the RIFF size; a decoder reads no further)
+        size = struct.unpack("<I", data[at + 4:at + 8])[0] if at + 8 <= riff else None
+        if size is None or at + 8 + size > riff:
+            raise Malformed(f"is truncated (its chunks run past the {riff} bytes its RIFF header declares)")
+        at += 8 + size + (size & 1)
     kind = data[12:16]
     if kind == b"VP8X":
         w = int.from_bytes(data[24:27], "little") + 1

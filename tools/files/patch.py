@@ -228,7 +228,11 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
     if h.anchor is not None:
         hits = by_text.get(h.anchor, [])
         if not hits:
-            raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: the anchor line is not in the file")
+            squeezed = _squeezed(h.anchor)
+            near = next((i for i, (text, _) in enumerate(lines) if _squeezed(text) == squeezed), None) \
+                if squeezed else None
+            hint = f" (line {near + 1} of the file differs from it only in whitespace)" if near is not None else ""
+            raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: the anchor line is not in the file{hint}")
         if len(hits) > 1:
             raise FileToolError("NOT_UNIQUE", f"{shown}: hunk {h.index}: the anchor line occurs {len(hits)} times")
         after = hits[0] + 1
