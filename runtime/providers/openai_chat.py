@@ -16,6 +16,7 @@ by the call's id where the index is missing or reused (see :func:`_tool_call_del
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 import trio
@@ -196,9 +197,9 @@ class OpenAIChatProvider(SdkProvider):
                                     add_piece(text, refusal)
                                     on_delta(Delta("text", refusal))
                                 for tc in delta.tool_calls or []:
-                                    if tc.function is not None:
-                                        size.add(tc.function.arguments)
-                                    _tool_call_delta(calls, by_index, by_id, tc)
+                                    arguments = _arguments_text(tc)
+                                    size.add(arguments)
+                                    _tool_call_delta(calls, by_index, by_id, tc, arguments)
                             if choice.finish_reason:
                                 finish = choice.finish_reason
                 except Exception as exc:
@@ -252,7 +253,21 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
     )
 
 
-def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_id: dict[str, int], tc: Any) -> None:
+def _arguments_text(tc: Any) -> str | None:
+    """A streamed tool-call fragment's arguments as text. The protocol sends them as a JSON text;
+    some compatible servers (TGI, llama.cpp's server in one mode) send the JSON value itself, an
+    object. Such a value is taken as the JSON text it stands for, as if the server had sent it
+    encoded (the SDK passes it through as sent; joined as text it failed every tool call of the
+    answer as a malformed stream). ``None``: the fragment carries no arguments."""
+    fn = tc.function
+    arguments = fn.arguments if fn is not None else None
+    if arguments is None or isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_id: dict[str, int], tc: Any,
+                     arguments: str | None) -> None:
     """Add one streamed tool-call fragment to ``calls``. Fragments of a call share its ``index``;
     without one, a fragment goes on the call whose id it repeats, else on the last call. It
     starts a new call where there is none to go on, and where it names a tool under another id
@@ -262,7 +277,6 @@ def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_i
     call keeps its first), or on the call that has that id (calls numbered alike, interleaved)."""
     fn = tc.function
     name = fn.name if fn is not None else None
-    arguments = fn.arguments if fn is not None else None
     known = by_id.get(tc.id) if tc.id else None  # the call that has this fragment's id
     if tc.index is not None:
         pos = by_index.get(tc.index)

@@ -1,0 +1,105 @@
+"""A third pass over SPEC section 4 as a user sees it: sessions of the real actor and supervisor
+whose model is served over loopback by the real SDK clients, sent answers that compatible servers
+give and the earlier passes did not send."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from events import types as t
+from runtime.actor import GetState, Submit, WaitIdle
+from tools.base import ToolResult, ToolSpec
+from tools.registry import builtin_tools
+
+from .conftest import Ctx, Deltas
+from .scripts import reply
+from .servers.base import Reply
+from .test_actor import events_of, runtime
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, dict[str, Any]]:
+    return (None, {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+
+
+def _lookup_tool(seen: list[Any]) -> ToolSpec:
+    async def run(args: dict[str, Any], ctx: Any) -> ToolResult:
+        seen.append(args)
+        return ToolResult.text(f"no entry for {args['path']}")
+
+    return ToolSpec("lookup", "Look a path up.",
+                    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}, run)
+
+
+def _chat_call_with_arguments(arguments: Any, *, text: str = "", name: str = "read_file") -> Reply:
+    """A Chat stream whose one tool call carries ``arguments`` as given: TGI and llama.cpp's
+    server (in one of its modes) send the JSON object itself, not its text."""
+    frames = [_chunk({"role": "assistant", "content": ""})]
+    if text:
+        frames.append(_chunk({"content": text}))
+    frames += [_chunk({"tool_calls": [{"index": 0, "id": "call_obj", "type": "function",
+                                       "function": {"name": name, "arguments": arguments}}]}),
+               _chunk({}, "tool_calls"), (None, "[DONE]")]
+    return Reply(events=frames)
+
+
+async def test_chat_tool_arguments_sent_as_a_json_object_are_the_calls_arguments(server, make, tmp_path):
+    """A compatible server that sends a call's ``arguments`` as a JSON object (not the JSON text
+    OpenAI sends): the call runs with those arguments, the log records them as JSON text, and the
+    next request sends them back as text, as the protocol has them. Every such answer failed as a
+    malformed stream (``TypeError: sequence item 0: expected str instance, dict found``), so the
+    model of such a server could call no tool."""
+    provider = make("openai-chat")
+    seen: list[Any] = []
+    server.push(_chat_call_with_arguments({"path": "nowhere/ünïcode.txt"}, text="Reading.", name="lookup"),
+                reply("openai-chat", text="It is not there.", rid="r2"))
+    async with runtime(tmp_path / "data", provider, tools=builtin_tools([_lookup_tool(seen)])) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("look it up")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        state = await sup.call(sid, GetState())
+        evs = await events_of(sup, sid)
+    assert [e.kind for e in evs if e.kind in ("model.responded", "model.failed")] == ["model.responded"] * 2
+    [first, _] = [e.event for e in evs if e.kind == "model.responded"]
+    [call] = first.tool_calls
+    assert (call.call_id, call.name) == ("call_obj", "lookup")
+    assert json.loads(call.arguments) == {"path": "nowhere/ünïcode.txt"}
+    assert seen == [{"path": "nowhere/ünïcode.txt"}]  # the tool ran with them
+    [finished] = [e.event for e in evs if e.kind == "tool.finished"]
+    assert finished.status == "ok" and finished.content[0].text == "no entry for nowhere/ünïcode.txt"
+    assert state.status == "idle" and state.agents["main"].items[-1].text == "It is not there."
+    [sent] = [c for m in server.requests[1].body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert isinstance(sent["function"]["arguments"], str)
+    assert json.loads(sent["function"]["arguments"]) == {"path": "nowhere/ünïcode.txt"}
+
+
+@pytest.mark.parametrize("arguments", [[1, 2], 5, True])
+async def test_chat_tool_arguments_of_another_json_value_are_answered_as_arguments_that_are_no_object(
+        arguments, server, make):
+    """A JSON value that is no object is the text of that value: the call is kept (the tool
+    runner answers it ``INVALID_ARGUMENT``, as arguments ``"[1, 2]"`` sent as text are), never a
+    ``TypeError`` of the stream."""
+    provider = make("openai-chat")
+    server.push(_chat_call_with_arguments(arguments))
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    [call] = result.tool_calls
+    assert json.loads(call.arguments) == arguments and result.stop_reason == "tool_use"
+
+
+async def test_chat_tool_arguments_as_an_object_after_text_pieces_join_as_text(server, make):
+    """Fragments of one call may mix the forms (text, then an object): each is its JSON text, in
+    order; what they make together is the call's arguments as the model sent them."""
+    provider = make("openai-chat")
+    frames = [_chunk({"role": "assistant", "content": ""}),
+              _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                      "function": {"name": "read_file", "arguments": ""}}]}),
+              _chunk({"tool_calls": [{"index": 0, "function": {"arguments": {"path": "a"}}}]}),
+              _chunk({}, "tool_calls"), (None, "[DONE]")]
+    server.push(Reply(events=frames))
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert [json.loads(c.arguments) for c in result.tool_calls] == [{"path": "a"}]
