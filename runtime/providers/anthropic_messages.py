@@ -239,7 +239,9 @@ class AnthropicProvider(SdkProvider):
         # (stop_reason tool_use without a tool_use block is kept as it came, as Chat keeps
         # finish_reason tool_calls without a call: an answer without a call, which ends the task)
         stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, msg.stop_reason) else msg.stop_reason
-        return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
+        # (each block a paragraph: see _StreamReader.paragraph)
+        return ModelResult(text=PARAGRAPH.join(x for x in text if x), reasoning=PARAGRAPH.join(x for x in reasoning if x),
+                           tool_calls=calls,
                            stop_reason=stop, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics, stop_details=msg.stop_details)
 
@@ -270,6 +272,9 @@ def _total_input(input_tokens: int | None, cache_read: int | None, cache_write: 
     return total if total <= MAX_COUNT else None
 
 
+PARAGRAPH = "\n\n"  # between two text (or thinking) blocks of one answer
+
+
 class _StreamReader:
     """Puts one streamed message together from the SDK's raw events
     (``messages.create(stream=True)``), as the SDK's ``messages.stream()`` helper does, except for
@@ -294,6 +299,7 @@ class _StreamReader:
         self.delta_came = False  # a message_delta came
         self.usage: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
+        self._shown: set[str] = set()  # the kinds of delta ("text", "reasoning") streamed live so far
 
     def blocks(self) -> list[dict[str, Any]]:
         return [self._blocks[i] for i in sorted(self._blocks)]
@@ -347,11 +353,13 @@ class _StreamReader:
             # timeoutSeconds gave every viewer a frame for each)
             if delta.type == "text_delta" and block["type"] == "text":
                 if _text(delta.text, "text_delta.text"):
+                    self.paragraph(block, "text")
                     add_piece(block["text"], delta.text)
                     self.size.add(delta.text)
                     self.on_delta(Delta("text", delta.text))
             elif delta.type == "thinking_delta" and block["type"] == "thinking":
                 if _text(delta.thinking, "thinking_delta.thinking"):
+                    self.paragraph(block, "reasoning")
                     add_piece(block["thinking"], delta.thinking)
                     self.size.add(delta.thinking)
                     self.on_delta(Delta("reasoning", delta.thinking))
@@ -375,6 +383,22 @@ class _StreamReader:
             for key, value in counts.items():
                 if value is not None:
                     self.usage[key] = value
+
+
+    def paragraph(self, block: dict[str, Any], kind: str) -> None:
+        """Before the first live piece of a text or thinking block: a new paragraph when an
+        earlier block of that kind streamed text. An answer's text (or thinking) is one string,
+        its blocks joined by :data:`PARAGRAPH` (with interleaved thinking, text comes in several
+        blocks; text can follow a ``tool_use``); joined with nothing, the last word of one block
+        ran into the first of the next. The separator is no part of a block (a thinking block
+        goes back as signed), only of the joined text, live as recorded."""
+        if block.get("shown"):
+            return
+        block["shown"] = True
+        if kind in self._shown:
+            self.size.add(PARAGRAPH)
+            self.on_delta(Delta(kind, PARAGRAPH))
+        self._shown.add(kind)
 
 
 def _text(value: Any, what: str) -> str:

@@ -103,3 +103,72 @@ async def test_chat_tool_arguments_as_an_object_after_text_pieces_join_as_text(s
     server.push(Reply(events=frames))
     result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert [json.loads(c.arguments) for c in result.tool_calls] == [{"path": "a"}]
+
+
+def _anthropic_blocks(*blocks: tuple[str, Any]) -> Reply:
+    """An Anthropic stream of these content blocks: ``("text", [pieces])``, ``("thinking",
+    [pieces])`` (signed), ``("tool_use", (id, name, arguments text))``."""
+    events: list[tuple[str | None, Any]] = []
+
+    def ev(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, **data}))
+
+    ev("message_start", message={"id": "msg_9", "type": "message", "role": "assistant", "model": "m", "content": [],
+                                 "stop_reason": None, "stop_sequence": None,
+                                 "usage": {"input_tokens": 10, "output_tokens": 1}})
+    uses = False
+    for index, (kind, body) in enumerate(blocks):
+        if kind == "tool_use":
+            uses = True
+            call_id, name, args = body
+            ev("content_block_start", index=index, content_block={"type": "tool_use", "id": call_id, "name": name, "input": {}})
+            ev("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": args})
+        elif kind == "thinking":
+            ev("content_block_start", index=index, content_block={"type": "thinking", "thinking": "", "signature": ""})
+            for piece in body:
+                ev("content_block_delta", index=index, delta={"type": "thinking_delta", "thinking": piece})
+            ev("content_block_delta", index=index, delta={"type": "signature_delta", "signature": f"sig{index}"})
+        else:
+            ev("content_block_start", index=index, content_block={"type": "text", "text": ""})
+            for piece in body:
+                ev("content_block_delta", index=index, delta={"type": "text_delta", "text": piece})
+        ev("content_block_stop", index=index)
+    ev("message_delta", delta={"stop_reason": "tool_use" if uses else "end_turn", "stop_sequence": None},
+       usage={"output_tokens": 9})
+    ev("message_stop")
+    return Reply(events=events)
+
+
+async def test_anthropic_text_blocks_of_one_answer_are_paragraphs_not_glued_words(server, make, tmp_path):
+    """An Anthropic answer holds its text in blocks: with interleaved thinking, text, thinking,
+    then text again; text after a ``tool_use``. They were joined as one string with nothing
+    between them (``"I will look.Found it."``), live and in the log. Each text block after the
+    first that has text now starts a new paragraph (``\\n\\n``), live as in the answer, so what
+    streamed is what is recorded; the thinking of several blocks is joined so too, as a Responses
+    answer's reasoning summaries are."""
+    provider = make("anthropic")
+    server.push(_anthropic_blocks(("text", ["I will ", "look."]), ("thinking", ["Which file?"]),
+                                  ("text", []),  # (an empty block: no paragraph of its own)
+                                  ("text", ["Reading it now."]), ("thinking", ["Then the time."]),
+                                  ("tool_use", ("toolu_1", "get_system_time", "{}")),
+                                  ("text", ["Asked."])),
+                reply("anthropic", text="Done.", rid="r2"))
+    deltas: list[Any] = []
+    async with runtime(tmp_path / "data", provider) as sup:
+        sup.deps.on_delta = lambda sid, agent, d: deltas.append(d)
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart("what time is it?")]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+        evs = await events_of(sup, sid)
+    [first, _] = [e.event for e in evs if e.kind == "model.responded"]
+    assert first.text == "I will look.\n\nReading it now.\n\nAsked."
+    assert first.reasoning == "Which file?\n\nThen the time."
+    assert "".join(d.text for d in deltas if d.kind == "text").startswith(first.text)  # live as recorded
+    assert "".join(d.text for d in deltas if d.kind == "reasoning").startswith(first.reasoning)
+    [call] = first.tool_calls
+    assert call.name == "get_system_time"
+    # the thinking blocks go back signed and unchanged, each with its own text
+    sent = server.requests[1].body["messages"][1]["content"]
+    assert [b.get("thinking") for b in sent if b["type"] == "thinking"] == ["Which file?", "Then the time."]
+    assert [b["text"] for b in sent if b["type"] == "text"] == ["I will look.\n\nReading it now.\n\nAsked."]
