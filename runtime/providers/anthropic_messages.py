@@ -240,7 +240,7 @@ class AnthropicProvider(SdkProvider):
         # finish_reason tool_calls without a call: an answer without a call, which ends the task)
         stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, msg.stop_reason) else msg.stop_reason
         # (each block a paragraph: see _StreamReader.paragraph)
-        return ModelResult(text=PARAGRAPH.join(x for x in text if x), reasoning=PARAGRAPH.join(x for x in reasoning if x),
+        return ModelResult(text=paragraphs(text), reasoning=paragraphs(reasoning),
                            tool_calls=calls,
                            stop_reason=stop, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics, stop_details=msg.stop_details)
@@ -275,6 +275,22 @@ def _total_input(input_tokens: int | None, cache_read: int | None, cache_write: 
 PARAGRAPH = "\n\n"  # between two text (or thinking) blocks of one answer
 
 
+def paragraphs(blocks: list[str]) -> str:
+    """The texts of an answer's blocks of one kind as one text: a block with text after blocks
+    that had more than white space begins a new paragraph (as :meth:`_StreamReader.paragraph`
+    streamed it)."""
+    out: list[str] = []
+    visible = False
+    for text in blocks:
+        if not text:
+            continue
+        if visible:
+            out.append(PARAGRAPH)
+        out.append(text)
+        visible = visible or not text.isspace()
+    return "".join(out)
+
+
 class _StreamReader:
     """Puts one streamed message together from the SDK's raw events
     (``messages.create(stream=True)``), as the SDK's ``messages.stream()`` helper does, except for
@@ -299,7 +315,7 @@ class _StreamReader:
         self.delta_came = False  # a message_delta came
         self.usage: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._shown: set[str] = set()  # the kinds of delta ("text", "reasoning") streamed live so far
+        self._visible: set[str] = set()  # the kinds ("text", "reasoning") of which more than white space streamed
 
     def blocks(self) -> list[dict[str, Any]]:
         return [self._blocks[i] for i in sorted(self._blocks)]
@@ -357,12 +373,14 @@ class _StreamReader:
                     add_piece(block["text"], delta.text)
                     self.size.add(delta.text)
                     self.on_delta(Delta("text", delta.text))
+                    self.shown("text", delta.text)
             elif delta.type == "thinking_delta" and block["type"] == "thinking":
                 if _text(delta.thinking, "thinking_delta.thinking"):
                     self.paragraph(block, "reasoning")
                     add_piece(block["thinking"], delta.thinking)
                     self.size.add(delta.thinking)
                     self.on_delta(Delta("reasoning", delta.thinking))
+                    self.shown("reasoning", delta.thinking)
             elif delta.type == "signature_delta" and block["type"] == "thinking":
                 block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
@@ -384,21 +402,24 @@ class _StreamReader:
                 if value is not None:
                     self.usage[key] = value
 
-
     def paragraph(self, block: dict[str, Any], kind: str) -> None:
         """Before the first live piece of a text or thinking block: a new paragraph when an
-        earlier block of that kind streamed text. An answer's text (or thinking) is one string,
+        earlier block of that kind streamed more than white space. An answer's text (or thinking) is one string,
         its blocks joined by :data:`PARAGRAPH` (with interleaved thinking, text comes in several
         blocks; text can follow a ``tool_use``); joined with nothing, the last word of one block
         ran into the first of the next. The separator is no part of a block (a thinking block
         goes back as signed), only of the joined text, live as recorded."""
-        if block.get("shown"):
-            return
-        block["shown"] = True
-        if kind in self._shown:
-            self.size.add(PARAGRAPH)
-            self.on_delta(Delta(kind, PARAGRAPH))
-        self._shown.add(kind)
+        if not block.get("shown"):
+            block["shown"] = True
+            if kind in self._visible:
+                self.size.add(PARAGRAPH)
+                self.on_delta(Delta(kind, PARAGRAPH))
+
+    def shown(self, kind: str, piece: str) -> None:
+        """``piece`` of ``kind`` streamed live: after it, a block with text is a new paragraph
+        if it holds more than white space."""
+        if not piece.isspace():
+            self._visible.add(kind)
 
 
 def _text(value: Any, what: str) -> str:

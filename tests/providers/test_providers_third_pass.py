@@ -222,3 +222,23 @@ async def test_both_through_lens_serve_a_tgi_style_call_runs_and_claudes_paragra
         view = await d.wait_idle(token, sid)
         texts = [it.get("text") for it in view["items"] if it.get("role") == "assistant"]
         assert texts == ["Let me think.\n\nIt is 42."], view["items"]
+
+
+@pytest.mark.parametrize(("blocks", "text"), [
+    ([["\n\n"], ["Done."]], "\n\nDone."),  # (white space before a call: no paragraph after it)
+    ([["One."], [" "], ["Two."]], "One.\n\n \n\nTwo."),
+    ([["One."], [], ["Two."]], "One.\n\nTwo."),
+    ([["Only."]], "Only."),
+])
+async def test_anthropic_a_block_begins_a_paragraph_only_after_text_that_shows(blocks, text, server, make):
+    provider = make("anthropic")
+    parts: list[tuple[str, Any]] = []
+    for n, pieces in enumerate(blocks):
+        parts.append(("text", pieces))
+        if n == 0:
+            parts.append(("tool_use", ("toolu_1", "get_system_time", "{}")))
+    server.push(_anthropic_blocks(*parts))
+    deltas = Deltas()
+    result = await provider.stream(Ctx().user("hi").request(), deltas)
+    assert result.text == text and deltas.text() == text
+
