@@ -12,11 +12,14 @@ import trio
 
 from events import types as t
 from runtime.actor import GetState, Submit, WaitIdle
+from runtime.providers.base import ProviderError
+from runtime.working_context import Compact
 from tools.base import ToolResult, ToolSpec
 from tools.registry import builtin_tools
 
 from .conftest import Ctx, Deltas
 from .scripts import reply
+from .servers import anthropic as an
 from .servers.base import Reply
 from .test_actor import events_of, runtime
 
@@ -242,3 +245,40 @@ async def test_anthropic_a_block_begins_a_paragraph_only_after_text_that_shows(b
     result = await provider.stream(Ctx().user("hi").request(), deltas)
     assert result.text == text and deltas.text() == text
 
+
+# Anthropic's refusal of a request whose input and ``max_tokens`` together pass the window, as
+# the Messages API words it (HTTP 400, ``invalid_request_error``): the input alone may fit.
+ANTHROPIC_WINDOW = ("input length and `max_tokens` exceed context limit: 197626 + 8192 > 200000, "
+                    "decrease input length or `max_tokens` and try again")
+
+
+async def test_anthropics_input_and_max_tokens_past_the_window_is_context_too_long(server, make):
+    """It was ``BAD_REQUEST`` (its words are none of "prompt is too long", "context window",
+    "maximum context"…): a request it could not fix, where the window is what refused it."""
+    provider = make("anthropic", max_retries=0)
+    server.push(an.error(400, ANTHROPIC_WINDOW))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("a long prompt").request(), Deltas())
+    assert (info.value.code, info.value.retryable, info.value.status) == ("CONTEXT_TOO_LONG", False, 400)
+    assert ANTHROPIC_WINDOW in info.value.message, info.value.message
+
+
+async def test_a_summarizing_request_anthropic_refuses_for_its_window_is_sent_again_cut(server, make, tmp_path):
+    """A compaction's summarizing request refused so is asked once more at half the size (as for
+    "prompt is too long"); it failed the compaction instead."""
+    provider = make("anthropic", max_retries=0)
+    big = "BIG-INPUT " + "z" * (4 * 40_000)
+    server.push(reply("anthropic", text="Hello."), an.error(400, ANTHROPIC_WINDOW),
+                reply("anthropic", text="SUMMARY-OF-IT", rid="r3"))
+    async with runtime(tmp_path / "data", provider) as sup:
+        sid = await sup.create_session("p1")
+        await sup.call(sid, Submit("req1", [t.TextPart(big)]))
+        with trio.fail_after(30):
+            await sup.call(sid, WaitIdle())
+            result = await sup.call(sid, Compact())
+        state = await sup.call(sid, GetState())
+    assert len(server.bodies) == 3
+    refused, sent = (json.dumps(b) for b in server.bodies[1:])
+    assert big in refused and big not in sent and len(sent) < len(refused) // 2
+    assert result["summary"].startswith("SUMMARY-OF-IT")
+    assert [it.role for it in state.agents["main"].items] == ["user", "assistant", "summary"]
