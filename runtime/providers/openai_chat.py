@@ -184,12 +184,10 @@ class OpenAIChatProvider(SdkProvider):
                                     size.add(think)
                                     add_piece(reasoning, think)
                                     on_delta(Delta("reasoning", think))
-                                if delta.content is not None and not isinstance(delta.content, str):
-                                    raise TypeError(f"delta.content is {type(delta.content).__name__}, not text")
-                                if delta.content:
-                                    size.add(delta.content)
-                                    add_piece(text, delta.content)
-                                    on_delta(Delta("text", delta.content))
+                                for kind, piece in _content_pieces(delta.content):
+                                    size.add(piece)
+                                    add_piece(text if kind == "text" else reasoning, piece)
+                                    on_delta(Delta(kind, piece))
                                 refusal = getattr(delta, "refusal", None)
                                 if isinstance(refusal, str) and refusal:  # the model declined: its words are the answer
                                     refused = True
@@ -251,6 +249,46 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
         reasoning_tokens=reported(usage_raw, "completion_tokens_details", "reasoning_tokens"),
         total_input_tokens=reported(usage_raw, "prompt_tokens"),  # (includes the cached: the total as sent)
     )
+
+
+def _content_pieces(content: Any) -> list[tuple[str, str]]:
+    """A delta's ``content`` as ``(kind, text)`` pieces, ``kind`` ``"text"`` or ``"reasoning"``.
+    The protocol streams it as text. Mistral's reasoning models (Magistral) stream a list of
+    content chunks instead: ``{"type": "text", "text": …}``, and ``{"type": "thinking",
+    "thinking": [text chunks]}`` for the reasoning; chunks of other types (``reference``…), there
+    or inside a ``thinking``, hold no text. Anything else (a number, a list of what is no chunk,
+    a chunk's text that is none) is a malformed stream, raised as ``TypeError`` naming
+    ``delta.content``. Empty text is none."""
+    if content is None or isinstance(content, str):
+        return [("text", content)] if content else []
+    if not isinstance(content, list):
+        raise TypeError(f"delta.content is {type(content).__name__}, not text")
+    pieces: list[tuple[str, str]] = []
+    for chunk in content:
+        if not isinstance(chunk, dict):
+            raise TypeError(f"delta.content holds a {type(chunk).__name__}, not a content chunk")
+        if chunk.get("type") == "text":
+            pieces.append(("text", _chunk_text(chunk)))
+        elif chunk.get("type") == "thinking":
+            inner = chunk.get("thinking")
+            if not isinstance(inner, (str, list)):
+                raise TypeError(f"delta.content's thinking is {type(inner).__name__}, not text chunks")
+            for part in [inner] if isinstance(inner, str) else inner:
+                if isinstance(part, str):
+                    pieces.append(("reasoning", part))
+                elif isinstance(part, dict):
+                    if part.get("type") == "text":
+                        pieces.append(("reasoning", _chunk_text(part)))
+                else:
+                    raise TypeError(f"delta.content's thinking holds a {type(part).__name__}, not a text chunk")
+    return [(kind, piece) for kind, piece in pieces if piece]
+
+
+def _chunk_text(chunk: dict[str, Any]) -> str:
+    value = chunk.get("text")
+    if not isinstance(value, str):
+        raise TypeError(f"delta.content holds a text chunk whose text is {type(value).__name__}, not text")
+    return value
 
 
 def _arguments_text(tc: Any) -> str | None:

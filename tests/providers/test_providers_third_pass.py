@@ -282,3 +282,43 @@ async def test_a_summarizing_request_anthropic_refuses_for_its_window_is_sent_ag
     assert big in refused and big not in sent and len(sent) < len(refused) // 2
     assert result["summary"].startswith("SUMMARY-OF-IT")
     assert [it.role for it in state.agents["main"].items] == ["user", "assistant", "summary"]
+
+
+def _magistral_stream() -> Reply:
+    """Mistral's reasoning models (Magistral) stream ``delta.content`` as a list of chunks: a
+    ``thinking`` chunk holding text chunks, then the answer, as text chunks or as plain text."""
+    def thinking(text: str) -> dict[str, Any]:
+        return {"content": [{"type": "thinking", "thinking": [{"type": "text", "text": text}]}]}
+
+    return Reply(events=[_chunk({"role": "assistant", "content": ""}), _chunk(thinking("It's a greeting")),
+                         _chunk(thinking(", I should greet back.")),
+                         _chunk({"content": [{"type": "text", "text": "Hello"}]}),
+                         _chunk({"content": [{"type": "reference", "reference_ids": [1]}]}),  # (no text: nothing)
+                         _chunk({"content": " there!"}), _chunk({}, "stop"), (None, "[DONE]")])
+
+
+async def test_chat_content_streamed_as_a_list_of_chunks_is_text_and_thinking(server, make):
+    """A Chat ``delta.content`` that is a list of content chunks (Mistral's Magistral models):
+    ``text`` chunks are the answer's text, a ``thinking`` chunk's text chunks its reasoning, live
+    as recorded; chunks of other types hold no text. Every such answer failed as a malformed
+    stream (``delta.content is list, not text``)."""
+    provider = make("openai-chat")
+    server.push(_magistral_stream())
+    deltas = Deltas()
+    result = await provider.stream(Ctx().user("hi").request(), deltas)
+    assert (result.text, result.reasoning, result.stop_reason) == (
+        "Hello there!", "It's a greeting, I should greet back.", "end_turn")
+    assert deltas.text() == result.text and deltas.text("reasoning") == result.reasoning
+
+
+@pytest.mark.parametrize("content", [[5], ["text"], [{"type": "text", "text": 5}],
+                                     [{"type": "thinking", "thinking": [{"type": "text", "text": None}]}],
+                                     [{"type": "thinking", "thinking": None}]])
+async def test_chat_content_chunks_that_are_no_chunks_are_a_malformed_stream_naming_them(content, server, make):
+    provider = make("openai-chat", max_retries=0)
+    server.push(Reply(events=[_chunk({"role": "assistant", "content": ""}), _chunk({"content": content}),
+                              _chunk({}, "stop"), (None, "[DONE]")]))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.code == "PROVIDER_ERROR" and "malformed stream" in info.value.message
+    assert "delta.content" in info.value.message, info.value.message
