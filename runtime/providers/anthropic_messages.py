@@ -441,13 +441,35 @@ _MESSAGE_EVENTS = frozenset({"content_block_start", "content_block_delta", "cont
 MAX_RETRY_AFTER = 120.0
 
 
+def named_by_type(sse: Any) -> Any:
+    """An SSE frame without an event name (none, or the standard's default ``message``) named by
+    its data's ``type``, which every event of the Messages stream carries. The SDK reads an
+    event's kind from its ``event:`` line alone and skips a frame without one; proxies that pass
+    the stream on with its ``data:`` lines only had every frame skipped, and the answer failed
+    as cut short ("the stream ended before its stop_reason"). Any other frame is as it came."""
+    if sse is None or sse.event not in (None, "", "message") or not sse.data:
+        return sse
+    try:
+        data = json.loads(sse.data)
+    except ValueError:
+        return sse
+    kind = data.get("type") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or not kind:
+        return sse
+    return type(sse)(event=kind, data=sse.data, id=sse.id, retry=sse.retry)
+
+
 @functools.cache
 def _client_class() -> type:
     import anthropic
     from anthropic._streaming import SSEDecoder
 
+    class Decoder(bom_skipped(SSEDecoder)):  # type: ignore[misc]
+        def decode(self, line: str) -> Any:
+            return named_by_type(super().decode(line))
+
     class Client(LensClient, anthropic.AsyncAnthropic):
-        decoder = bom_skipped(SSEDecoder)
+        decoder = Decoder
 
         def _parse_retry_after_header(self, response_headers: Any = None) -> float | None:
             # A date no clock can hold (a year of twenty digits) made the SDK raise

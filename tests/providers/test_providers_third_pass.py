@@ -322,3 +322,28 @@ async def test_chat_content_chunks_that_are_no_chunks_are_a_malformed_stream_nam
         await provider.stream(Ctx().user("hi").request(), Deltas())
     assert info.value.code == "PROVIDER_ERROR" and "malformed stream" in info.value.message
     assert "delta.content" in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize("name", [None, "message"])
+async def test_an_anthropic_stream_without_event_names_is_read_by_each_events_type(name, server, make):
+    """Proxies that pass an Anthropic stream on with its ``data:`` lines only (no ``event:``, or
+    the SSE default ``message``): each event's JSON names its ``type``, which the SDK reads only
+    from ``event:``. It skipped every frame, and the whole answer failed as "the stream ended
+    before its stop_reason" (retryable, and the same again when asked again). Read by ``type``,
+    it is the answer it was, a call and an error event included."""
+    provider = make("anthropic", max_retries=0)
+    whole = reply("anthropic", text=["Hi ", "there."], calls=[("toolu_1", "read_file", {"path": "a.txt"})])
+    whole.events = [(name, data) for _, data in whole.events]
+    failing = reply("anthropic", text=["cut"])
+    failing.events = [(name, data) for _, data in failing.events[:3]] + [
+        (name, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})]
+    server.push(whole, failing)
+    deltas = Deltas()
+    result = await provider.stream(Ctx().user("hi").request(), deltas)
+    assert (result.text, result.stop_reason, deltas.text()) == ("Hi there.", "tool_use", "Hi there.")
+    assert [(c.call_id, c.name, json.loads(c.arguments)) for c in result.tool_calls] == [
+        ("toolu_1", "read_file", {"path": "a.txt"})]
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (100, 20)
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("again").request(), Deltas())
+    assert info.value.code == "OVERLOADED" and "Overloaded" in info.value.message, info.value.message
