@@ -27,7 +27,7 @@ from . import caching
 from .base import OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import OPENAI_IMAGES, Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, connection_dropped, openai_client_class, reported,
+from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, connection_dropped, log, openai_client_class, reported,
                   usage_dict)
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
@@ -138,9 +138,30 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
 
 class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
+    # The server refused ``stream_options`` once: this provider's requests go without them.
+    _stream_options_refused = False
 
     def _make_client(self) -> Any:
         return self._sdk_client(openai_client_class(chat=True), OPENAI_BASE_URL)
+
+    async def _create(self, kwargs: dict[str, Any]) -> Any:
+        """The stream of ``kwargs``' request. A server that refuses ``stream_options`` (Mistral's
+        API answers 422 ``extra_forbidden`` naming them: every request failed ``BAD_REQUEST``) is
+        asked again at once without them, and so is every later request of this provider: the
+        usage the server sends all the same is read, and a count it does not send stays unknown
+        (F-CTX-5). Any other refusal is raised as it came."""
+        import openai
+
+        if self._stream_options_refused:
+            kwargs = {k: v for k, v in kwargs.items() if k != "stream_options"}
+        try:
+            return await self.client().chat.completions.create(**kwargs)
+        except openai.APIStatusError as exc:
+            if "stream_options" not in kwargs or exc.status_code not in (400, 422) or not _names_stream_options(exc):
+                raise
+        self._stream_options_refused = True
+        log.info("provider %r refused stream_options; its requests go without them from now on", self.id)
+        return await self.client().chat.completions.create(**{k: v for k, v in kwargs.items() if k != "stream_options"})
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
@@ -165,7 +186,7 @@ class OpenAIChatProvider(SdkProvider):
         began = False  # a chunk came: a failure from here on records what usage was reported (or unknown)
         size = self.answer_size()
         try:
-            stream = await self.client().chat.completions.create(**kwargs)
+            stream = await self._create(kwargs)
             async with size.reading(stream):
                 try:
                     async for chunk in stream:
@@ -249,6 +270,16 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
         reasoning_tokens=reported(usage_raw, "completion_tokens_details", "reasoning_tokens"),
         total_input_tokens=reported(usage_raw, "prompt_tokens"),  # (includes the cached: the total as sent)
     )
+
+
+def _names_stream_options(exc: Any) -> bool:
+    """Whether a refusal's body (or, without one, its message) names ``stream_options``."""
+    body = getattr(exc, "body", None)
+    try:
+        said = json.dumps(body) if body is not None else str(getattr(exc, "message", ""))
+    except (TypeError, ValueError):
+        said = str(body)
+    return "stream_options" in said
 
 
 def _content_pieces(content: Any) -> list[tuple[str, str]]:

@@ -347,3 +347,40 @@ async def test_an_anthropic_stream_without_event_names_is_read_by_each_events_ty
     with pytest.raises(ProviderError) as info:
         await provider.stream(Ctx().user("again").request(), Deltas())
     assert info.value.code == "OVERLOADED" and "Overloaded" in info.value.message, info.value.message
+
+
+# Mistral's API refusing ``stream_options`` (its 422 body, as it sends it).
+MISTRAL_422 = {"object": "error", "message": {"detail": [{"type": "extra_forbidden",
+                                                          "loc": ["body", "stream_options", "include_usage"],
+                                                          "msg": "Extra inputs are not permitted", "input": True}]},
+               "type": "invalid_request_error", "param": None, "code": None}
+
+
+async def test_a_chat_server_that_refuses_stream_options_is_asked_without_them(server, make):
+    """Lens asks a Chat stream for its usage (``stream_options.include_usage``), which Mistral's
+    API refuses (422 ``extra_forbidden`` naming ``stream_options``): every request of such a
+    provider failed ``BAD_REQUEST``. The request is asked again at once without them, and so is
+    every later request of that provider; usage the server sends all the same is read, and a
+    count it does not send stays unknown."""
+    provider = make("openai-chat")
+    server.push(Reply(422, MISTRAL_422), reply("openai-chat", text="Bonjour.", rid="r1"),
+                _magistral_stream())
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "Bonjour." and result.usage.input_tokens == 100
+    second = await provider.stream(Ctx().user("hi again").request(), Deltas())
+    assert second.text == "Hello there!" and second.usage.input_tokens is None  # (none sent: unknown)
+    assert [("stream_options" in b) for b in server.bodies] == [True, False, False]
+    assert all(b["stream"] is True for b in server.bodies)
+
+
+@pytest.mark.parametrize(("status", "body"), [
+    (422, {"object": "error", "message": "messages: Extra inputs are not permitted", "type": "invalid_request_error"}),
+    (400, {"error": {"message": "tools: unsupported", "type": "invalid_request_error"}}),
+])
+async def test_a_refusal_that_does_not_name_stream_options_is_not_asked_again(status, body, server, make):
+    provider = make("openai-chat")
+    server.push(Reply(status, body), reply("openai-chat", text="never asked"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert info.value.code == "BAD_REQUEST" and info.value.status == status
+    assert len(server.requests) == 1 and "stream_options" in server.bodies[0]
