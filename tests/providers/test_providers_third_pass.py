@@ -177,56 +177,6 @@ async def test_anthropic_text_blocks_of_one_answer_are_paragraphs_not_glued_word
     assert [b["text"] for b in sent if b["type"] == "text"] == ["I will look.\n\nReading it now.\n\nAsked."]
 
 
-# --------------------------------------------------------------------------- through `lens serve`
-
-
-async def test_both_through_lens_serve_a_tgi_style_call_runs_and_claudes_paragraphs_are_kept(tmp_path, nursery):
-    """``lens serve`` with two providers at a loopback server, configured as a user writes them:
-    an ``openai-chat`` one (a TGI-like server that sends the arguments object itself) and an
-    ``anthropic`` one. The Chat session's ``read_file`` call runs in the workspace (the real
-    executor) and the file's text reaches the model; the Anthropic session's answer of two text
-    blocks around its thinking shows as two paragraphs in the session view."""
-    from pathlib import Path
-
-    from ..daemon.conftest import serving
-    from .servers.base import ScriptedServer
-
-    server = ScriptedServer()
-    url = await server.start(nursery)
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({
-        "providers": [{"id": "tgi", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
-                       "models": [{"id": "m"}]},
-                      {"id": "claude", "protocol": "anthropic", "baseUrl": url, "maxRetries": 0,
-                       "models": [{"id": "m"}]}],
-        "defaultModel": "tgi/m"}))
-    async with serving(tmp_path) as (_, d):
-        token = await d.pair("c1", strong=True, via="cli")
-        project = await d.project(token)
-        (Path(project["workspace"]) / "notes.txt").write_text("the notes say 42\n")
-        # Chat: the arguments as an object
-        sid = (await d.session(token, project["id"]))["id"]
-        server.push(_chat_call_with_arguments({"path": "notes.txt"}, text="Reading."),
-                    reply("openai-chat", text="They say 42.", rid="r2"))
-        await d.submit(token, sid, "r1", "what do the notes say?")
-        view = await d.wait_idle(token, sid)
-        events = await d.events(token, sid)
-        assert [e["kind"] for e in events if e["kind"] in ("model.responded", "model.failed")] == ["model.responded"] * 2
-        [finished] = [e["body"] for e in events if e["kind"] == "tool.finished"]
-        assert finished["status"] == "ok", finished
-        assert "the notes say 42" in json.dumps(server.requests[1].body)  # the tool's result, sent
-        assert view["items"][-1]["text"] == "They say 42."
-        # Anthropic: text, thinking, text
-        r = await d.post("/sessions", token, {"projectId": project["id"], "model": "claude/m"})
-        assert r.status_code == 201, r.text
-        sid = r.json()["id"]
-        server.push(_anthropic_blocks(("text", ["Let me think."]), ("thinking", ["Hm."]), ("text", ["It is 42."])))
-        await d.submit(token, sid, "r1", "what is it?")
-        view = await d.wait_idle(token, sid)
-        texts = [it.get("text") for it in view["items"] if it.get("role") == "assistant"]
-        assert texts == ["Let me think.\n\nIt is 42."], view["items"]
-
-
 @pytest.mark.parametrize(("blocks", "text"), [
     ([["\n\n"], ["Done."]], "\n\nDone."),  # (white space before a call: no paragraph after it)
     ([["One."], [" "], ["Two."]], "One.\n\n \n\nTwo."),
@@ -384,3 +334,73 @@ async def test_a_refusal_that_does_not_name_stream_options_is_not_asked_again(st
         await provider.stream(Ctx().user("hi").request(), Deltas())
     assert info.value.code == "BAD_REQUEST" and info.value.status == status
     assert len(server.requests) == 1 and "stream_options" in server.bodies[0]
+
+
+# --------------------------------------------------------------------------- through `lens serve`
+
+
+async def test_through_lens_serve_a_tgi_call_runs_claudes_paragraphs_are_kept_and_mistral_answers(tmp_path, nursery):
+    """``lens serve`` with three providers at a loopback server, configured as a user writes them:
+    an ``openai-chat`` one (a TGI-like server that sends the arguments object itself), an
+    ``anthropic`` one, and an ``openai-chat`` one speaking as Mistral's API. The first session's
+    ``read_file`` call runs in the workspace (the real executor) and the file's text reaches the
+    model; the Anthropic session's answer of two text blocks around its thinking shows as two
+    paragraphs in the session view; the Mistral session's request, refused for its
+    ``stream_options``, is asked again without them and its answer of content chunks recorded
+    (its usage, not sent, unknown)."""
+    from pathlib import Path
+
+    from ..daemon.conftest import serving
+    from .servers.base import ScriptedServer
+
+    server = ScriptedServer()
+    url = await server.start(nursery)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({
+        "providers": [{"id": "tgi", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
+                       "models": [{"id": "m"}]},
+                      {"id": "claude", "protocol": "anthropic", "baseUrl": url, "maxRetries": 0,
+                       "models": [{"id": "m"}]},
+                      {"id": "mistral", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
+                       "models": [{"id": "m"}]}],
+        "defaultModel": "tgi/m"}))
+    async with serving(tmp_path) as (_, d):
+        token = await d.pair("c1", strong=True, via="cli")
+        project = await d.project(token)
+        (Path(project["workspace"]) / "notes.txt").write_text("the notes say 42\n")
+        # Chat: the arguments as an object
+        sid = (await d.session(token, project["id"]))["id"]
+        server.push(_chat_call_with_arguments({"path": "notes.txt"}, text="Reading."),
+                    reply("openai-chat", text="They say 42.", rid="r2"))
+        await d.submit(token, sid, "r1", "what do the notes say?")
+        view = await d.wait_idle(token, sid)
+        events = await d.events(token, sid)
+        assert [e["kind"] for e in events if e["kind"] in ("model.responded", "model.failed")] == ["model.responded"] * 2
+        [finished] = [e["body"] for e in events if e["kind"] == "tool.finished"]
+        assert finished["status"] == "ok", finished
+        assert "the notes say 42" in json.dumps(server.requests[1].body)  # the tool's result, sent
+        assert view["items"][-1]["text"] == "They say 42."
+        # Anthropic: text, thinking, text
+        r = await d.post("/sessions", token, {"projectId": project["id"], "model": "claude/m"})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        server.push(_anthropic_blocks(("text", ["Let me think."]), ("thinking", ["Hm."]), ("text", ["It is 42."])))
+        await d.submit(token, sid, "r1", "what is it?")
+        view = await d.wait_idle(token, sid)
+        texts = [it.get("text") for it in view["items"] if it.get("role") == "assistant"]
+        assert texts == ["Let me think.\n\nIt is 42."], view["items"]
+        # Mistral: stream_options refused, then a Magistral answer of content chunks
+        r = await d.post("/sessions", token, {"projectId": project["id"], "model": "mistral/m"})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        before = len(server.requests)
+        server.push(Reply(422, MISTRAL_422), _magistral_stream())
+        await d.submit(token, sid, "r1", "hi")
+        view = await d.wait_idle(token, sid)
+        events = await d.events(token, sid)
+        assert [e["kind"] for e in events if e["kind"] in ("model.responded", "model.failed")] == ["model.responded"]
+        [responded] = [e["body"] for e in events if e["kind"] == "model.responded"]
+        assert (responded["text"], responded["reasoning"]) == ("Hello there!", "It's a greeting, I should greet back.")
+        assert [("stream_options" in rq.body) for rq in server.requests[before:]] == [True, False]
+        assert view["usage"]["inputTokens"] is None and view["usage"]["unreported"]["inputTokens"] == 1, view["usage"]
+
