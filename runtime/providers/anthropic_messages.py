@@ -240,8 +240,7 @@ class AnthropicProvider(SdkProvider):
         # finish_reason tool_calls without a call: an answer without a call, which ends the task)
         stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, msg.stop_reason) else msg.stop_reason
         # (each block a paragraph: see _StreamReader.paragraph)
-        return ModelResult(text=paragraphs(text), reasoning=paragraphs(reasoning),
-                           tool_calls=calls,
+        return ModelResult(text=paragraphs(text), reasoning=paragraphs(reasoning), tool_calls=calls,
                            stop_reason=stop, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics, stop_details=msg.stop_details)
 
@@ -404,11 +403,12 @@ class _StreamReader:
 
     def paragraph(self, block: dict[str, Any], kind: str) -> None:
         """Before the first live piece of a text or thinking block: a new paragraph when an
-        earlier block of that kind streamed more than white space. An answer's text (or thinking) is one string,
-        its blocks joined by :data:`PARAGRAPH` (with interleaved thinking, text comes in several
-        blocks; text can follow a ``tool_use``); joined with nothing, the last word of one block
-        ran into the first of the next. The separator is no part of a block (a thinking block
-        goes back as signed), only of the joined text, live as recorded."""
+        earlier block of that kind streamed more than white space. An answer's text (or
+        thinking) is one string, its blocks joined by :data:`PARAGRAPH` (with interleaved
+        thinking, text comes in several blocks; text can follow a ``tool_use``); joined with
+        nothing, the last word of one block ran into the first of the next. The separator is no
+        part of a block (a thinking block goes back as signed), only of the joined text, live as
+        recorded (:func:`paragraphs`)."""
         if not block.get("shown"):
             block["shown"] = True
             if kind in self._visible:
