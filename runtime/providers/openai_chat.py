@@ -17,6 +17,7 @@ by the call's id where the index is missing or reused (see :func:`_tool_call_del
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable
 
 import trio
@@ -140,28 +141,48 @@ class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
     # The server refused ``stream_options`` once: this provider's requests go without them.
     _stream_options_refused = False
+    # The server refused a turn right after tool results once: this provider's requests bridge it.
+    _bridges_tool_turns = False
 
     def _make_client(self) -> Any:
         return self._sdk_client(openai_client_class(chat=True), OPENAI_BASE_URL)
 
     async def _create(self, kwargs: dict[str, Any]) -> Any:
-        """The stream of ``kwargs``' request. A server that refuses ``stream_options`` (Mistral's
-        API answers 422 ``extra_forbidden`` naming them: every request failed ``BAD_REQUEST``) is
-        asked again at once without them, and so is every later request of this provider: the
-        usage the server sends all the same is read, and a count it does not send stays unknown
-        (F-CTX-5). Any other refusal is raised as it came."""
+        """The stream of ``kwargs``' request, as this provider's server takes it. Two refusals
+        of compatible servers are answered by asking the same request again at once, changed, and
+        every later request of this provider is sent so (each is said once in the log):
+
+        - ``stream_options`` refused (Mistral's API answers 422 ``extra_forbidden`` naming them):
+          sent without them; the usage the server sends all the same is read, and a count it
+          does not send stays unknown (F-CTX-5).
+        - A turn right after tool results refused (Mistral's "Unexpected role 'user' after role
+          'tool'"): a short assistant turn is put between the results and a ``user`` or
+          ``system`` message that follows them (:func:`_bridged`); what is recorded is unchanged.
+
+        Any other refusal is raised as it came."""
         import openai
 
-        if self._stream_options_refused:
-            kwargs = {k: v for k, v in kwargs.items() if k != "stream_options"}
-        try:
-            return await self.client().chat.completions.create(**kwargs)
-        except openai.APIStatusError as exc:
-            if "stream_options" not in kwargs or exc.status_code not in (400, 422) or not _names_stream_options(exc):
-                raise
-        self._stream_options_refused = True
-        log.info("provider %r refused stream_options; its requests go without them from now on", self.id)
-        return await self.client().chat.completions.create(**{k: v for k, v in kwargs.items() if k != "stream_options"})
+        while True:
+            sent = kwargs
+            if self._stream_options_refused:
+                sent = {k: v for k, v in sent.items() if k != "stream_options"}
+            if self._bridges_tool_turns:
+                sent = {**sent, "messages": _bridged(sent["messages"])}
+            try:
+                return await self.client().chat.completions.create(**sent)
+            except openai.APIStatusError as exc:
+                if exc.status_code not in (400, 422):
+                    raise
+                said = _refusal_text(exc)
+                if "stream_options" in sent and "stream_options" in said:
+                    self._stream_options_refused = True
+                    log.info("provider %r refused stream_options; its requests go without them from now on", self.id)
+                elif not self._bridges_tool_turns and _AFTER_TOOL.search(said) and _bridged(sent["messages"]) != sent["messages"]:
+                    self._bridges_tool_turns = True
+                    log.info("provider %r refused a turn right after tool results; its requests put an assistant "
+                             "turn there from now on", self.id)
+                else:
+                    raise
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
@@ -272,14 +293,30 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
     )
 
 
-def _names_stream_options(exc: Any) -> bool:
-    """Whether a refusal's body (or, without one, its message) names ``stream_options``."""
+def _refusal_text(exc: Any) -> str:
+    """A refusal's body as text (or, without one, its message), to look for what it names."""
     body = getattr(exc, "body", None)
     try:
-        said = json.dumps(body) if body is not None else str(getattr(exc, "message", ""))
+        return json.dumps(body) if body is not None else str(getattr(exc, "message", ""))
     except (TypeError, ValueError):
-        said = str(body)
-    return "stream_options" in said
+        return str(body)
+
+
+# Mistral's refusal of a message right after tool results ("Unexpected role 'user' after role 'tool'").
+_AFTER_TOOL = re.compile(r"Unexpected role '(?:user|system)' after role 'tool'", re.IGNORECASE)
+# What the assistant turn put between tool results and the message after them says.
+BRIDGE_TEXT = "(tool results received)"
+
+
+def _bridged(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with an assistant turn of :data:`BRIDGE_TEXT` between each ``tool`` message
+    and a ``user`` or ``system`` message right after it (``messages`` itself when there is none)."""
+    out: list[dict[str, Any]] = []
+    for m, after in zip(messages, [*messages[1:], None]):
+        out.append(m)
+        if m.get("role") == "tool" and after is not None and after.get("role") in ("user", "system"):
+            out.append({"role": "assistant", "content": BRIDGE_TEXT})
+    return out if len(out) != len(messages) else messages
 
 
 def _content_pieces(content: Any) -> list[tuple[str, str]]:

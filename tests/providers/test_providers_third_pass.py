@@ -17,7 +17,7 @@ from runtime.working_context import Compact
 from tools.base import ToolResult, ToolSpec
 from tools.registry import builtin_tools
 
-from .conftest import Ctx, Deltas
+from .conftest import Ctx, Deltas, image_part
 from .scripts import reply
 from .servers import anthropic as an
 from .servers.base import Reply
@@ -334,6 +334,62 @@ async def test_a_refusal_that_does_not_name_stream_options_is_not_asked_again(st
         await provider.stream(Ctx().user("hi").request(), Deltas())
     assert info.value.code == "BAD_REQUEST" and info.value.status == status
     assert len(server.requests) == 1 and "stream_options" in server.bodies[0]
+
+
+
+MISTRAL_ORDER = {"object": "error", "message": "Unexpected role 'user' after role 'tool'",
+                 "type": "invalid_request_message_order", "param": None, "code": "3230"}
+
+
+async def test_a_chat_server_that_refuses_a_turn_right_after_tool_results_gets_a_bridging_answer(server, make):
+    """Mistral's API takes no ``user`` (or ``system``) message right after a ``tool`` one, which
+    Lens sends when tool results bring images (the user message naming the call), when an input
+    steers after a tool round, or when instructions come after the results. It refused every
+    such request (400 "Unexpected role 'user' after role 'tool'"), and every later request of the
+    session held the same turns. The request is asked again at once with a short assistant turn
+    between the results and what follows, and so is every later request of that provider; what
+    is recorded does not change."""
+    provider = make("openai-chat")
+    server.push(Reply(400, MISTRAL_ORDER), *[reply("openai-chat", text=f"Answer {n}.", rid=f"r{n}") for n in (1, 2, 3)])
+    ctx = (Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one")
+           .user("and stop there"))
+    items = [(it.role, it.text) for it in ctx.items]
+    assert (await provider.stream(ctx.request(), Deltas())).text == "Answer 1."
+    assert (await provider.stream(ctx.request(), Deltas())).text == "Answer 2."
+    # a request with no message right after tool results goes as it is
+    plain = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one")
+    assert (await provider.stream(plain.request(), Deltas())).text == "Answer 3."
+    roles = [[m["role"] for m in b["messages"]] for b in server.bodies]
+    assert roles[0] == ["system", "user", "assistant", "tool", "user"]
+    assert roles[1] == roles[2] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert roles[3] == ["system", "user", "assistant", "tool"]
+    bridge = server.bodies[1]["messages"][4]
+    assert bridge == {"role": "assistant", "content": "(tool results received)"}, bridge
+    assert [(it.role, it.text) for it in ctx.items] == items
+
+
+async def test_another_order_refusal_is_not_asked_again(server, make):
+    provider = make("openai-chat")
+    server.push(Reply(400, {**MISTRAL_ORDER, "message": "Unexpected role 'tool' after role 'user'"}),
+                reply("openai-chat", text="never"))
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(ctx.request(), Deltas())
+    assert info.value.code == "BAD_REQUEST" and len(server.requests) == 1
+
+
+
+async def test_the_bridging_answer_goes_before_a_tools_images_and_later_instructions(server, make, artifacts):
+    provider = make("openai-chat", load_image=artifacts.load)
+    server.push(Reply(400, {**MISTRAL_ORDER, "message": "Unexpected role 'system' after role 'tool'"}),
+                reply("openai-chat", text="Seen."))
+    ctx = (Ctx().user("look").response("", ("call_1", "view_image", {"path": "a.png"}), ("call_2", "read_file", {"path": "b"}))
+           .result("call_1", "", image_part(artifacts.store)).result("call_2", "two").system("now review"))
+    assert (await provider.stream(ctx.request(), Deltas())).text == "Seen."
+    sent = server.bodies[1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "tool", "assistant", "user", "system"]
+    assert sent[5]["content"] == "(tool results received)"
+    assert "call_1" in json.dumps(sent[6]["content"]) and "image_url" in json.dumps(sent[6]["content"])
 
 
 # --------------------------------------------------------------------------- through `lens serve`
