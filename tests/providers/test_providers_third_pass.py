@@ -17,9 +17,10 @@ from runtime.working_context import Compact
 from tools.base import ToolResult, ToolSpec
 from tools.registry import builtin_tools
 
-from .conftest import Ctx, Deltas, image_part
+from .conftest import Ctx, Deltas, image_part, tiny_png
 from .scripts import reply
 from .servers import anthropic as an
+from .servers import openai_chat as oc
 from .servers.base import Reply
 from .test_actor import events_of, runtime
 
@@ -402,8 +403,9 @@ async def test_through_lens_serve_a_tgi_call_runs_claudes_paragraphs_are_kept_an
     ``read_file`` call runs in the workspace (the real executor) and the file's text reaches the
     model; the Anthropic session's answer of two text blocks around its thinking shows as two
     paragraphs in the session view; the Mistral session's request, refused for its
-    ``stream_options``, is asked again without them and its answer of content chunks recorded
-    (its usage, not sent, unknown)."""
+    ``stream_options``, is asked again without them, its ``view_image`` call runs, the request
+    with the image after the tool result, refused for that order, is asked again with a bridging
+    turn, and its answer of content chunks is recorded (usage neither answer sent stays unknown)."""
     from pathlib import Path
 
     from ..daemon.conftest import serving
@@ -418,7 +420,7 @@ async def test_through_lens_serve_a_tgi_call_runs_claudes_paragraphs_are_kept_an
                       {"id": "claude", "protocol": "anthropic", "baseUrl": url, "maxRetries": 0,
                        "models": [{"id": "m"}]},
                       {"id": "mistral", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "maxRetries": 0,
-                       "models": [{"id": "m"}]}],
+                       "models": [{"id": "m", "images": True}]}],
         "defaultModel": "tgi/m"}))
     async with serving(tmp_path) as (_, d):
         token = await d.pair("c1", strong=True, via="cli")
@@ -449,14 +451,22 @@ async def test_through_lens_serve_a_tgi_call_runs_claudes_paragraphs_are_kept_an
         r = await d.post("/sessions", token, {"projectId": project["id"], "model": "mistral/m"})
         assert r.status_code == 201, r.text
         sid = r.json()["id"]
+        (Path(project["workspace"]) / "dot.png").write_bytes(tiny_png())
         before = len(server.requests)
-        server.push(Reply(422, MISTRAL_422), _magistral_stream())
-        await d.submit(token, sid, "r1", "hi")
+        server.push(Reply(422, MISTRAL_422),
+                    oc.chat_stream(text="Looking.", calls=[("call_v1", "view_image", {"path": "dot.png"})]),
+                    Reply(400, MISTRAL_ORDER), _magistral_stream())
+        await d.submit(token, sid, "r1", "what is in dot.png?")
         view = await d.wait_idle(token, sid)
         events = await d.events(token, sid)
-        assert [e["kind"] for e in events if e["kind"] in ("model.responded", "model.failed")] == ["model.responded"]
-        [responded] = [e["body"] for e in events if e["kind"] == "model.responded"]
+        assert [e["kind"] for e in events if e["kind"] in ("model.responded", "model.failed")] == ["model.responded"] * 2
+        [finished] = [e["body"] for e in events if e["kind"] == "tool.finished"]
+        assert finished["status"] == "ok", finished
+        responded = [e["body"] for e in events if e["kind"] == "model.responded"][-1]
         assert (responded["text"], responded["reasoning"]) == ("Hello there!", "It's a greeting, I should greet back.")
-        assert [("stream_options" in rq.body) for rq in server.requests[before:]] == [True, False]
-        assert view["usage"]["inputTokens"] is None and view["usage"]["unreported"]["inputTokens"] == 1, view["usage"]
+        sent = server.requests[before:]
+        assert [("stream_options" in rq.body) for rq in sent] == [True, False, False, False]
+        assert [[m["role"] for m in rq.body["messages"]][-3:] for rq in sent[2:]] == [
+            ["assistant", "tool", "user"], ["tool", "assistant", "user"]]  # (the image after the tool result)
+        assert view["usage"]["inputTokens"] is None and view["usage"]["unreported"]["inputTokens"] == 2, view["usage"]
 
