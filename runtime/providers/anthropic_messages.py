@@ -239,7 +239,8 @@ class AnthropicProvider(SdkProvider):
         # (stop_reason tool_use without a tool_use block is kept as it came, as Chat keeps
         # finish_reason tool_calls without a call: an answer without a call, which ends the task)
         stop = OUTPUT_LIMIT if at_output_limit(PROTOCOL, msg.stop_reason) else msg.stop_reason
-        return ModelResult(text="".join(text), reasoning="".join(reasoning), tool_calls=calls,
+        # (each block a paragraph: see _StreamReader.paragraph)
+        return ModelResult(text=paragraphs(text), reasoning=paragraphs(reasoning), tool_calls=calls,
                            stop_reason=stop, usage=usage, response_id=msg.id,
                            reasoning_blocks=native, diagnostics=diagnostics, stop_details=msg.stop_details)
 
@@ -270,6 +271,25 @@ def _total_input(input_tokens: int | None, cache_read: int | None, cache_write: 
     return total if total <= MAX_COUNT else None
 
 
+PARAGRAPH = "\n\n"  # between two text (or thinking) blocks of one answer
+
+
+def paragraphs(blocks: list[str]) -> str:
+    """The texts of an answer's blocks of one kind as one text: a block with text after blocks
+    that had more than white space begins a new paragraph (as :meth:`_StreamReader.paragraph`
+    streamed it)."""
+    out: list[str] = []
+    visible = False
+    for text in blocks:
+        if not text:
+            continue
+        if visible:
+            out.append(PARAGRAPH)
+        out.append(text)
+        visible = visible or not text.isspace()
+    return "".join(out)
+
+
 class _StreamReader:
     """Puts one streamed message together from the SDK's raw events
     (``messages.create(stream=True)``), as the SDK's ``messages.stream()`` helper does, except for
@@ -294,6 +314,7 @@ class _StreamReader:
         self.delta_came = False  # a message_delta came
         self.usage: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
+        self._visible: set[str] = set()  # the kinds ("text", "reasoning") of which more than white space streamed
 
     def blocks(self) -> list[dict[str, Any]]:
         return [self._blocks[i] for i in sorted(self._blocks)]
@@ -347,14 +368,18 @@ class _StreamReader:
             # timeoutSeconds gave every viewer a frame for each)
             if delta.type == "text_delta" and block["type"] == "text":
                 if _text(delta.text, "text_delta.text"):
+                    self.paragraph(block, "text")
                     add_piece(block["text"], delta.text)
                     self.size.add(delta.text)
                     self.on_delta(Delta("text", delta.text))
+                    self.shown("text", delta.text)
             elif delta.type == "thinking_delta" and block["type"] == "thinking":
                 if _text(delta.thinking, "thinking_delta.thinking"):
+                    self.paragraph(block, "reasoning")
                     add_piece(block["thinking"], delta.thinking)
                     self.size.add(delta.thinking)
                     self.on_delta(Delta("reasoning", delta.thinking))
+                    self.shown("reasoning", delta.thinking)
             elif delta.type == "signature_delta" and block["type"] == "thinking":
                 block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
@@ -376,6 +401,26 @@ class _StreamReader:
                 if value is not None:
                     self.usage[key] = value
 
+    def paragraph(self, block: dict[str, Any], kind: str) -> None:
+        """Before the first live piece of a text or thinking block: a new paragraph when an
+        earlier block of that kind streamed more than white space. An answer's text (or
+        thinking) is one string, its blocks joined by :data:`PARAGRAPH` (with interleaved
+        thinking, text comes in several blocks; text can follow a ``tool_use``); joined with
+        nothing, the last word of one block ran into the first of the next. The separator is no
+        part of a block (a thinking block goes back as signed), only of the joined text, live as
+        recorded (:func:`paragraphs`)."""
+        if not block.get("shown"):
+            block["shown"] = True
+            if kind in self._visible:
+                self.size.add(PARAGRAPH)
+                self.on_delta(Delta(kind, PARAGRAPH))
+
+    def shown(self, kind: str, piece: str) -> None:
+        """``piece`` of ``kind`` streamed live: after it, a block with text is a new paragraph
+        if it holds more than white space."""
+        if not piece.isspace():
+            self._visible.add(kind)
+
 
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
@@ -396,13 +441,35 @@ _MESSAGE_EVENTS = frozenset({"content_block_start", "content_block_delta", "cont
 MAX_RETRY_AFTER = 120.0
 
 
+def named_by_type(sse: Any) -> Any:
+    """An SSE frame without an event name (none, or the standard's default ``message``) named by
+    its data's ``type``, which every event of the Messages stream carries. The SDK reads an
+    event's kind from its ``event:`` line alone and skips a frame without one; proxies that pass
+    the stream on with its ``data:`` lines only had every frame skipped, and the answer failed
+    as cut short ("the stream ended before its stop_reason"). Any other frame is as it came."""
+    if sse is None or sse.event not in (None, "", "message") or not sse.data:
+        return sse
+    try:
+        data = json.loads(sse.data)
+    except ValueError:
+        return sse
+    kind = data.get("type") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or not kind:
+        return sse
+    return type(sse)(event=kind, data=sse.data, id=sse.id, retry=sse.retry)
+
+
 @functools.cache
 def _client_class() -> type:
     import anthropic
     from anthropic._streaming import SSEDecoder
 
+    class Decoder(bom_skipped(SSEDecoder)):  # type: ignore[misc]
+        def decode(self, line: str) -> Any:
+            return named_by_type(super().decode(line))
+
     class Client(LensClient, anthropic.AsyncAnthropic):
-        decoder = bom_skipped(SSEDecoder)
+        decoder = Decoder
 
         def _parse_retry_after_header(self, response_headers: Any = None) -> float | None:
             # A date no clock can hold (a year of twenty digits) made the SDK raise

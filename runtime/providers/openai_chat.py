@@ -16,6 +16,8 @@ by the call's id where the index is missing or reused (see :func:`_tool_call_del
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Callable
 
 import trio
@@ -26,7 +28,7 @@ from . import caching
 from .base import OUTPUT_LIMIT, REFUSAL, Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, at_output_limit
 from .compile import OPENAI_IMAGES, Compiled, Entry, Image, call_arguments, prepare, request_tails, summary_text
 from .names import describe
-from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, connection_dropped, openai_client_class, reported,
+from .sdk import (MALFORMED, OPENAI_BASE_URL, SdkProvider, add_piece, connection_dropped, log, openai_client_class, reported,
                   usage_dict)
 
 REASONING_EFFORTS = {"minimal", "low", "medium", "high"}
@@ -137,9 +139,50 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
 
 class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
+    # The server refused ``stream_options`` once: this provider's requests go without them.
+    _stream_options_refused = False
+    # The server refused a turn right after tool results once: this provider's requests bridge it.
+    _bridges_tool_turns = False
 
     def _make_client(self) -> Any:
         return self._sdk_client(openai_client_class(chat=True), OPENAI_BASE_URL)
+
+    async def _create(self, kwargs: dict[str, Any]) -> Any:
+        """The stream of ``kwargs``' request, as this provider's server takes it. Two refusals
+        of compatible servers are answered by asking the same request again at once, changed, and
+        every later request of this provider is sent so (each is said once in the log):
+
+        - ``stream_options`` refused (Mistral's API answers 422 ``extra_forbidden`` naming them):
+          sent without them; the usage the server sends all the same is read, and a count it
+          does not send stays unknown (F-CTX-5).
+        - A turn right after tool results refused (Mistral's "Unexpected role 'user' after role
+          'tool'"): a short assistant turn is put between the results and a ``user`` or
+          ``system`` message that follows them (:func:`_bridged`); what is recorded is unchanged.
+
+        Any other refusal is raised as it came."""
+        import openai
+
+        while True:
+            sent = kwargs
+            if self._stream_options_refused:
+                sent = {k: v for k, v in sent.items() if k != "stream_options"}
+            if self._bridges_tool_turns:
+                sent = {**sent, "messages": _bridged(sent["messages"])}
+            try:
+                return await self.client().chat.completions.create(**sent)
+            except openai.APIStatusError as exc:
+                if exc.status_code not in (400, 422):
+                    raise
+                said = _refusal_text(exc)
+                if "stream_options" in sent and "stream_options" in said:
+                    self._stream_options_refused = True
+                    log.info("provider %r refused stream_options; its requests go without them from now on", self.id)
+                elif not self._bridges_tool_turns and _AFTER_TOOL.search(said) and _bridged(sent["messages"]) != sent["messages"]:
+                    self._bridges_tool_turns = True
+                    log.info("provider %r refused a turn right after tool results; its requests put an assistant "
+                             "turn there from now on", self.id)
+                else:
+                    raise
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
@@ -164,7 +207,7 @@ class OpenAIChatProvider(SdkProvider):
         began = False  # a chunk came: a failure from here on records what usage was reported (or unknown)
         size = self.answer_size()
         try:
-            stream = await self.client().chat.completions.create(**kwargs)
+            stream = await self._create(kwargs)
             async with size.reading(stream):
                 try:
                     async for chunk in stream:
@@ -183,12 +226,10 @@ class OpenAIChatProvider(SdkProvider):
                                     size.add(think)
                                     add_piece(reasoning, think)
                                     on_delta(Delta("reasoning", think))
-                                if delta.content is not None and not isinstance(delta.content, str):
-                                    raise TypeError(f"delta.content is {type(delta.content).__name__}, not text")
-                                if delta.content:
-                                    size.add(delta.content)
-                                    add_piece(text, delta.content)
-                                    on_delta(Delta("text", delta.content))
+                                for kind, piece in _content_pieces(delta.content):
+                                    size.add(piece)
+                                    add_piece(text if kind == "text" else reasoning, piece)
+                                    on_delta(Delta(kind, piece))
                                 refusal = getattr(delta, "refusal", None)
                                 if isinstance(refusal, str) and refusal:  # the model declined: its words are the answer
                                     refused = True
@@ -196,9 +237,9 @@ class OpenAIChatProvider(SdkProvider):
                                     add_piece(text, refusal)
                                     on_delta(Delta("text", refusal))
                                 for tc in delta.tool_calls or []:
-                                    if tc.function is not None:
-                                        size.add(tc.function.arguments)
-                                    _tool_call_delta(calls, by_index, by_id, tc)
+                                    arguments = _arguments_text(tc)
+                                    size.add(arguments)
+                                    _tool_call_delta(calls, by_index, by_id, tc, arguments)
                             if choice.finish_reason:
                                 finish = choice.finish_reason
                 except Exception as exc:
@@ -252,7 +293,87 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
     )
 
 
-def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_id: dict[str, int], tc: Any) -> None:
+def _refusal_text(exc: Any) -> str:
+    """A refusal's body as text (or, without one, its message), to look for what it names."""
+    body = getattr(exc, "body", None)
+    try:
+        return json.dumps(body) if body is not None else str(getattr(exc, "message", ""))
+    except (TypeError, ValueError):
+        return str(body)
+
+
+# Mistral's refusal of a message right after tool results ("Unexpected role 'user' after role 'tool'").
+_AFTER_TOOL = re.compile(r"Unexpected role '(?:user|system)' after role 'tool'", re.IGNORECASE)
+# What the assistant turn put between tool results and the message after them says.
+BRIDGE_TEXT = "(tool results received)"
+
+
+def _bridged(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with an assistant turn of :data:`BRIDGE_TEXT` between each ``tool`` message
+    and a ``user`` or ``system`` message right after it (``messages`` itself when there is none)."""
+    out: list[dict[str, Any]] = []
+    for m, after in zip(messages, [*messages[1:], None]):
+        out.append(m)
+        if m.get("role") == "tool" and after is not None and after.get("role") in ("user", "system"):
+            out.append({"role": "assistant", "content": BRIDGE_TEXT})
+    return out if len(out) != len(messages) else messages
+
+
+def _content_pieces(content: Any) -> list[tuple[str, str]]:
+    """A delta's ``content`` as ``(kind, text)`` pieces, ``kind`` ``"text"`` or ``"reasoning"``.
+    The protocol streams it as text. Mistral's reasoning models (Magistral) stream a list of
+    content chunks instead: ``{"type": "text", "text": …}``, and ``{"type": "thinking",
+    "thinking": [text chunks]}`` for the reasoning; chunks of other types (``reference``…), there
+    or inside a ``thinking``, hold no text. Anything else (a number, a list of what is no chunk,
+    a chunk's text that is none) is a malformed stream, raised as ``TypeError`` naming
+    ``delta.content``. Empty text is none."""
+    if content is None or isinstance(content, str):
+        return [("text", content)] if content else []
+    if not isinstance(content, list):
+        raise TypeError(f"delta.content is {type(content).__name__}, not text")
+    pieces: list[tuple[str, str]] = []
+    for chunk in content:
+        if not isinstance(chunk, dict):
+            raise TypeError(f"delta.content holds a {type(chunk).__name__}, not a content chunk")
+        if chunk.get("type") == "text":
+            pieces.append(("text", _chunk_text(chunk)))
+        elif chunk.get("type") == "thinking":
+            inner = chunk.get("thinking")
+            if not isinstance(inner, (str, list)):
+                raise TypeError(f"delta.content's thinking is {type(inner).__name__}, not text chunks")
+            for part in [inner] if isinstance(inner, str) else inner:
+                if isinstance(part, str):
+                    pieces.append(("reasoning", part))
+                elif isinstance(part, dict):
+                    if part.get("type") == "text":
+                        pieces.append(("reasoning", _chunk_text(part)))
+                else:
+                    raise TypeError(f"delta.content's thinking holds a {type(part).__name__}, not a text chunk")
+    return [(kind, piece) for kind, piece in pieces if piece]
+
+
+def _chunk_text(chunk: dict[str, Any]) -> str:
+    value = chunk.get("text")
+    if not isinstance(value, str):
+        raise TypeError(f"delta.content holds a text chunk whose text is {type(value).__name__}, not text")
+    return value
+
+
+def _arguments_text(tc: Any) -> str | None:
+    """A streamed tool-call fragment's arguments as text. The protocol sends them as a JSON text;
+    some compatible servers (TGI, llama.cpp's server in one mode) send the JSON value itself, an
+    object. Such a value is taken as the JSON text it stands for, as if the server had sent it
+    encoded (the SDK passes it through as sent; joined as text it failed every tool call of the
+    answer as a malformed stream). ``None``: the fragment carries no arguments."""
+    fn = tc.function
+    arguments = fn.arguments if fn is not None else None
+    if arguments is None or isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_id: dict[str, int], tc: Any,
+                     arguments: str | None) -> None:
     """Add one streamed tool-call fragment to ``calls``. Fragments of a call share its ``index``;
     without one, a fragment goes on the call whose id it repeats, else on the last call. It
     starts a new call where there is none to go on, and where it names a tool under another id
@@ -262,7 +383,6 @@ def _tool_call_delta(calls: list[dict[str, Any]], by_index: dict[int, int], by_i
     call keeps its first), or on the call that has that id (calls numbered alike, interleaved)."""
     fn = tc.function
     name = fn.name if fn is not None else None
-    arguments = fn.arguments if fn is not None else None
     known = by_id.get(tc.id) if tc.id else None  # the call that has this fragment's id
     if tc.index is not None:
         pos = by_index.get(tc.index)

@@ -149,10 +149,13 @@ MAX_TRACE = 20_000  # the characters of an unexpected exception's logged traceba
 # malformed stream (PROVIDER_ERROR), never an exception out of `stream()`: that crashed the
 # session's actor, which asked the model again on restart and, after three, was quarantined.
 MALFORMED = (RuntimeError, ValueError, AssertionError, KeyError, IndexError, TypeError, AttributeError)
+# A refusal for the model's window, in the words servers use (Anthropic also says "input length
+# and `max_tokens` exceed context limit: 197626 + 8192 > 200000": the input and the answer's room
+# together past the window).
 _CONTEXT_PATTERNS = re.compile(
     r"context[_ ]length|context window|maximum context|prompt is too long|too many tokens|"
     r"input is too long|exceeds? the (?:maximum|context|available context)|context_length_exceeded|"
-    r"string_above_max_length",
+    r"string_above_max_length|exceeds? (?:the )?context limit",
     re.IGNORECASE,
 )
 # The error types and codes that say so without words the patterns know (llama.cpp's server:
