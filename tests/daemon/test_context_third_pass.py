@@ -343,3 +343,22 @@ async def test_an_edit_naming_many_unknown_items_says_how_many_it_did_not_name(d
         r = await d.post(f"/sessions/{sid}/context/{route}", token, {"itemIds": ["c999999", ids[0], "c999999"]})
         assert r.status_code == 404 and r.json()["error"]["message"] == "no context item c999999 in agent 'main'", r.text
     assert len(await d.events(token, sid)) == n
+
+
+async def test_an_edit_naming_exactly_ten_unknown_items_names_them_all_and_eleven_says_one_more(daemon_factory):
+    # The edge of the list: ten unknown ids (one of them sent twice) are all named, with no "and
+    # N more"; an eleventh is the first one left out.
+    d = await daemon_factory(config=_faux())
+    token, _pid, sid = await _session(d)
+    await _turn(d, token, sid, "r1", "hello")
+    ids = (await _context(d, token, sid))["workingItemIds"]
+    unknown = [f"c{900000 + i}" for i in range(11)]
+    n = len(await d.events(token, sid))
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [ids[0], *unknown[:10], unknown[3]]})
+    assert r.status_code == 404 and error_of(r) == "CONTEXT_ITEM_NOT_FOUND", r.text
+    assert r.json()["error"]["message"] == f"no context item {', '.join(unknown[:10])} in agent 'main'", r.text
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [*unknown, ids[0]]})
+    assert r.status_code == 404 and error_of(r) == "CONTEXT_ITEM_NOT_FOUND", r.text
+    assert r.json()["error"]["message"] == f"no context item {', '.join(unknown[:10])} and 1 more in agent 'main'", \
+        r.text
+    assert len(await d.events(token, sid)) == n
