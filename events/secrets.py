@@ -56,6 +56,7 @@ class Secrets:
             if len(value) >= MIN_SECRET:
                 usable[value] = name
         self._names = usable  # (value -> variable: what sent_whole keeps of them)
+        self._marks = sorted({marker(n) for n in usable.values()})  # (what the scrub puts in: cut keeps them whole)
         # Longest first: a key that holds another key is replaced whole.
         self._pairs = sorted(((v, marker(n)) for v, n in usable.items()), key=lambda p: -len(p[0]))
         # What is searched first: the value, or its longest part that JSON never escapes.
@@ -290,9 +291,20 @@ class Secrets:
         """``text`` (a str, or bytes) scrubbed, then cut to its first ``limit`` characters (or
         bytes; ``more`` added when it was longer). Scrubbed first: a secret across the cut is
         replaced whole, where a cut made first would leave its first characters, which no later
-        scrub recognises. Every text the daemon cuts to a limit and may show is cut here."""
+        scrub recognises. A marker the limit would cut (``[redacted NAME]`` losing its name) is
+        left out whole: the text is cut before it, ``more`` added all the same. Every text the
+        daemon cuts to a limit and may show is cut here."""
         text = self.scrub(text)
-        return text if len(text) <= limit else text[:limit] + (more or text[:0])
+        if len(text) <= limit:
+            return text
+        at = max(0, limit)
+        for mark in self._marks:
+            m: Any = mark if isinstance(text, str) else mark.encode("utf-8")
+            # (the first of it that could cross the cut: one starting past the cut is no matter)
+            start = text.find(m, max(0, limit - len(m) + 1), limit + len(m) - 1)
+            if 0 <= start < at:
+                at = start
+        return text[:at] + (more or text[:0])
 
     def mend(self, text: str, *, cut_start: bool = False, cut_end: bool = False) -> str:
         """``text``, a part of a longer text cut where no secret was known (the executor's cap on

@@ -281,7 +281,9 @@ class SessionJobs:
         while self.live:
             for live in list(self.live.values()):
                 if live.stop_reason is None:
-                    live.stop_reason, live.by_delete = reason, deleted
+                    live.stop_reason = reason
+                # (also a job whose stop was under way: its end is recorded after the delete began)
+                live.by_delete = live.by_delete or deleted
                 live.scope.cancel()
             for live in list(self.live.values()):
                 await live.done.wait()

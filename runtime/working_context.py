@@ -71,8 +71,8 @@ from projections.session_state import MAIN_AGENT, Item, SessionState, item_parts
 
 from .config import ContextConfig
 from .errors import AgentNotFound, LensError
-from .providers.base import (CONTENT_FILTER, INCOMPLETE, MESSAGE_LIMIT, OUTPUT_LIMIT, REFUSAL, ModelRequest, ProviderError,
-                             UsageMeter)
+from .decide import CUT_BY
+from .providers.base import REFUSAL, ModelRequest, ProviderError, UsageMeter
 from .providers.catalog import ProviderCatalog
 
 log = logging.getLogger("lens.context")
@@ -103,16 +103,31 @@ COMPACTION_PARTIAL = (
     "out. Say in the summary what it could not cover."
 )
 MAX_EDIT_IDS = 1000
-# Stop reasons (as the providers normalize them) of an answer that is no complete summary: every
-# reason runtime/decide.py's CUT_BY takes as a cut (a Responses limit on messages, an incomplete
-# response that gave no reason) stops a summary before its end too.
+# Stop reasons (as the providers normalize them) of an answer that ended whole, its last word
+# written: Anthropic's ``end_turn`` and ``stop_sequence``, Chat's ``stop`` and a completed
+# Responses response (both ``end_turn``), an answer that ends in tool calls (``tool_use``, Chat's
+# ``tool_calls`` and ``function_call`` too), and a Responses ``steered`` stop (at a safe boundary,
+# a whole answer for runtime/decide.py too; Lens never steers a request). Only such an answer is a
+# summary: any other reason, one this build does not know included, leaves it no summary.
+FINISHED_ANSWER = frozenset({"end_turn", "stop_sequence", "tool_use", "steered"})
+PAUSE_TURN = "pause_turn"  # Anthropic: the turn was paused, to be continued by another request
+# Why an answer that did not end so is no complete summary, for the reasons known: every reason
+# runtime/decide.py's CUT_BY takes as a cut (in its words; built from it, so the two cannot drift
+# apart), a refusal in compaction's own words, and Anthropic's pause.
 UNFINISHED_SUMMARY = {
-    OUTPUT_LIMIT: "cut off at the model's output limit",
-    REFUSAL: "the model refused",
-    CONTENT_FILTER: "cut by the provider's content filter",
-    MESSAGE_LIMIT: "stopped at the provider's limit on messages",
-    INCOMPLETE: "stopped before the provider finished it, in an incomplete response that gave no reason",
+    **{reason: f"cut {why}" for reason, why in CUT_BY.items()},
+    REFUSAL: "the model or the provider's filter refused it",
+    PAUSE_TURN: "the provider paused the turn, to be continued in another request",
 }
+
+
+def unfinished_summary(stop_reason: str | None) -> str | None:
+    """Why an answer that stopped for ``stop_reason`` is no complete summary; None: it is one."""
+    if stop_reason in FINISHED_ANSWER:
+        return None
+    if stop_reason is None:
+        return "the provider gave no stop reason"
+    return UNFINISHED_SUMMARY.get(stop_reason, "not a stop reason known to end a whole answer")
 
 
 def _not_a_result(item: Any, mark: str) -> str:
@@ -479,11 +494,12 @@ class WorkingContextOps:
             message = "the model answered the summarizing request with no text"
             await unused(message)
             raise ContextError("COMPACTION_FAILED", message)
-        if result.stop_reason in UNFINISHED_SUMMARY:
-            # A summary cut off at the output limit (or a refusal) would replace the conversation
-            # with part of what it should say.
-            message = (f"the summary is not complete (stop reason {result.stop_reason}: "
-                       f"{UNFINISHED_SUMMARY[result.stop_reason]})")
+        unfinished = unfinished_summary(result.stop_reason)
+        if unfinished is not None:
+            # A summary cut off at the output limit (or a refusal, a pause, a stop for a reason
+            # not known) would replace the conversation with part of what it should say.
+            message = self._secrets.cut(f"the summary is not complete (stop reason {result.stop_reason}: "
+                                        f"{unfinished})", 2000)
             await unused(message)
             raise ContextError("COMPACTION_FAILED", message)
         if fit.cut or fit.omitted:

@@ -52,10 +52,12 @@ class StreamJoin:
 
     @property
     def began(self) -> bool:
-        """Whether any chunk came (written to the sink or still held)."""
+        """Whether any bytes came (written to the sink or still held); an empty chunk is none."""
         return self._last is not None
 
     def write(self, stream: str, data: bytes) -> None:
+        if not data:  # (nothing to write: it neither begins the output nor is its last chunk)
+            return
         self._last = stream
         if self._whole_lines:  # (a line in many chunks is gathered in place, not copied at each)
             line = self._lines.setdefault(stream, bytearray())

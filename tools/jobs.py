@@ -21,8 +21,9 @@ from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .command_output import StreamJoin, drain
 from .rerun import ExecutorAccess, executor_failures
 from .executor.commands import DEFAULT_TIMEOUT_MS  # (the executor's default timeout_ms)
+from .slot_resend import resend_while_slots_full
 from .workspace_tools import (MAX_COMMAND_BYTES, MAX_COMMAND_OUTPUT, MAX_COMMAND_TIMEOUT_MS, check_where_it_leads,
-                              command_cwd, int_arg, resend_while_slots_full)
+                              command_cwd, int_arg)
 
 DEFAULT_JOB_TIMEOUT_MS = MAX_COMMAND_TIMEOUT_MS  # a background job may run as long as any command
 # How long a job's start refused by the executor for its command slots (TOO_MANY_COMMANDS) is

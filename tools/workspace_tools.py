@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import trio
 
@@ -28,12 +28,12 @@ from .catalog import within_allowlist
 from .command_output import CommandEnd, StreamJoin, drain, drain_rest
 from .executor.commands import DEFAULT_TIMEOUT_MS  # (the executor's default timeout_ms)
 from .rerun import EXECUTOR_FAILURES, Reached, Respawning, executor_failures, once_more_if_died
+from .slot_resend import resend_while_slots_full
 
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
 DEFAULT_COMMAND_OUTPUT = 1024 * 1024  # the executor's default max_output_bytes
-SLOT_RETRY_S = 0.1  # how often a command the executor refused TOO_MANY_COMMANDS is sent again
 MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job start)
 # How long an aborted run_command waits for its command's end once the executor has answered
 # ``Stop`` without it (an executor built before it answered with the end, or no running command
@@ -47,8 +47,6 @@ ABORT_OUTPUT_WAIT_S = 0.25
 # ignores SIGTERM; this leaves as long again for a loaded host. An executor that never answers
 # (stopped, hung) holds the abort no longer than this.
 ABORT_STOP_ANSWER_WAIT_S = 4.0
-
-T = TypeVar("T")
 
 
 def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
@@ -111,34 +109,6 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
     if got and got[0] is not None:
         return got[0], True
     return (answered[0] if answered else None), False
-
-
-async def resend_while_slots_full(attempt: Callable[[float], Awaitable[T]], *, wait_s: float,
-                                  until: float | None, untouched: Callable[[], bool],
-                                  gave_up: Callable[[], Exception]) -> T:
-    """Run ``attempt`` (one sending of a command to the executor), sending it again every
-    :data:`SLOT_RETRY_S` while it is refused ``TOO_MANY_COMMANDS`` with nothing of it run
-    (``untouched()``: no output came; the refusal comes before anything runs): all the
-    executor's command slots are taken, by this client's streams or another client's, and one
-    freed a moment ago may still be counted by the executor (it frees a cancelled stream's slot
-    after Core does). ``attempt`` gets how long it may still wait for the client's own slot.
-
-    ``until``: when the resends end (``trio.current_time()``'s clock); None counts ``wait_s``
-    from the first refusal (a job's start, which waits for the client's slot with no bound).
-    The last attempt comes at the end, not a whole :data:`SLOT_RETRY_S` past it; a refusal
-    then raises ``gave_up()``. Any other failure is raised as it is."""
-    while True:
-        left = wait_s if until is None else max(0.0, until - trio.current_time())
-        try:
-            return await attempt(left)
-        except EXECUTOR_FAILURES as exc:
-            if getattr(exc, "code", None) != "TOO_MANY_COMMANDS" or not untouched():
-                raise
-            if until is None:
-                until = trio.current_time() + wait_s
-            if trio.current_time() >= until:
-                raise gave_up() from None
-            await trio.sleep(min(SLOT_RETRY_S, until - trio.current_time()))
 
 
 def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,

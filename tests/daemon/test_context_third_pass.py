@@ -114,12 +114,36 @@ async def test_a_responses_summary_left_incomplete_for_any_reason_replaces_nothi
     await sdks_ready()  # (the first turn's bound is not the SDKs' one-off import)
     loop.push(orr.response_stream(text="first answer", usage=orr.usage(100, 3)))
     await _turn(d, token, sid, "r1", "hello there")
+    # (a reason this build does not know is recorded as it came, and is no summary either)
     for reason, words in (("max_messages", "max_messages"), (None, "incomplete"),
-                          ("max_output_tokens", "max_tokens")):
+                          ("max_output_tokens", "max_tokens"),
+                          ("a_reason_not_known_yet", "a_reason_not_known_yet: not a stop reason known to end")):
         loop.push(_incomplete_summary(reason))
         await _assert_summary_refused(d, token, sid, words)
     # A summary that ends whole still compacts: the refusals above are of the unfinished ones.
     loop.push(orr.response_stream(text="SUMMARY: the user said hello.", usage=orr.usage(300, 9)))
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200 and r.json()["summary"] == "SUMMARY: the user said hello.", r.text
+
+
+async def test_an_anthropic_summary_whose_turn_was_paused_replaces_nothing(daemon_factory, nursery):
+    # pause_turn: the provider paused the turn, to be continued in another request; the text so
+    # far is not the whole answer. A stop_sequence ends a whole one: that summary compacts.
+    from ..providers.servers.anthropic import message_stream
+
+    loop = ScriptedServer()
+    url = await loop.start(nursery)
+    d = await daemon_factory(config={
+        "providers": [{"id": "claude", "protocol": "anthropic", "baseUrl": url, "maxRetries": 0,
+                       "models": [{"id": "claude-test", "contextWindow": 50000}]}],
+        "defaultModel": "claude/claude-test"})
+    token, _pid, sid = await _session(d)
+    await sdks_ready()
+    loop.push(message_stream(text="first answer"))
+    await _turn(d, token, sid, "r1", "hello there")
+    loop.push(message_stream(text="SUMMARY: the user said hel", stop_reason="pause_turn"))
+    await _assert_summary_refused(d, token, sid, "stop reason pause_turn: the provider paused the turn")
+    loop.push(message_stream(text="SUMMARY: the user said hello.", stop_reason="stop_sequence"))
     r = await d.post(f"/sessions/{sid}/compact", token)
     assert r.status_code == 200 and r.json()["summary"] == "SUMMARY: the user said hello.", r.text
 
@@ -318,4 +342,23 @@ async def test_an_edit_naming_many_unknown_items_says_how_many_it_did_not_name(d
             f"no context item {', '.join(unknown[:10])} and {len(unknown) - 10} more in agent 'main'"), r.text
         r = await d.post(f"/sessions/{sid}/context/{route}", token, {"itemIds": ["c999999", ids[0], "c999999"]})
         assert r.status_code == 404 and r.json()["error"]["message"] == "no context item c999999 in agent 'main'", r.text
+    assert len(await d.events(token, sid)) == n
+
+
+async def test_an_edit_naming_exactly_ten_unknown_items_names_them_all_and_eleven_says_one_more(daemon_factory):
+    # The edge of the list: ten unknown ids (one of them sent twice) are all named, with no "and
+    # N more"; an eleventh is the first one left out.
+    d = await daemon_factory(config=_faux())
+    token, _pid, sid = await _session(d)
+    await _turn(d, token, sid, "r1", "hello")
+    ids = (await _context(d, token, sid))["workingItemIds"]
+    unknown = [f"c{900000 + i}" for i in range(11)]
+    n = len(await d.events(token, sid))
+    r = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [ids[0], *unknown[:10], unknown[3]]})
+    assert r.status_code == 404 and error_of(r) == "CONTEXT_ITEM_NOT_FOUND", r.text
+    assert r.json()["error"]["message"] == f"no context item {', '.join(unknown[:10])} in agent 'main'", r.text
+    r = await d.post(f"/sessions/{sid}/context/hide", token, {"itemIds": [*unknown, ids[0]]})
+    assert r.status_code == 404 and error_of(r) == "CONTEXT_ITEM_NOT_FOUND", r.text
+    assert r.json()["error"]["message"] == f"no context item {', '.join(unknown[:10])} and 1 more in agent 'main'", \
+        r.text
     assert len(await d.events(token, sid)) == n

@@ -173,8 +173,36 @@ def test_a_text_cut_at_any_limit_is_scrubbed_first_and_holds_no_piece_of_a_secre
             plain = cut.decode() if isinstance(cut, bytes) else cut
             assert not any(secret[:MIN_SECRET - 1] in plain for secret in (KEY, SLASHED)), (limit, plain)
             whole = shown if isinstance(value, str) else shown.encode()
-            assert cut == (whole if len(whole) <= limit else whole[:limit] + more), (limit, cut)
+            at = limit  # (a marker the limit falls inside is left out whole)
+            for mark in (marker("OPENAI_API_KEY"), marker("SEARCH_KEY")):
+                begins = shown.index(mark)
+                if begins < limit < begins + len(mark):
+                    at = begins
+            assert cut == (whole if len(whole) <= limit else whole[:at] + more), (limit, cut)
+            assert "[redacted" not in plain or plain.count("[") == plain.count("]"), (limit, plain)
     assert Secrets().cut(text, 10) == text[:10] and Secrets().cut("short", 10, "…") == "short"
+
+
+def test_a_cut_never_ends_inside_a_marker_it_put_in():
+    # A JSON-RPC error's code cut to 40 characters, 30 of them before the key: the marker lost
+    # its name ("cccc[redacted "), which says neither which key nor that the text was cut.
+    mark = marker("OPENAI_API_KEY")
+    text = "c" * 30 + KEY + " tail"
+    assert SECRETS.cut(text, 40) == "c" * 30
+    assert SECRETS.cut(text, 40, "…") == "c" * 30 + "…"
+    # at the edge: a marker ending exactly at the limit is kept; one character less leaves it out
+    ends = 30 + len(mark)
+    assert SECRETS.cut(text, ends, "…") == "c" * 30 + mark + "…"
+    assert SECRETS.cut(text, ends - 1, "…") == "c" * 30 + "…"
+    assert SECRETS.cut(text, 31, "…") == "c" * 30 + "…"  # (one character of it)
+    assert SECRETS.cut(text, 30, "…") == "c" * 30 + "…"  # (the cut just before it)
+    assert SECRETS.cut(text.encode(), ends - 1, b"...") == b"c" * 30 + b"..."  # (bytes alike)
+    assert SECRETS.cut(text.encode(), ends, b"...") == (b"c" * 30 + mark.encode() + b"...")
+    # a text that fits is not cut, whatever markers it holds; two markers: the one across the cut goes
+    assert SECRETS.cut(text, len(SECRETS.scrub_text(text)), "…") == SECRETS.scrub_text(text)
+    two = f"{KEY} {KEY}"
+    assert SECRETS.cut(two, len(mark) + 3, "…") == mark + " " + "…"
+    assert SECRETS.cut(KEY, 5, "…") == "…"  # (a marker from the first character: nothing of it)
 
 
 def test_a_text_cut_where_no_secret_was_known_leaves_out_the_pieces_at_its_cut_ends():

@@ -43,8 +43,9 @@ async def test_what_a_command_prints_as_its_timeout_ends_it_is_kept(client: Exec
 
 async def test_a_slot_freed_by_a_command_that_ended_is_free_on_the_executor_too(client: ExecutorClient) -> None:
     # 15 of the 16 slots held; each command after that takes the last one. The client frees its
-    # slot only once the executor has (the stream's own end), so the next command, or a job's
-    # start (which is not sent again), never finds the executor still counting the one before.
+    # slot only once the executor has (the stream's own end), so the next command never finds the
+    # executor still counting the one before: no refusal comes, so none needs sending again (a
+    # job's start, whose attempt waits for the client's slot with no bound, included).
     refused: list[str] = []
 
     async def run_one(command: str, **kw: object) -> None:
@@ -70,7 +71,7 @@ async def test_a_slot_freed_by_a_command_that_ended_is_free_on_the_executor_too(
                 await nursery.start(hold)
             for _ in range(200):
                 await run_one("true", slot_wait_s=30.0)
-            await run_one("true")  # (as a job starts: the client's slot waited for, no resend)
+            await run_one("true")  # (as a job's start is sent: the client's slot waited for with no bound)
             nursery.cancel_scope.cancel()
     assert refused == [], refused
 
@@ -189,12 +190,23 @@ async def test_a_command_the_executor_refuses_is_cancelled_at_once_between_its_r
 
 @asynccontextmanager
 async def session_jobs(session_id: str) -> AsyncIterator[tuple[Any, Any]]:
-    """A real :class:`SessionJobs` over a folded session (as the actor keeps it)."""
+    """A real :class:`SessionJobs` over a folded session (as the actor keeps it); the session's
+    ``kinds`` lists the kinds of the events it was given, in order."""
     from runtime.jobs import SessionJobs
 
     from .test_cwd_judged import FoldedSession
 
-    session = FoldedSession(session_id)
+    class RecordingSession(FoldedSession):
+        def __init__(self, session_id: str) -> None:
+            super().__init__(session_id)
+            self.kinds: list[str] = []
+
+        async def emit(self, scoped: Any, request_id: str | None = None, *, within: float | None = None) -> None:
+            decided = list(scoped() if callable(scoped) else scoped)
+            self.kinds += [type(s.event).__struct_config__.tag for s in decided]
+            await super().emit(decided, request_id, within=within)
+
+    session = RecordingSession(session_id)
     async with trio.open_nursery() as nursery:
         jobs = SessionJobs(session_id, emit=session.emit, state=lambda: session.state,
                            new_id=session.new_id, wake=lambda: None)
@@ -255,4 +267,51 @@ async def test_a_job_start_the_executor_keeps_refusing_ends_at_its_bound_saying_
     reason = ended["reason"]
     assert reason.startswith("TOO_MANY_COMMANDS: ") and f"all {MAX_RUNNING_COMMANDS} command streams" in reason \
         and "within 300 ms" in reason and "stop a job" in reason, reason
+    assert not (workspace / "job_ran.txt").exists()
+
+
+async def _between_resends(pool: ExecutorPool, jobs: Any, command: str) -> str:
+    """A job started while another client holds the executor's slots, once a refused attempt of
+    its start has ended (the job is waiting to send it again); its id."""
+    ours = (await pool.get("p1")).client
+    job_id = await _start_job(pool, jobs, {"command": command})
+    before = ours.used  # (the job's command is not sent yet: its task has not run)
+    while ours.used == before:
+        await trio.sleep(0.01)
+    assert job_id in jobs.live
+    return job_id
+
+
+async def test_a_job_stopped_while_its_start_waits_to_be_sent_again_ends_at_once_reported(
+        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
+    # The resends would go on for minutes (JOB_SLOT_RESEND_MS): a stop ends the wait at once,
+    # the job is stopped (not crashed by a refusal) and its end is reported to the agent.
+    _, pool = core_and_pool
+    (workspace / "job_ran.txt").unlink(missing_ok=True)
+    with trio.fail_after(30):
+        async with session_jobs("ses_job_resend_stop") as (session, jobs):
+            async with every_slot_held(client):
+                job_id = await _between_resends(pool, jobs, "echo ran > job_ran.txt")
+                with trio.fail_after(5):
+                    ended = await jobs.stop(job_id, "stopped by the agent")
+    assert (ended["status"], ended["reason"]) == ("stopped", "stopped by the agent"), ended
+    assert session.kinds[-2:] == ["input.submitted", "job.finished"], session.kinds
+    assert not (workspace / "job_ran.txt").exists()
+
+
+async def test_a_delete_while_a_jobs_start_waits_to_be_sent_again_ends_it_at_once_unreported(
+        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
+    from runtime import decide as d
+
+    _, pool = core_and_pool
+    (workspace / "job_ran.txt").unlink(missing_ok=True)
+    with trio.fail_after(30):
+        async with session_jobs("ses_job_resend_delete") as (session, jobs):
+            async with every_slot_held(client):
+                job_id = await _between_resends(pool, jobs, "echo ran > job_ran.txt")
+                with trio.fail_after(5):
+                    await jobs.stop_all(d.SESSION_DELETED, deleted=True)
+                ended = jobs.describe(session.state.jobs[job_id])
+    assert (ended["status"], ended["reason"]) == ("stopped", d.SESSION_DELETED), ended
+    assert session.kinds[-1] == "job.finished" and "input.submitted" not in session.kinds, session.kinds
     assert not (workspace / "job_ran.txt").exists()

@@ -28,6 +28,8 @@ def test_a_json_rpc_error_code_is_cut_after_the_keys() -> None:
     code = "c" * 30 + KEY  # (the cut at 40 falls inside the key)
     exc = RequestFailed(code, "refused", None, SECRETS)
     assert "cccc" in exc.message and leaked(exc.message) == [], exc.message
+    # (the marker the cut would split is left out whole, and the code is said to be cut)
+    assert exc.message == "refused (JSON-RPC error " + "c" * 30 + "…)", exc.message
     assert leaked(RequestFailed(code, "refused").message) != []  # (without the keys: the check can fail)
 
 

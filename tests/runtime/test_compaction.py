@@ -1309,3 +1309,20 @@ async def test_an_automatic_compaction_deep_in_a_tool_loop_keeps_the_input_and_t
         at = next(i for i, e in enumerate(events) if e.kind == "context.compacted")
         snap = state_from_snapshot(snapshot_bytes(fold(SessionState(sid), events[:at])))
         assert working_context(fold(snap, events[at:]).agents["main"]) == working_context(main)
+
+
+def test_every_stop_reason_the_agent_loop_takes_as_a_cut_makes_no_summary():
+    # Compaction's reasons are built from runtime/decide.py's CUT_BY: a reason added there is no
+    # summary here too. Only a reason known to end a whole answer makes one.
+    from runtime.decide import CUT_BY
+    from runtime.working_context import FINISHED_ANSWER, UNFINISHED_SUMMARY, unfinished_summary
+
+    assert set(CUT_BY) <= set(UNFINISHED_SUMMARY) and not set(UNFINISHED_SUMMARY) & FINISHED_ANSWER
+    for reason in CUT_BY:
+        assert unfinished_summary(reason) == UNFINISHED_SUMMARY[reason]
+    for reason in ("end_turn", "stop_sequence", "tool_use", "steered"):
+        assert unfinished_summary(reason) is None, reason
+    assert unfinished_summary("pause_turn") == UNFINISHED_SUMMARY["pause_turn"]
+    for unknown in ("a_reason_not_known_yet", "stop", "length", ""):  # (Chat's words are normalized before)
+        assert unfinished_summary(unknown) == "not a stop reason known to end a whole answer", unknown
+    assert unfinished_summary(None) == "the provider gave no stop reason"

@@ -135,3 +135,22 @@ def test_run_commands_output_keeps_each_streams_lines_whole():
     join.write("stderr", b"warning\n")
     join.write("stdout", long_line[65536:])
     assert bytes(out) == long_line[:65536] + b"warning\n" + long_line[65536:]
+
+
+def test_a_join_has_begun_only_once_a_chunk_brought_bytes():
+    # ``began`` tells a refused start that nothing of the command ran (it may be sent again):
+    # an empty chunk is no output, and does not change which stream is flushed last either.
+    from tools.command_output import StreamJoin
+
+    for whole_lines in (False, True):
+        out = bytearray()
+        join = StreamJoin(out.extend, whole_lines=whole_lines)
+        join.write("stdout", b"")
+        join.write("stderr", b"")
+        assert not join.began and out == b""
+        join.write("stdout", b"a\xc3")  # (half a character: held)
+        assert join.began
+        join.write("stderr", b"b\xe2")
+        join.write("stdout", b"")
+        join.flush()  # (the stream that brought the last bytes is flushed last)
+        assert bytes(out) == (b"a\xc3b\xe2" if whole_lines else b"ab\xc3\xe2"), whole_lines

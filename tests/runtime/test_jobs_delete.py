@@ -89,3 +89,43 @@ async def test_a_stop_whose_reason_reads_session_deleted_is_still_reported(runti
         events = await rt.events(sid)
         reports = [e for e in by_kind(events, "input.submitted") if (e.request_id or "").startswith("job:")]
         assert len(reports) == 1
+
+
+async def test_a_job_whose_stop_is_under_way_when_the_delete_begins_is_not_reported(runtime_factory):
+    # The agent's ``job stop`` is still waiting for the job's end when the delete stops every
+    # job: the end is one the delete records, so no report of it comes before session.deleted.
+    stopping, release = trio.Event(), trio.Event()
+    held: dict[str, Any] = {}
+
+    async def slow_to_stop(sink: Callable[[bytes], None]) -> Any:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                stopping.set()
+                await release.wait()
+
+    async def start_and_stop(args: dict[str, Any], ctx: Any) -> ToolResult:
+        held["jobs"] = ctx.jobs
+        out = await ctx.jobs.start("slow", slow_to_stop, call_id=ctx.call_id)
+        return ToolResult.text("stopped", await ctx.jobs.stop(out["job_id"]))
+
+    schema = {"type": "object", "properties": {}}
+    tools = [ToolSpec("start_and_stop", "", schema, start_and_stop, read_only=False)]
+    script = [FauxTurn(when="go", tool_calls=[FauxToolCall("start_and_stop", {})])]
+    async with runtime_factory(script=script, extra_tools=tools) as rt:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "go")
+        await stopping.wait()  # (the agent's stop is under way)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(rt.call, sid, Delete())
+                while held["jobs"]._closing is None:  # (the delete's stop of every job has begun)
+                    await trio.sleep(0)
+                release.set()
+        state = await rt.state(sid)
+        assert state.deleted
+        assert [j.status for j in state.jobs.values()] == ["stopped"]
+        events = await rt.events(sid)
+        assert not [e for e in by_kind(events, "input.submitted") if (e.request_id or "").startswith("job:")]
+        assert events[-1].kind == "session.deleted"

@@ -65,7 +65,7 @@ class RequestFailed(McpError):
 
     def __init__(self, rpc_code: Any, message: str, data: Any = None, secrets: Secrets | None = None) -> None:
         # (the server's code, cut after the daemon's keys are replaced in it: ``Secrets.cut``)
-        text = f"{message} (JSON-RPC error {(secrets or Secrets()).cut(str(rpc_code), 40)})"
+        text = f"{message} (JSON-RPC error {(secrets or Secrets()).cut(str(rpc_code), 40, '…')})"
         # (made valid Unicode: a lone surrogate from a \ud800 escape could not be recorded or sent)
         super().__init__("MCP_REQUEST_FAILED", text.encode("utf-8", "replace").decode("utf-8"))
         self.rpc_code = rpc_code
