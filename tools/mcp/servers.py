@@ -386,6 +386,11 @@ class McpServers:
         that are down now included (``tools.mcpDeferAbove`` is compared with their number)."""
         return [name for s in self.servers.values() for name in s.listed]
 
+    def listed_tool_count(self) -> int:
+        """The number of :meth:`listed_tools`, counted without building the list (each model
+        request's tool list asks for it)."""
+        return sum(len(s.listed) for s in self.servers.values())
+
 
 def _say_cut(s: ServerState, cut: str | None) -> None:
     """Set the server's ``list_cut``, logging when a cut starts or changes and when a listing is
