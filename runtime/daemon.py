@@ -232,7 +232,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
         mcp = McpServers(cfg.mcp_servers, tools, artifacts,  # (their tools join `tools` as they start)
                          secrets=store.secrets, stop_now=stop_now)
         # (the planes over the registry, F-TOOL-1..3)
-        tool_catalog = ToolCatalog(tools, cfg.tools, cfg.local_ptc, mcp_listed=mcp.listed_tools)
+        tool_catalog = ToolCatalog(tools, cfg.tools, cfg.local_ptc, mcp_listed=mcp)
         tools.add(capability_search_tool(tool_catalog))
         if tool_catalog.ptc is not None:
             tools.add(ptc_tool(tool_catalog))

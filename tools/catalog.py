@@ -25,7 +25,7 @@ import json
 import posixpath
 import re
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Protocol, Sequence
 
 import msgspec
 
@@ -331,15 +331,24 @@ def rank(query: str, specs: Sequence[ToolSpec]) -> list[tuple[int, ToolSpec]]:
 # --------------------------------------------------------------------------- the catalog
 
 
+class ListedTools(Protocol):
+    """The tools the MCP servers listed last, those of servers that are down now included
+    (:class:`tools.mcp.McpServers`)."""
+
+    def listed_tools(self) -> list[str]: ...
+
+    def listed_tool_count(self) -> int: ...
+
+
 class ToolCatalog:
     """The planes over one registry and the config's ``tools`` section."""
 
     def __init__(self, registry: ToolRegistry, config: ToolsConfig | None = None,
-                 ptc: LocalPtcConfig | None = None, mcp_listed: Callable[[], Sequence[str]] | None = None) -> None:
-        """``mcp_listed``: the ids of the tools the MCP servers listed last, those of servers that
-        are down included; ``tools.mcpDeferAbove`` is compared with their number (or with the MCP
-        tools of the registry, if more), so a server's restart does not turn another's tools eager
-        and back."""
+                 ptc: LocalPtcConfig | None = None, mcp_listed: ListedTools | None = None) -> None:
+        """``mcp_listed``: the tools the MCP servers listed last, those of servers that are down
+        included; ``tools.mcpDeferAbove`` is compared with their number (or with the MCP tools of
+        the registry, if more), so a server's restart does not turn another's tools eager and
+        back."""
         self.registry = registry
         self.config = config or ToolsConfig()
         self.ptc = ptc if ptc is not None and ptc.enabled else None
@@ -351,7 +360,7 @@ class ToolCatalog:
         """The registry's tools and the MCP tools of servers that are down now (as last listed):
         the ids a digest alias a model gives is mapped back to (F-MOD-3: the log holds ids)."""
         names = {s.name for s in self.registry.all()}
-        return names | set(self.mcp_listed()) if self.mcp_listed is not None else names
+        return names | set(self.mcp_listed.listed_tools()) if self.mcp_listed is not None else names
 
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""
@@ -359,7 +368,7 @@ class ToolCatalog:
         cfg = self.config
         mcp_count = sum(1 for s in specs if s.source == "mcp")
         if self.mcp_listed is not None:
-            mcp_count = max(mcp_count, len(self.mcp_listed()))
+            mcp_count = max(mcp_count, self.mcp_listed.listed_tool_count())  # (counted: once a request)
         many_mcp = mcp_count > cfg.mcp_defer_above
         out = set()
         for s in specs:

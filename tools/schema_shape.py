@@ -8,9 +8,12 @@ first such keyword, walking the places that hold schemas (``properties``, ``item
 ``allOf``, ``not``, …) with an explicit stack, as every walk over a server's JSON does.
 
 Only the keywords whose values have one fixed JSON shape in every draft a provider reads
-(draft 4 to 2020-12) are checked: the places of subschemas, ``type``, ``required`` and ``enum``.
-Numbers, patterns and formats are left to the providers (drafts differ on them: draft 4's
-``exclusiveMinimum`` is a boolean, later ones a number)."""
+(draft 4 to 2020-12) are checked: the places of subschemas, ``type`` and ``required`` (lists of
+distinct names), ``enum``, ``$ref`` (a string), ``dependencies`` (each a schema or a list of
+distinct names) and the counts (``minItems``, ``maxLength``, …: an integer of 0 or more; ``2.0``
+counts as one, as drafts 6 on read it). Other numbers, patterns and formats are left to the
+providers (drafts differ on them: draft 4's ``exclusiveMinimum`` is a boolean, later ones a
+number)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ ONE = ("additionalProperties", "additionalItems", "contains", "not", "if", "then
 MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 # keywords whose value is a non-empty list of schemas
 LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+# keywords whose value is a count: an integer of 0 or more
+COUNTS = ("maxLength", "minLength", "maxItems", "minItems", "maxProperties", "minProperties",
+          "maxContains", "minContains")
 
 
 def _is_schema(value: Any) -> bool:
@@ -53,12 +59,31 @@ def schema_problem(schema: Any) -> str | None:
         if "type" in sub and not (typ in TYPES if isinstance(typ, str) else isinstance(typ, list) and typ
                                   and all(isinstance(t, str) and t in TYPES for t in typ)):
             return f"{at}/type: not one of the JSON types {sorted(TYPES)} or a list of them"
-        required = sub.get("required")
-        if "required" in sub and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
-            return f"{at}/required: a list of property names, not {_kind(required)}"
+        if isinstance(typ, list) and (problem := _names_problem(typ)) is not None:
+            return f"{at}/type: a list of JSON types, not {problem}"
+        if "required" in sub and (problem := _names_problem(sub["required"])) is not None:
+            return f"{at}/required: a list of property names, not {problem}"
         if "enum" in sub and not isinstance(sub["enum"], list):
             return f"{at}/enum: a list of values, not {_kind(sub['enum'])}"
+        if "$ref" in sub and not isinstance(sub["$ref"], str):
+            return f"{at}/$ref: a reference is a string, not {_kind(sub['$ref'])}"
+        for key in COUNTS:
+            if key in sub and not _count(sub[key]):
+                return f"{at}/{key}: a count (an integer of 0 or more), not {_kind(sub[key])}"
         found: list[tuple[str, Any]] = []
+        if "dependencies" in sub:  # (each a schema, or the names the property needs)
+            value = sub["dependencies"]
+            if not isinstance(value, Mapping):
+                return f"{at}/dependencies: an object, not {_kind(value)}"
+            for name, v in value.items():
+                place = f"{at}/dependencies/{_escaped(name)}"
+                if isinstance(v, list):
+                    if (problem := _names_problem(v)) is not None:
+                        return f"{place}: a list of property names, not {problem}"
+                elif _is_schema(v):
+                    found.append((place, v))
+                else:
+                    return f"{place}: a schema or a list of property names, not {_kind(v)}"
         for key in ONE:
             if key in sub:
                 found.append((f"{at}/{key}", sub[key]))
@@ -75,8 +100,10 @@ def schema_problem(schema: Any) -> str | None:
                     shape = "an empty list" if value == [] else _kind(value)
                     return f"{at}/{key}: a non-empty list of schemas, not {shape}"
                 found.extend((f"{at}/{key}/{i}", v) for i, v in enumerate(value))
-        if "items" in sub:  # (one schema, or a list of them before 2020-12)
+        if "items" in sub:  # (one schema, or a non-empty list of them before 2020-12)
             items = sub["items"]
+            if items == []:
+                return f"{at}/items: a schema or a non-empty list of schemas, not an empty list"
             found.extend([(f"{at}/items/{i}", v) for i, v in enumerate(items)] if isinstance(items, list)
                          else [(f"{at}/items", items)])
         for place, value in found:
@@ -89,3 +116,25 @@ def schema_problem(schema: Any) -> str | None:
 def _escaped(name: Any) -> str:
     """A property name as a JSON pointer step (RFC 6901)."""
     return str(name).replace("~", "~0").replace("/", "~1")
+
+
+def _names_problem(value: Any) -> str | None:
+    """What keeps ``value`` from being a list of distinct names (``required``, a property's
+    ``dependencies``); None when nothing does."""
+    if not isinstance(value, list):
+        return _kind(value)
+    seen: set[str] = set()
+    for v in value:
+        if not isinstance(v, str):
+            return f"a list holding {_kind(v)}"
+        if v in seen:
+            return f"one naming {v[:80]!r} twice"
+        seen.add(v)
+    return None
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is an integer of 0 or more (``2.0`` too, as drafts 6 on read it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return value >= 0 and (isinstance(value, int) or value.is_integer())

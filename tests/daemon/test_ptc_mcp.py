@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runtime.providers.names import alias_for
+
 from ..mcp.conftest import SERVER
 from .conftest import DaemonFactory, run_tool, wait_until
 
@@ -79,3 +81,29 @@ async def test_a_program_past_its_time_limit_cancels_its_mcp_call_and_lists_it_a
     assert finished[-1]["status"] == "interrupted" and finished[-1]["error_code"] == "ABORTED"
     body = await run_tool(d, token, sid, "r3", PTC, {"code": "print(mcp__t__echo(text='after'))"})
     assert body["content"][0]["text"] == "echo: after\n"
+
+
+async def test_a_programs_call_of_the_alias_of_a_tool_whose_server_is_down_is_listed_under_the_tools_id(
+        daemon_factory: DaemonFactory) -> None:
+    # F-MOD-3: a program may call a tool by the digest alias the model is offered. Once the
+    # tool's server failed the tool left the registry, and the program's call was listed under
+    # the alias; it is listed under the tool's id, as a call the model makes is.
+    d = await daemon_factory(config={"localPtc": {}, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"t": server("--dotted", maxRestarts=0)}})
+    token = await d.pair("ptc-mcp", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    assert (await run_tool(d, token, sid, "r1", "mcp__t__crash", {}))["error_code"] == "MCP_SERVER_UNAVAILABLE"
+
+    async def failed() -> bool:
+        r = await d.get("/tools/inventory", token)
+        return r.json()["mcpServers"][0]["status"] == "failed"
+    await wait_until(failed, what="server t failed for good")
+    alias = alias_for("mcp__t__some.tool")
+    program = ("try:\n"
+               f"    call_tool({alias!r}, {{}})\n"
+               "except ToolError as e:\n"
+               "    print(e.code)\n")
+    body = await run_tool(d, token, sid, "r2", PTC, {"code": program})
+    assert body["content"][0]["text"] == "MCP_SERVER_UNAVAILABLE\n", body
+    assert [(c["name"], c["ok"], c.get("error_code")) for c in body["structured_content"]["calls"]] == [
+        ("mcp__t__some.tool", False, "MCP_SERVER_UNAVAILABLE")]

@@ -308,8 +308,6 @@ async def test_a_kill_while_a_subagents_answer_streams_asks_it_again_on_the_mode
             ("user", "SUBSLOW answer", None), ("assistant", "sub-alpha ", "aborted")]
 
 
-
-
 async def test_a_model_with_no_provider_part_is_refused_for_its_form_as_one_with_no_model_part(daemon_factory):
     # "faux/" was refused as "not of the form '<provider>/<model>'" while "/m1" was "no provider ''
     # is configured": an empty provider id named as if a provider of that id were missing.

@@ -47,3 +47,21 @@ async def test_a_protocol_version_refused_at_start_is_cut_after_the_keys(tmp_pat
         nursery.cancel_scope.cancel()
     assert "protocol version 'vvvv" in failed["error"], failed
     assert leaked(failed["error"]) == [], failed["error"]
+
+
+def test_a_key_holding_a_slash_or_a_tilde_as_a_schema_property_name_is_not_shown_in_the_skip_reason(
+        tmp_path: Path) -> None:
+    # The reason names the schema's place as a JSON pointer, which writes `/` as `~1` and `~` as
+    # `~0`: scrubbed after the pointer was built, a key holding either was no longer found there.
+    # The schema is scrubbed before it is checked, so the pointer names the key's marker.
+    keys = {"AbCd/EfGh+IjKl~MnOp1234": "LENS_TEST_SLASH_KEY", "QrSt~UvWx/YzAb+CdEf5678": "LENS_TEST_TILDE_KEY"}
+    servers = McpServers({"k": srv()}, builtin_tools(), ArtifactStore(tmp_path / "artifacts"), secrets=Secrets(keys))
+    state = servers.servers["k"]
+    tools = [{"name": f"t{i}", "inputSchema": {"type": "object", "properties": {key: 5}}} for i, key in enumerate(keys)]
+    servers._register(state, tools)
+    assert state.tools == [] and [s["name"] for s in state.skipped] == ["t0", "t1"]
+    for skipped, (key, name) in zip(state.skipped, keys.items()):
+        escaped = key.replace("~", "~0").replace("/", "~1")
+        assert escaped not in skipped["reason"] and key not in skipped["reason"], skipped
+        assert skipped["reason"].endswith(f"#/properties/[redacted {name}]: a schema is an object or a boolean, "
+                                          "not a number"), skipped

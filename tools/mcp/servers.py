@@ -300,6 +300,13 @@ class McpServers:
             name = raw.get("name") if isinstance(raw, dict) else None
             label = name if isinstance(name, str) else f"#{i}"
             reason = _unusable(raw, name, seen)
+            schema: Any = None
+            if reason is None:
+                # Scrubbed before it is checked: the reason names a place in it as a JSON pointer,
+                # which writes a key's `/` and `~` escaped, where no scrub finds the key again.
+                # (After the nesting check: the scrub recurses.)
+                schema = self.secrets.scrub(raw["inputSchema"]) if self.secrets else raw["inputSchema"]
+                reason = _schema_unusable(schema)
             if reason is None and len(s.tools) >= self.max_tools:
                 reason = f"more than {self.max_tools} tools"
             if reason is not None:
@@ -312,7 +319,6 @@ class McpServers:
             # request of every session fail, and GET /tools/inventory answer 500)
             # (scrubbed before the cut: a key the cut would split is replaced whole)
             description = self.secrets.cut(_clean((text or [f"{name} (MCP server {s.name})"])[0]), MAX_DESCRIPTION)
-            schema = self.secrets.scrub(raw["inputSchema"]) if self.secrets else raw["inputSchema"]
             spec = ToolSpec(
                 name=tool_id(s.name, name),
                 description=description,
@@ -380,6 +386,11 @@ class McpServers:
         that are down now included (``tools.mcpDeferAbove`` is compared with their number)."""
         return [name for s in self.servers.values() for name in s.listed]
 
+    def listed_tool_count(self) -> int:
+        """The number of :meth:`listed_tools`, counted without building the list (each model
+        request's tool list asks for it)."""
+        return sum(len(s.listed) for s in self.servers.values())
+
 
 def _say_cut(s: ServerState, cut: str | None) -> None:
     """Set the server's ``list_cut``, logging when a cut starts or changes and when a listing is
@@ -413,6 +424,12 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
         return "inputSchema is not a JSON object schema (type: object)"
     if nesting(schema) > MAX_SCHEMA_DEPTH:
         return f"inputSchema nests more than {MAX_SCHEMA_DEPTH} levels deep"
+    return None
+
+
+def _schema_unusable(schema: dict[str, Any]) -> str | None:
+    """What makes a tool's input schema (one :func:`_unusable` passed, scrubbed of the keys)
+    unusable; None when nothing does."""
     if not _json_text(schema):
         return ("inputSchema holds a lone surrogate or a number that is not finite (NaN, Infinity, 1e400): "
                 "not sendable as JSON")

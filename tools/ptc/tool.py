@@ -99,7 +99,9 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
     # main-only tool in a subagent's program, say: calls are checked as they run, so such a call
     # fails with the typed error call_tool("name", ...) gets, not as a name never defined)
     names = [s.name for s in catalog.registry.all()]
-    known = frozenset(names)
+    # (the ids an alias is mapped back to: the down MCP servers' last listed tools too, so that a
+    # call of such a tool's alias is listed under its id, as the model's own calls are)
+    known = frozenset(catalog.known_names())
     limits = Limits()  # (run_program checks the program before it runs: parsed once)
 
     calls: list[dict[str, Any]] = []
