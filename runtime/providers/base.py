@@ -28,7 +28,7 @@ from projections.session_state import REFUSED_STOP, Item
 OUTPUT_LIMIT = "max_tokens"
 OUTPUT_LIMIT_REASONS: dict[str, frozenset[str]] = {
     "anthropic": frozenset({"max_tokens", "model_context_window_exceeded"}),
-    "openai-chat": frozenset({"length"}),
+    "openai-chat": frozenset({"length", "model_length"}),  # (Mistral: the window filled as it wrote)
     "openai-responses": frozenset({"max_output_tokens"}),
 }
 

@@ -276,7 +276,7 @@ class OpenAIChatProvider(SdkProvider):
                                         stop_reason=stop, usage=usage, response_id=response_id, diagnostics=diagnostics))
 
 
-_STOPS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use"}
+_STOPS = {"stop": "end_turn", "eos_token": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use"}  # (eos_token: TGI)
 
 
 def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
