@@ -10,6 +10,8 @@ The earlier passes (``test_sse*.py``, ``test_api_acceptance.py``, ``test_auth*.p
 - pipelined requests on one kept-alive connection, and many connections at once each sending two;
 - a refusal of a request whose body the daemon never read (401, 405, 413) closes the connection
   rather than reading the unread body as the next request;
+- such a refusal with a request pipelined behind it reaches the client whole (its body was cut
+  off after the head: docs/decisions.md, "The SSE stream and the HTTP surface, a third pass");
 - a stream open across writes of the main config and of the pair file that keep its credential;
 - a session deleted while a live stream of it is open.
 
