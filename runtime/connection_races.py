@@ -1,4 +1,4 @@
-"""Two races of hypercorn's HTTP/1.1 connections (0.18, trio worker) that ended the whole server.
+"""Races of hypercorn's HTTP/1.1 connections (0.18, trio worker): two ended the whole server, one cut answers.
 
 On one connection hypercorn has two tasks that write: the one reading the socket (it answers a
 request h11 finds malformed itself) and the app's. Bytes after a request the server did not
@@ -15,11 +15,19 @@ been answered — make h11 fail while the app is answering, and then:
   (:func:`end_refused_handshake`).
 
 Either exception left the connection's task and ended the server: one request from any client
-(no credential needed) stopped the daemon. :func:`guard_connection_races` sets, on the
-connection's own objects when a request reaches the app (before the app or the server can write
-or close), a close that takes the send lock and a single answer per handshake. It does nothing
-where the server's objects are not the ones expected (another server, TLS, a hypercorn whose
-internals differ).
+(no credential needed) stopped the daemon.
+
+- **A close between an answer's head and its body.** A request answered ``connection: close``
+  before its body was read (401, 405, 413) with another request pipelined behind it makes h11
+  fail on those bytes once the answer's head is written; the reading task then closed the
+  connection and the app's body was dropped: a head whose ``content-length`` promised bytes that
+  never came (:class:`Answer`).
+
+:func:`guard_connection_races` sets, on the connection's own objects when a request reaches the
+app (before the app or the server can write or close), a close that takes the send lock and
+waits for a sized answer begun, and a single answer per handshake. It does nothing where the
+server's objects are not the ones expected (another server, TLS, a hypercorn whose internals
+differ).
 """
 
 from __future__ import annotations
@@ -38,7 +46,13 @@ def guard_connection_races(asgi_app: Any) -> Any:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") == "http":
-            close_under_send_lock(scope)
+            answer = close_under_send_lock(scope)
+            if answer is not None:
+                try:
+                    await asgi_app(scope, receive, answer.tracked(send))
+                finally:
+                    answer.done.set()
+                return
         elif scope.get("type") == "websocket":
             guarded = one_answer_per_handshake(send)
             try:
@@ -51,24 +65,75 @@ def guard_connection_races(asgi_app: Any) -> Any:
     return app
 
 
-def close_under_send_lock(scope: dict[str, Any]) -> None:
+class Answer:
+    """The app's answer to one request, as its ``send`` passes it: whether it is sized (its head
+    has a ``content-length``), which tasks are inside ``send``, and when its last part was sent."""
+
+    def __init__(self) -> None:
+        self.sized = False
+        self.senders: set[trio.lowlevel.Task] = set()
+        self.done = trio.Event()
+
+    def tracked(self, send: Any) -> Any:
+        async def tracked_send(message: dict[str, Any]) -> None:
+            task = trio.lowlevel.current_task()
+            kind = message.get("type")
+            if kind == "http.response.start":
+                self.sized = any(bytes(k).lower() == b"content-length" for k, _ in message.get("headers") or ())
+            self.senders.add(task)
+            try:
+                await send(message)
+            finally:
+                self.senders.discard(task)
+                if kind == "http.response.body" and not message.get("more_body", False):
+                    self.done.set()
+
+        return tracked_send
+
+    async def finish(self) -> None:
+        """Wait (at most :data:`CLOSE_WAIT_SECONDS`) for a sized answer already begun to be sent
+        whole, unless the caller is the task sending it."""
+        if self.sized and not self.done.is_set() and trio.lowlevel.current_task() not in self.senders:
+            with trio.move_on_after(CLOSE_WAIT_SECONDS):
+                await self.done.wait()
+
+
+def close_under_send_lock(scope: dict[str, Any]) -> Answer | None:
     """Make the connection serving ``scope`` close only while no write is on it: the answer being
     written goes out first. A write that holds the lock for :data:`CLOSE_WAIT_SECONDS` (blocked
     on a client that stopped reading) is ended by closing the socket, as ``send_eof`` failing
-    busy ended it at once before."""
+    busy ended it at once before.
+
+    A close the reading task asks for between the parts of a sized answer (h11 failing on bytes
+    pipelined behind a request answered ``connection: close``, its head written, its body not yet)
+    first waits, as long, for the answer's last part: the client gets the whole answer, never a head
+    whose body is cut off. The answer of the request now served over HTTP/1.1 is returned, for
+    the app's ``send`` to report to (``None`` over HTTP/2, or where the server's internals are not
+    the ones expected)."""
     try:
         found = connection_of(scope)
     except Exception:  # noqa: BLE001 - the server's internals differ: leave it as it is
-        return
-    if found is None or "_close" in vars(found[1]):
-        return
-    server = found[1]
+        return None
+    if found is None:
+        return None
+    from hypercorn.protocol.h11 import H11Protocol
+
+    proto, server = found
+    # (HTTP/1.1 alone: an HTTP/2 connection's streams are answered side by side, and its close is
+    # no answer's to wait for)
+    answer = Answer() if type(proto) is H11Protocol else None
+    vars(server)["_lens_answer"] = answer
+    if "_close" in vars(server):
+        return answer
     close, lock, stream = server._close, server.send_lock, server.stream
 
     async def locked_close() -> None:
         if lock.statistics().owner is trio.lowlevel.current_task():
             await stream.aclose()  # (closing from inside a failed write: nothing else writes)
             return
+        current = vars(server).get("_lens_answer")
+        if current is not None:
+            await current.finish()
         with trio.move_on_after(CLOSE_WAIT_SECONDS):
             async with lock:
                 await close()
@@ -76,6 +141,7 @@ def close_under_send_lock(scope: dict[str, Any]) -> None:
         await stream.aclose()  # a write blocked on a client that stopped reading: closing ends it
 
     server._close = locked_close
+    return answer
 
 
 def one_answer_per_handshake(send: Any) -> Any:
