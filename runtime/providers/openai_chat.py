@@ -173,11 +173,11 @@ class OpenAIChatProvider(SdkProvider):
             except openai.APIStatusError as exc:
                 if exc.status_code not in (400, 422):
                     raise
-                said = _refusal_text(exc)
-                if "stream_options" in sent and "stream_options" in said:
+                said = _Refusal(exc)
+                if "stream_options" in sent and said.names("stream_options"):
                     self._stream_options_refused = True
                     log.info("provider %r refused stream_options; its requests go without them from now on", self.id)
-                elif not self._bridges_tool_turns and _AFTER_TOOL.search(said) and _bridged(sent["messages"]) != sent["messages"]:
+                elif not self._bridges_tool_turns and said.says(_AFTER_TOOL) and _bridged(sent["messages"]) != sent["messages"]:
                     self._bridges_tool_turns = True
                     log.info("provider %r refused a turn right after tool results; its requests put an assistant "
                              "turn there from now on", self.id)
@@ -293,13 +293,46 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
     )
 
 
-def _refusal_text(exc: Any) -> str:
-    """A refusal's body as text (or, without one, its message), to look for what it names."""
-    body = getattr(exc, "body", None)
-    try:
-        return json.dumps(body) if body is not None else str(getattr(exc, "message", ""))
-    except (TypeError, ValueError):
-        return str(body)
+class _Refusal:
+    """What a 400/422 refusal says of itself: the text of its ``message``, ``msg`` and ``type``
+    fields (at the top, in ``error``, ``detail`` or ``errors`` entries, or in a ``message``
+    that is itself such a body), and the names in its entries' ``loc`` paths. Never the values it
+    echoes (a FastAPI server's ``detail[*].input`` holds what was refused, which may be a user's
+    words): they say nothing of why. Without a body, the SDK's message is the text."""
+
+    _SAID = ("message", "msg", "type")
+    _NESTED = ("error", "errors", "detail")
+
+    def __init__(self, exc: Any) -> None:
+        self.texts: list[str] = []
+        self.locs: list[str] = []
+        body = getattr(exc, "body", None)
+        if body is None:
+            self.texts.append(str(getattr(exc, "message", "")))
+        else:
+            self._read(body, 0)
+
+    def _read(self, node: Any, depth: int) -> None:
+        if depth > 8:
+            return
+        if isinstance(node, str):
+            self.texts.append(node)
+        elif isinstance(node, list):
+            for item in node:
+                self._read(item, depth + 1)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in self._SAID or key in self._NESTED:
+                    self._read(value, depth + 1)
+                elif key == "loc" and isinstance(value, list):
+                    self.locs += [part for part in value if isinstance(part, str)]
+
+    def names(self, field: str) -> bool:
+        """The refusal names ``field``: a ``loc`` holds it, or its own words do."""
+        return field in self.locs or any(field in text for text in self.texts)
+
+    def says(self, pattern: re.Pattern[str]) -> bool:
+        return any(pattern.search(text) for text in self.texts)
 
 
 # Mistral's refusal of a message right after tool results ("Unexpected role 'user' after role 'tool'").

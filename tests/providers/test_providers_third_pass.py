@@ -470,3 +470,25 @@ async def test_through_lens_serve_a_tgi_call_runs_claudes_paragraphs_are_kept_an
             ["assistant", "tool", "user"], ["tool", "assistant", "user"]]  # (the image after the tool result)
         assert view["usage"]["inputTokens"] is None and view["usage"]["unreported"]["inputTokens"] == 2, view["usage"]
 
+
+
+# A FastAPI (pydantic) server's 422 for a message too long: it echoes the refused value, here a
+# user's words that name ``stream_options``, which the server does not refuse.
+ECHOING_422 = {"detail": [{"type": "string_too_long", "loc": ["body", "messages", 1, "content"],
+                           "msg": "String should have at most 10 characters",
+                           "input": "why does my client send stream_options?"}]}
+
+
+async def test_a_refusal_that_echoes_stream_options_in_a_value_is_not_asked_again(server, make):
+    """Only what the refusal says (its ``loc``, ``message``, ``msg``, ``type``) can name
+    ``stream_options``; a value it echoes (``input``) names what the user wrote. It was asked
+    again without them, and every later request went without them (usage unknown after)."""
+    provider = make("openai-chat")
+    server.push(Reply(422, ECHOING_422), reply("openai-chat", text="Fine.", rid="r2"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("why does my client send stream_options?").request(), Deltas())
+    assert (info.value.code, info.value.status) == ("BAD_REQUEST", 422)
+    assert len(server.requests) == 1
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "Fine." and result.usage.input_tokens == 100
+    assert [("stream_options" in b) for b in server.bodies] == [True, True]
