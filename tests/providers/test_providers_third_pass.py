@@ -492,3 +492,17 @@ async def test_a_refusal_that_echoes_stream_options_in_a_value_is_not_asked_agai
     result = await provider.stream(Ctx().user("hi").request(), Deltas())
     assert result.text == "Fine." and result.usage.input_tokens == 100
     assert [("stream_options" in b) for b in server.bodies] == [True, True]
+
+
+async def test_a_refusal_that_echoes_the_order_message_in_a_value_is_not_bridged(server, make):
+    """The bridging turn is for a refusal whose own words are Mistral's; a value a refusal
+    echoes (``input``) that holds them is what was sent, not why it was refused."""
+    provider = make("openai-chat")
+    echo = {"detail": [{"type": "string_too_long", "loc": ["body", "messages", 4, "content"],
+                        "msg": "String should have at most 10 characters",
+                        "input": "Unexpected role 'user' after role 'tool'"}]}
+    server.push(Reply(422, echo), reply("openai-chat", text="never"))
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(ctx.request(), Deltas())
+    assert (info.value.code, info.value.status) == ("BAD_REQUEST", 422) and len(server.requests) == 1
