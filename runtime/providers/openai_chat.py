@@ -139,10 +139,14 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
 
 class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
-    # The server refused ``stream_options`` once: this provider's requests go without them.
-    _stream_options_refused = False
-    # The server refused a turn right after tool results once: this provider's requests bridge it.
-    _bridges_tool_turns = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The models (ids as sent) whose server refused ``stream_options`` once: their requests
+        # go without them. One provider (a gateway) may front many models, each refusing on its own.
+        self._stream_options_refused: set[str] = set()
+        # The models whose server refused a turn right after tool results once: their requests bridge it.
+        self._bridges_tool_turns: set[str] = set()
 
     def _make_client(self) -> Any:
         return self._sdk_client(openai_client_class(chat=True), OPENAI_BASE_URL)
@@ -150,7 +154,8 @@ class OpenAIChatProvider(SdkProvider):
     async def _create(self, kwargs: dict[str, Any]) -> Any:
         """The stream of ``kwargs``' request, as this provider's server takes it. Two refusals
         of compatible servers are answered by asking the same request again at once, changed, and
-        every later request of this provider is sent so (each is said once in the log):
+        every later request of that model (the ``model`` sent: one provider may front many, each
+        refusing on its own) is sent so (each is said once in the log):
 
         - ``stream_options`` refused (Mistral's API answers 422 ``extra_forbidden`` naming them):
           sent without them; the usage the server sends all the same is read, and a count it
@@ -162,11 +167,12 @@ class OpenAIChatProvider(SdkProvider):
         Any other refusal is raised as it came."""
         import openai
 
+        model = kwargs["model"]
         while True:
             sent = kwargs
-            if self._stream_options_refused:
+            if model in self._stream_options_refused:
                 sent = {k: v for k, v in sent.items() if k != "stream_options"}
-            if self._bridges_tool_turns:
+            if model in self._bridges_tool_turns:
                 sent = {**sent, "messages": _bridged(sent["messages"])}
             try:
                 return await self.client().chat.completions.create(**sent)
@@ -175,12 +181,14 @@ class OpenAIChatProvider(SdkProvider):
                     raise
                 said = _Refusal(exc)
                 if "stream_options" in sent and said.names("stream_options"):
-                    self._stream_options_refused = True
-                    log.info("provider %r refused stream_options; its requests go without them from now on", self.id)
-                elif not self._bridges_tool_turns and said.says(_AFTER_TOOL) and _bridged(sent["messages"]) != sent["messages"]:
-                    self._bridges_tool_turns = True
-                    log.info("provider %r refused a turn right after tool results; its requests put an assistant "
-                             "turn there from now on", self.id)
+                    self._stream_options_refused.add(model)
+                    log.info("provider %r refused stream_options for model %r; its requests go without them "
+                             "from now on", self.id, model)
+                elif (model not in self._bridges_tool_turns and said.says(_AFTER_TOOL)
+                      and _bridged(sent["messages"]) != sent["messages"]):
+                    self._bridges_tool_turns.add(model)
+                    log.info("provider %r refused a turn right after tool results for model %r; its requests put "
+                             "an assistant turn there from now on", self.id, model)
                 else:
                     raise
 

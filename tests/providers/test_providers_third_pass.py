@@ -506,3 +506,23 @@ async def test_a_refusal_that_echoes_the_order_message_in_a_value_is_not_bridged
     with pytest.raises(ProviderError) as info:
         await provider.stream(ctx.request(), Deltas())
     assert (info.value.code, info.value.status) == ("BAD_REQUEST", 422) and len(server.requests) == 1
+
+
+async def test_what_one_model_refuses_changes_only_that_models_requests(server, make):
+    """One provider (a gateway) fronts many models, and each refuses on its own: m1 refusing
+    ``stream_options`` and a turn right after tool results changes m1's later requests only;
+    m2's go as they went (the same request live, after a restart, in a fork; the same cache
+    prefix)."""
+    from runtime.config import ModelConfig
+
+    provider = make("openai-chat", models={"m1": ModelConfig(id="m1"), "m2": ModelConfig(id="m2")})
+    server.push(Reply(422, MISTRAL_422), Reply(400, MISTRAL_ORDER),
+                *[reply("openai-chat", text=f"Answer {n}.", rid=f"r{n}") for n in (1, 2, 3)])
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    assert (await provider.stream(ctx.request("m1"), Deltas())).text == "Answer 1."
+    assert (await provider.stream(ctx.request("m2"), Deltas())).text == "Answer 2."
+    assert (await provider.stream(ctx.request("m1"), Deltas())).text == "Answer 3."
+    sent = [(b["model"], "stream_options" in b, [m["role"] for m in b["messages"]][-2:]) for b in server.bodies]
+    assert sent == [("m1", True, ["tool", "user"]), ("m1", False, ["tool", "user"]),
+                    ("m1", False, ["assistant", "user"]), ("m2", True, ["tool", "user"]),
+                    ("m1", False, ["assistant", "user"])]
