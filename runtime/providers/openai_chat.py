@@ -172,7 +172,8 @@ class OpenAIChatProvider(SdkProvider):
             sent = kwargs
             if model in self._stream_options_refused:
                 sent = {k: v for k, v in sent.items() if k != "stream_options"}
-            if model in self._bridges_tool_turns:
+            bridged = model in self._bridges_tool_turns  # (this attempt's: another request may mark the model meanwhile)
+            if bridged:
                 sent = {**sent, "messages": _bridged(sent["messages"])}
             try:
                 return await self.client().chat.completions.create(**sent)
@@ -181,14 +182,15 @@ class OpenAIChatProvider(SdkProvider):
                     raise
                 said = _Refusal(exc)
                 if "stream_options" in sent and said.names("stream_options"):
-                    self._stream_options_refused.add(model)
-                    log.info("provider %r refused stream_options for model %r; its requests go without them "
-                             "from now on", self.id, model)
-                elif (model not in self._bridges_tool_turns and said.says(_AFTER_TOOL)
-                      and _bridged(sent["messages"]) != sent["messages"]):
-                    self._bridges_tool_turns.add(model)
-                    log.info("provider %r refused a turn right after tool results for model %r; its requests put "
-                             "an assistant turn there from now on", self.id, model)
+                    if model not in self._stream_options_refused:
+                        self._stream_options_refused.add(model)
+                        log.info("provider %r refused stream_options for model %r; its requests go without them "
+                                 "from now on", self.id, model)
+                elif not bridged and said.says(_AFTER_TOOL) and _bridged(sent["messages"]) is not sent["messages"]:
+                    if model not in self._bridges_tool_turns:
+                        self._bridges_tool_turns.add(model)
+                        log.info("provider %r refused a turn right after tool results for model %r; its requests "
+                                 "put an assistant turn there from now on", self.id, model)
                 else:
                     raise
 

@@ -526,3 +526,28 @@ async def test_what_one_model_refuses_changes_only_that_models_requests(server, 
     assert sent == [("m1", True, ["tool", "user"]), ("m1", False, ["tool", "user"]),
                     ("m1", False, ["assistant", "user"]), ("m2", True, ["tool", "user"]),
                     ("m1", False, ["assistant", "user"])]
+
+
+async def test_two_requests_refused_for_their_order_at_once_are_both_bridged(server, make):
+    """Two requests of one model in flight, both sent without the bridging turn and both
+    refused for it: the one refused after the other had already marked the model is asked
+    again too (it was decided by the mark, not by what it sent, and failed ``BAD_REQUEST``).
+    The first refusal is held until the other request has been answered."""
+    provider = make("openai-chat")
+    held = trio.Event()
+    server.push(Reply(400, MISTRAL_ORDER, gate=held), Reply(400, MISTRAL_ORDER),
+                reply("openai-chat", text="Answer.", rid="r1"), reply("openai-chat", text="Answer.", rid="r2"))
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    texts: list[str] = []
+
+    async def ask() -> None:
+        texts.append((await provider.stream(ctx.request(), Deltas())).text)
+        held.set()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            nursery.start_soon(ask)
+    assert texts == ["Answer.", "Answer."]
+    roles = [[m["role"] for m in b["messages"]][-2:] for b in server.bodies]
+    assert sorted(roles) == [["assistant", "user"]] * 2 + [["tool", "user"]] * 2
