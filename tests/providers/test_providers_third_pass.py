@@ -180,11 +180,16 @@ async def test_anthropic_text_blocks_of_one_answer_are_paragraphs_not_glued_word
 
 @pytest.mark.parametrize(("blocks", "text"), [
     ([["\n\n"], ["Done."]], "\n\nDone."),  # (white space before a call: no paragraph after it)
-    ([["One."], [" "], ["Two."]], "One.\n\n \n\nTwo."),
+    ([["One."], [" "], ["Two."]], "One. \n\nTwo."),  # (a white-space block: no paragraph of its own)
+    ([["Hello"], ["\n\n"], ["World"]], "Hello\n\n\n\nWorld"),
+    ([["One."], ["  ", "\nTwo", "."]], "One.  \n\n\nTwo."),  # (the break before the first that shows)
     ([["One."], [], ["Two."]], "One.\n\nTwo."),
     ([["Only."]], "Only."),
 ])
 async def test_anthropic_a_block_begins_a_paragraph_only_after_text_that_shows(blocks, text, server, make):
+    """A block's paragraph break goes before its first character that is not white space, live
+    as recorded; a block of white space only gets none (it got one of its own, and ``["Hello",
+    "\\n\\n", "World"]`` came out with six newlines between the words)."""
     provider = make("anthropic")
     parts: list[tuple[str, Any]] = []
     for n, pieces in enumerate(blocks):
