@@ -448,7 +448,9 @@ def named_by_type(sse: Any) -> Any:
     its data's ``type``, which every event of the Messages stream carries. The SDK reads an
     event's kind from its ``event:`` line alone and skips a frame without one; proxies that pass
     the stream on with its ``data:`` lines only had every frame skipped, and the answer failed
-    as cut short ("the stream ended before its stop_reason"). Any other frame is as it came."""
+    as cut short ("the stream ended before its stop_reason"). A frame named ``message`` the SDK
+    yields by its data, but raises the stream's error only for a frame named ``error``: renamed,
+    an ``error`` event so sent fails the answer with its own code. Any other frame is as it came."""
     if sse is None or sse.event not in (None, "", "message") or not sse.data:
         return sse
     try:
@@ -458,7 +460,8 @@ def named_by_type(sse: Any) -> Any:
     kind = data.get("type") if isinstance(data, dict) else None
     if not isinstance(kind, str) or not kind:
         return sse
-    return type(sse)(event=kind, data=sse.data, id=sse.id, retry=sse.retry)
+    kept = {"raw": sse.raw} if hasattr(sse, "raw") else {}  # (the lines it was read from, where the SDK keeps them)
+    return type(sse)(event=kind, data=sse.data, id=sse.id, retry=sse.retry, **kept)
 
 
 @functools.cache

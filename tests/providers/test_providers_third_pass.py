@@ -556,3 +556,17 @@ async def test_two_requests_refused_for_their_order_at_once_are_both_bridged(ser
     assert texts == ["Answer.", "Answer."]
     roles = [[m["role"] for m in b["messages"]][-2:] for b in server.bodies]
     assert sorted(roles) == [["assistant", "user"]] * 2 + [["tool", "user"]] * 2
+
+
+@pytest.mark.parametrize("name", [None, "message"])
+def test_an_unnamed_anthropic_frame_named_by_its_type_keeps_its_raw_lines(name):
+    """The frame renamed by its data's ``type`` is the frame the SDK decoded, but for its name:
+    its ``data``, ``id``, ``retry`` and the raw lines it was read from (the SDK's ``raw``)."""
+    from anthropic._streaming import ServerSentEvent
+
+    from runtime.providers.anthropic_messages import named_by_type
+
+    data = json.dumps({"type": "message_stop"})
+    lines = [f"data: {data}"] if name is None else [f"event: {name}", f"data: {data}"]
+    renamed = named_by_type(ServerSentEvent(event=name, data=data, id="7", retry=5, raw=lines))
+    assert (renamed.event, renamed.data, renamed.id, renamed.retry, renamed.raw) == ("message_stop", data, "7", 5, lines)
