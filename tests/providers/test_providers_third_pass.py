@@ -159,7 +159,9 @@ async def test_anthropic_text_blocks_of_one_answer_are_paragraphs_not_glued_word
                 reply("anthropic", text="Done.", rid="r2"))
     deltas: list[Any] = []
     async with runtime(tmp_path / "data", provider) as sup:
-        sup.deps.on_delta = lambda sid, agent, d: deltas.append(d)
+        # (each delta with the requests the server had by then: the first answer's came while
+        # it had one, before the answer was recorded and the next request asked)
+        sup.deps.on_delta = lambda sid, agent, d: deltas.append((len(server.requests), d))
         sid = await sup.create_session("p1")
         await sup.call(sid, Submit("req1", [t.TextPart("what time is it?")]))
         with trio.fail_after(30):
@@ -168,8 +170,10 @@ async def test_anthropic_text_blocks_of_one_answer_are_paragraphs_not_glued_word
     [first, _] = [e.event for e in evs if e.kind == "model.responded"]
     assert first.text == "I will look.\n\nReading it now.\n\nAsked."
     assert first.reasoning == "Which file?\n\nThen the time."
-    assert "".join(d.text for d in deltas if d.kind == "text").startswith(first.text)  # live as recorded
-    assert "".join(d.text for d in deltas if d.kind == "reasoning").startswith(first.reasoning)
+    live = [d for n, d in deltas if n == 1]  # the first answer's deltas, up to its model.responded
+    assert "".join(d.text for d in live if d.kind == "text") == first.text  # live as recorded
+    assert "".join(d.text for d in live if d.kind == "reasoning") == first.reasoning
+    assert "".join(d.text for n, d in deltas if n == 2) == "Done."  # (and the second answer's after it)
     [call] = first.tool_calls
     assert call.name == "get_system_time"
     # the thinking blocks go back signed and unchanged, each with its own text
