@@ -275,19 +275,26 @@ PARAGRAPH = "\n\n"  # between two text (or thinking) blocks of one answer
 
 
 def paragraphs(blocks: list[str]) -> str:
-    """The texts of an answer's blocks of one kind as one text: a block with text after blocks
-    that had more than white space begins a new paragraph (as :meth:`_StreamReader.paragraph`
-    streamed it)."""
+    """The texts of an answer's blocks of one kind as one text: after a block that had more than
+    white space, a block's first character that is not white space begins a new paragraph (the
+    separator goes right before it); a block of white space only is kept as it is, with none (as
+    :meth:`_StreamReader.paragraph` streamed it)."""
     out: list[str] = []
     visible = False
     for text in blocks:
-        if not text:
+        at = _first_shown(text)
+        if at is None:
+            out.append(text)
             continue
-        if visible:
-            out.append(PARAGRAPH)
-        out.append(text)
-        visible = visible or not text.isspace()
+        out.append(text[:at] + PARAGRAPH + text[at:] if visible else text)
+        visible = True
     return "".join(out)
+
+
+def _first_shown(text: str) -> int | None:
+    """Where ``text``'s first character that is not white space is (``None``: there is none)."""
+    stripped = len(text) - len(text.lstrip())
+    return stripped if stripped < len(text) else None
 
 
 class _StreamReader:
@@ -368,18 +375,14 @@ class _StreamReader:
             # timeoutSeconds gave every viewer a frame for each)
             if delta.type == "text_delta" and block["type"] == "text":
                 if _text(delta.text, "text_delta.text"):
-                    self.paragraph(block, "text")
                     add_piece(block["text"], delta.text)
                     self.size.add(delta.text)
-                    self.on_delta(Delta("text", delta.text))
-                    self.shown("text", delta.text)
+                    self.on_delta(Delta("text", self.paragraph(block, "text", delta.text)))
             elif delta.type == "thinking_delta" and block["type"] == "thinking":
                 if _text(delta.thinking, "thinking_delta.thinking"):
-                    self.paragraph(block, "reasoning")
                     add_piece(block["thinking"], delta.thinking)
                     self.size.add(delta.thinking)
-                    self.on_delta(Delta("reasoning", delta.thinking))
-                    self.shown("reasoning", delta.thinking)
+                    self.on_delta(Delta("reasoning", self.paragraph(block, "reasoning", delta.thinking)))
             elif delta.type == "signature_delta" and block["type"] == "thinking":
                 block["signature"] = _text(delta.signature, "signature_delta.signature")  # (sent back as is)
             elif delta.type == "input_json_delta" and block["type"] == "tool_use":
@@ -401,25 +404,24 @@ class _StreamReader:
                 if value is not None:
                     self.usage[key] = value
 
-    def paragraph(self, block: dict[str, Any], kind: str) -> None:
-        """Before the first live piece of a text or thinking block: a new paragraph when an
-        earlier block of that kind streamed more than white space. An answer's text (or
-        thinking) is one string, its blocks joined by :data:`PARAGRAPH` (with interleaved
-        thinking, text comes in several blocks; text can follow a ``tool_use``); joined with
-        nothing, the last word of one block ran into the first of the next. The separator is no
-        part of a block (a thinking block goes back as signed), only of the joined text, live as
-        recorded (:func:`paragraphs`)."""
-        if not block.get("shown"):
-            block["shown"] = True
-            if kind in self._visible:
-                self.size.add(PARAGRAPH)
-                self.on_delta(Delta(kind, PARAGRAPH))
-
-    def shown(self, kind: str, piece: str) -> None:
-        """``piece`` of ``kind`` streamed live: after it, a block with text is a new paragraph
-        if it holds more than white space."""
-        if not piece.isspace():
+    def paragraph(self, block: dict[str, Any], kind: str, piece: str) -> str:
+        """``piece`` of a text or thinking block as it streams live: with a new paragraph right
+        before its first character that is not white space, when that is the block's first such
+        character and an earlier block of that kind streamed more than white space. An answer's
+        text (or thinking) is one string, its blocks joined so (with interleaved thinking, text
+        comes in several blocks; text can follow a ``tool_use``); joined with nothing, the last
+        word of one block ran into the first of the next. A block of white space only begins no
+        paragraph. The separator is no part of a block (a thinking block goes back as signed),
+        only of the joined text, live as recorded (:func:`paragraphs`)."""
+        at = None if block.get("shown") else _first_shown(piece)
+        if at is None:
+            return piece
+        block["shown"] = True
+        if kind not in self._visible:
             self._visible.add(kind)
+            return piece
+        self.size.add(PARAGRAPH)
+        return piece[:at] + PARAGRAPH + piece[at:]
 
 
 def _text(value: Any, what: str) -> str:
@@ -446,7 +448,9 @@ def named_by_type(sse: Any) -> Any:
     its data's ``type``, which every event of the Messages stream carries. The SDK reads an
     event's kind from its ``event:`` line alone and skips a frame without one; proxies that pass
     the stream on with its ``data:`` lines only had every frame skipped, and the answer failed
-    as cut short ("the stream ended before its stop_reason"). Any other frame is as it came."""
+    as cut short ("the stream ended before its stop_reason"). A frame named ``message`` the SDK
+    yields by its data, but raises the stream's error only for a frame named ``error``: renamed,
+    an ``error`` event so sent fails the answer with its own code. Any other frame is as it came."""
     if sse is None or sse.event not in (None, "", "message") or not sse.data:
         return sse
     try:
@@ -456,7 +460,8 @@ def named_by_type(sse: Any) -> Any:
     kind = data.get("type") if isinstance(data, dict) else None
     if not isinstance(kind, str) or not kind:
         return sse
-    return type(sse)(event=kind, data=sse.data, id=sse.id, retry=sse.retry)
+    kept = {"raw": sse.raw} if hasattr(sse, "raw") else {}  # (the lines it was read from, where the SDK keeps them)
+    return type(sse)(event=kind, data=sse.data, id=sse.id, retry=sse.retry, **kept)
 
 
 @functools.cache

@@ -139,10 +139,14 @@ def render(compiled: Compiled, request: ModelRequest, *, explicit_cache: bool, t
 
 class OpenAIChatProvider(SdkProvider):
     protocol = "openai-chat"
-    # The server refused ``stream_options`` once: this provider's requests go without them.
-    _stream_options_refused = False
-    # The server refused a turn right after tool results once: this provider's requests bridge it.
-    _bridges_tool_turns = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The models (ids as sent) whose server refused ``stream_options`` once: their requests
+        # go without them. One provider (a gateway) may front many models, each refusing on its own.
+        self._stream_options_refused: set[str] = set()
+        # The models whose server refused a turn right after tool results once: their requests bridge it.
+        self._bridges_tool_turns: set[str] = set()
 
     def _make_client(self) -> Any:
         return self._sdk_client(openai_client_class(chat=True), OPENAI_BASE_URL)
@@ -150,7 +154,8 @@ class OpenAIChatProvider(SdkProvider):
     async def _create(self, kwargs: dict[str, Any]) -> Any:
         """The stream of ``kwargs``' request, as this provider's server takes it. Two refusals
         of compatible servers are answered by asking the same request again at once, changed, and
-        every later request of this provider is sent so (each is said once in the log):
+        every later request of that model (the ``model`` sent: one provider may front many, each
+        refusing on its own) is sent so (each is said once in the log):
 
         - ``stream_options`` refused (Mistral's API answers 422 ``extra_forbidden`` naming them):
           sent without them; the usage the server sends all the same is read, and a count it
@@ -162,25 +167,30 @@ class OpenAIChatProvider(SdkProvider):
         Any other refusal is raised as it came."""
         import openai
 
+        model = kwargs["model"]
         while True:
             sent = kwargs
-            if self._stream_options_refused:
+            if model in self._stream_options_refused:
                 sent = {k: v for k, v in sent.items() if k != "stream_options"}
-            if self._bridges_tool_turns:
+            bridged = model in self._bridges_tool_turns  # (this attempt's: another request may mark the model meanwhile)
+            if bridged:
                 sent = {**sent, "messages": _bridged(sent["messages"])}
             try:
                 return await self.client().chat.completions.create(**sent)
             except openai.APIStatusError as exc:
                 if exc.status_code not in (400, 422):
                     raise
-                said = _refusal_text(exc)
-                if "stream_options" in sent and "stream_options" in said:
-                    self._stream_options_refused = True
-                    log.info("provider %r refused stream_options; its requests go without them from now on", self.id)
-                elif not self._bridges_tool_turns and _AFTER_TOOL.search(said) and _bridged(sent["messages"]) != sent["messages"]:
-                    self._bridges_tool_turns = True
-                    log.info("provider %r refused a turn right after tool results; its requests put an assistant "
-                             "turn there from now on", self.id)
+                said = _Refusal(exc)
+                if "stream_options" in sent and said.names("stream_options"):
+                    if model not in self._stream_options_refused:
+                        self._stream_options_refused.add(model)
+                        log.info("provider %r refused stream_options for model %r; its requests go without them "
+                                 "from now on", self.id, model)
+                elif not bridged and said.says(_AFTER_TOOL) and _bridged(sent["messages"]) is not sent["messages"]:
+                    if model not in self._bridges_tool_turns:
+                        self._bridges_tool_turns.add(model)
+                        log.info("provider %r refused a turn right after tool results for model %r; its requests "
+                                 "put an assistant turn there from now on", self.id, model)
                 else:
                     raise
 
@@ -293,13 +303,46 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
     )
 
 
-def _refusal_text(exc: Any) -> str:
-    """A refusal's body as text (or, without one, its message), to look for what it names."""
-    body = getattr(exc, "body", None)
-    try:
-        return json.dumps(body) if body is not None else str(getattr(exc, "message", ""))
-    except (TypeError, ValueError):
-        return str(body)
+class _Refusal:
+    """What a 400/422 refusal says of itself: the text of its ``message``, ``msg`` and ``type``
+    fields (at the top, in ``error``, ``detail`` or ``errors`` entries, or in a ``message``
+    that is itself such a body), and the names in its entries' ``loc`` paths. Never the values it
+    echoes (a FastAPI server's ``detail[*].input`` holds what was refused, which may be a user's
+    words): they say nothing of why. Without a body, the SDK's message is the text."""
+
+    _SAID = ("message", "msg", "type")
+    _NESTED = ("error", "errors", "detail")
+
+    def __init__(self, exc: Any) -> None:
+        self.texts: list[str] = []
+        self.locs: list[str] = []
+        body = getattr(exc, "body", None)
+        if body is None:
+            self.texts.append(str(getattr(exc, "message", "")))
+        else:
+            self._read(body, 0)
+
+    def _read(self, node: Any, depth: int) -> None:
+        if depth > 8:
+            return
+        if isinstance(node, str):
+            self.texts.append(node)
+        elif isinstance(node, list):
+            for item in node:
+                self._read(item, depth + 1)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in self._SAID or key in self._NESTED:
+                    self._read(value, depth + 1)
+                elif key == "loc" and isinstance(value, list):
+                    self.locs += [part for part in value if isinstance(part, str)]
+
+    def names(self, field: str) -> bool:
+        """The refusal names ``field``: a ``loc`` holds it, or its own words do."""
+        return field in self.locs or any(field in text for text in self.texts)
+
+    def says(self, pattern: re.Pattern[str]) -> bool:
+        return any(pattern.search(text) for text in self.texts)
 
 
 # Mistral's refusal of a message right after tool results ("Unexpected role 'user' after role 'tool'").

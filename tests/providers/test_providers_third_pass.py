@@ -159,7 +159,9 @@ async def test_anthropic_text_blocks_of_one_answer_are_paragraphs_not_glued_word
                 reply("anthropic", text="Done.", rid="r2"))
     deltas: list[Any] = []
     async with runtime(tmp_path / "data", provider) as sup:
-        sup.deps.on_delta = lambda sid, agent, d: deltas.append(d)
+        # (each delta with the requests the server had by then: the first answer's came while
+        # it had one, before the answer was recorded and the next request asked)
+        sup.deps.on_delta = lambda sid, agent, d: deltas.append((len(server.requests), d))
         sid = await sup.create_session("p1")
         await sup.call(sid, Submit("req1", [t.TextPart("what time is it?")]))
         with trio.fail_after(30):
@@ -168,8 +170,10 @@ async def test_anthropic_text_blocks_of_one_answer_are_paragraphs_not_glued_word
     [first, _] = [e.event for e in evs if e.kind == "model.responded"]
     assert first.text == "I will look.\n\nReading it now.\n\nAsked."
     assert first.reasoning == "Which file?\n\nThen the time."
-    assert "".join(d.text for d in deltas if d.kind == "text").startswith(first.text)  # live as recorded
-    assert "".join(d.text for d in deltas if d.kind == "reasoning").startswith(first.reasoning)
+    live = [d for n, d in deltas if n == 1]  # the first answer's deltas, up to its model.responded
+    assert "".join(d.text for d in live if d.kind == "text") == first.text  # live as recorded
+    assert "".join(d.text for d in live if d.kind == "reasoning") == first.reasoning
+    assert "".join(d.text for n, d in deltas if n == 2) == "Done."  # (and the second answer's after it)
     [call] = first.tool_calls
     assert call.name == "get_system_time"
     # the thinking blocks go back signed and unchanged, each with its own text
@@ -180,11 +184,16 @@ async def test_anthropic_text_blocks_of_one_answer_are_paragraphs_not_glued_word
 
 @pytest.mark.parametrize(("blocks", "text"), [
     ([["\n\n"], ["Done."]], "\n\nDone."),  # (white space before a call: no paragraph after it)
-    ([["One."], [" "], ["Two."]], "One.\n\n \n\nTwo."),
+    ([["One."], [" "], ["Two."]], "One. \n\nTwo."),  # (a white-space block: no paragraph of its own)
+    ([["Hello"], ["\n\n"], ["World"]], "Hello\n\n\n\nWorld"),
+    ([["One."], ["  ", "\nTwo", "."]], "One.  \n\n\nTwo."),  # (the break before the first that shows)
     ([["One."], [], ["Two."]], "One.\n\nTwo."),
     ([["Only."]], "Only."),
 ])
 async def test_anthropic_a_block_begins_a_paragraph_only_after_text_that_shows(blocks, text, server, make):
+    """A block's paragraph break goes before its first character that is not white space, live
+    as recorded; a block of white space only gets none (it got one of its own, and ``["Hello",
+    "\\n\\n", "World"]`` came out with six newlines between the words)."""
     provider = make("anthropic")
     parts: list[tuple[str, Any]] = []
     for n, pieces in enumerate(blocks):
@@ -470,3 +479,98 @@ async def test_through_lens_serve_a_tgi_call_runs_claudes_paragraphs_are_kept_an
             ["assistant", "tool", "user"], ["tool", "assistant", "user"]]  # (the image after the tool result)
         assert view["usage"]["inputTokens"] is None and view["usage"]["unreported"]["inputTokens"] == 2, view["usage"]
 
+
+
+# A FastAPI (pydantic) server's 422 for a message too long: it echoes the refused value, here a
+# user's words that name ``stream_options``, which the server does not refuse.
+ECHOING_422 = {"detail": [{"type": "string_too_long", "loc": ["body", "messages", 1, "content"],
+                           "msg": "String should have at most 10 characters",
+                           "input": "why does my client send stream_options?"}]}
+
+
+async def test_a_refusal_that_echoes_stream_options_in_a_value_is_not_asked_again(server, make):
+    """Only what the refusal says (its ``loc``, ``message``, ``msg``, ``type``) can name
+    ``stream_options``; a value it echoes (``input``) names what the user wrote. It was asked
+    again without them, and every later request went without them (usage unknown after)."""
+    provider = make("openai-chat")
+    server.push(Reply(422, ECHOING_422), reply("openai-chat", text="Fine.", rid="r2"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("why does my client send stream_options?").request(), Deltas())
+    assert (info.value.code, info.value.status) == ("BAD_REQUEST", 422)
+    assert len(server.requests) == 1
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "Fine." and result.usage.input_tokens == 100
+    assert [("stream_options" in b) for b in server.bodies] == [True, True]
+
+
+async def test_a_refusal_that_echoes_the_order_message_in_a_value_is_not_bridged(server, make):
+    """The bridging turn is for a refusal whose own words are Mistral's; a value a refusal
+    echoes (``input``) that holds them is what was sent, not why it was refused."""
+    provider = make("openai-chat")
+    echo = {"detail": [{"type": "string_too_long", "loc": ["body", "messages", 4, "content"],
+                        "msg": "String should have at most 10 characters",
+                        "input": "Unexpected role 'user' after role 'tool'"}]}
+    server.push(Reply(422, echo), reply("openai-chat", text="never"))
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(ctx.request(), Deltas())
+    assert (info.value.code, info.value.status) == ("BAD_REQUEST", 422) and len(server.requests) == 1
+
+
+async def test_what_one_model_refuses_changes_only_that_models_requests(server, make):
+    """One provider (a gateway) fronts many models, and each refuses on its own: m1 refusing
+    ``stream_options`` and a turn right after tool results changes m1's later requests only;
+    m2's go as they went (the same request live, after a restart, in a fork; the same cache
+    prefix)."""
+    from runtime.config import ModelConfig
+
+    provider = make("openai-chat", models={"m1": ModelConfig(id="m1"), "m2": ModelConfig(id="m2")})
+    server.push(Reply(422, MISTRAL_422), Reply(400, MISTRAL_ORDER),
+                *[reply("openai-chat", text=f"Answer {n}.", rid=f"r{n}") for n in (1, 2, 3)])
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    assert (await provider.stream(ctx.request("m1"), Deltas())).text == "Answer 1."
+    assert (await provider.stream(ctx.request("m2"), Deltas())).text == "Answer 2."
+    assert (await provider.stream(ctx.request("m1"), Deltas())).text == "Answer 3."
+    sent = [(b["model"], "stream_options" in b, [m["role"] for m in b["messages"]][-2:]) for b in server.bodies]
+    assert sent == [("m1", True, ["tool", "user"]), ("m1", False, ["tool", "user"]),
+                    ("m1", False, ["assistant", "user"]), ("m2", True, ["tool", "user"]),
+                    ("m1", False, ["assistant", "user"])]
+
+
+async def test_two_requests_refused_for_their_order_at_once_are_both_bridged(server, make):
+    """Two requests of one model in flight, both sent without the bridging turn and both
+    refused for it: the one refused after the other had already marked the model is asked
+    again too (it was decided by the mark, not by what it sent, and failed ``BAD_REQUEST``).
+    The first refusal is held until the other request has been answered."""
+    provider = make("openai-chat")
+    held = trio.Event()
+    server.push(Reply(400, MISTRAL_ORDER, gate=held), Reply(400, MISTRAL_ORDER),
+                reply("openai-chat", text="Answer.", rid="r1"), reply("openai-chat", text="Answer.", rid="r2"))
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    texts: list[str] = []
+
+    async def ask() -> None:
+        texts.append((await provider.stream(ctx.request(), Deltas())).text)
+        held.set()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            nursery.start_soon(ask)
+    assert texts == ["Answer.", "Answer."]
+    roles = [[m["role"] for m in b["messages"]][-2:] for b in server.bodies]
+    assert sorted(roles) == [["assistant", "user"]] * 2 + [["tool", "user"]] * 2
+
+
+@pytest.mark.parametrize("name", [None, "message"])
+def test_an_unnamed_anthropic_frame_named_by_its_type_keeps_its_raw_lines(name):
+    """The frame renamed by its data's ``type`` is the frame the SDK decoded, but for its name:
+    its ``data``, ``id``, ``retry`` and the raw lines it was read from (the SDK's ``raw``)."""
+    from anthropic._streaming import ServerSentEvent
+
+    from runtime.providers.anthropic_messages import named_by_type
+
+    data = json.dumps({"type": "message_stop"})
+    lines = [f"data: {data}"] if name is None else [f"event: {name}", f"data: {data}"]
+    renamed = named_by_type(ServerSentEvent(event=name, data=data, id="7", retry=5, raw=lines))
+    assert (renamed.event, renamed.data, renamed.id, renamed.retry, renamed.raw) == ("message_stop", data, "7", 5, lines)
