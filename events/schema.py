@@ -125,10 +125,12 @@ ACTIVE_DICT_KEY = "active_dict_id"
 def recorded_active_dictionary(meta: Mapping[str, Any]) -> int | None:
     """The id of the dictionary ``meta`` names for new bodies (see :data:`ACTIVE_DICT_KEY`), or
     ``None`` when none is named or the value is not one a writer records (ASCII decimal digits:
-    ``'²'`` passes ``str.isdigit`` but not ``int``). Whether the log holds that dictionary is the
-    caller's to check."""
+    ``'²'`` passes ``str.isdigit`` but not ``int``; no leading zero, and not ``'0'``, which the
+    codec takes for no dictionary). Whether the log holds that dictionary is the caller's to check."""
     value = meta.get(ACTIVE_DICT_KEY)
     if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 10:
+        return None
+    if value.startswith("0"):  # (a writer records str(id) of an id above 0)
         return None
     return int(value)
 

@@ -50,6 +50,7 @@ from .errors import (
 from .reader import EventPage, LogReader, StoredEvent, StoredRow
 from .secrets import Secrets
 from .schema import (
+    ACTIVE_DICT_KEY,
     EVENTS_DB,
     LOCK_FILE,
     MAX_EVENT_BYTES_KEY,
@@ -1220,8 +1221,8 @@ class EventStore:
                 (dict_id, data, now_ms(), sample_count),
             )
             conn.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES ('active_dict_id', ?)",
-                (str(dict_id),),
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                (ACTIVE_DICT_KEY, str(dict_id)),
             )
         # Only now (the dictionary is durable) may new rows name it.
         if dict_id not in self.codec.dictionary_ids:

@@ -150,3 +150,37 @@ def test_an_active_dictionary_id_that_is_no_ascii_number_is_reported_and_the_wri
 
     seq = trio.run(append_one)
     assert log_rows(data, "SELECT dict_id FROM events WHERE seq = ?", (seq,)) == [(0,)]
+
+
+@pytest.mark.parametrize("shape", ["leading zeros", "zero"])
+def test_an_active_dictionary_id_a_writer_never_records_is_reported_and_the_writer_opens(
+        tmp_path: Path, shape: str) -> None:
+    # A writer records a trained dictionary's id as str(id): never "0" (the codec's "no
+    # dictionary") nor with leading zeros. Both were read as the id they spell, so "0" beside a
+    # dictionaries row 0 (or "007" beside a row 7) passed `verify` as ok.
+    data = tmp_path / "data"
+    dict_id = write_log_with_a_dictionary(data)
+    other_id, value = (0, "0") if shape == "zero" else (7, "007")
+    [(stored,)] = log_rows(data, "SELECT data FROM dictionaries WHERE dict_id = ?", (dict_id,))
+    # (the same dictionary under that id, its header's id rewritten to match: a row that loads)
+    edit_log(data, "INSERT INTO dictionaries(dict_id, data, created_ts, sample_count) VALUES (?, ?, 0, 1)",
+             (other_id, stored[:4] + other_id.to_bytes(4, "little") + stored[8:]))
+    edit_log(data, "UPDATE meta SET value = ? WHERE key = 'active_dict_id'", (value,))
+    problems = meta_problems_any(data)
+    assert problems[-1] == "FAILED: 1 problem(s) in 60 event(s)", problems
+    assert (f"log: META_INVALID: meta active_dict_id is {value!r}, not a dictionary id a writer records; "
+            f"new bodies are written without a dictionary") in problems, problems
+
+    async def append_one() -> int:
+        async with open_store(data, synchronous="OFF", auto_dictionary_after=None) as store:
+            result = await store.append(Draft(ModelResponded(text="after"), project_id="p", session_id="s1"))
+            return result.seqs[0]
+
+    seq = trio.run(append_one)
+    assert log_rows(data, "SELECT dict_id FROM events WHERE seq = ?", (seq,)) == [(0,)]
+
+
+def meta_problems_any(data: Path) -> list[str]:
+    res = lens("log", "verify", "--data", str(data))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, (res.returncode, res.stdout, res.stderr)
+    return res.stdout.splitlines()
