@@ -269,7 +269,8 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
         )
     if events_db.exists() and not events_db.is_file():
         raise StoreOpenError(f"{events_db} is not a file; it is not a Lens event log")
-    refuse_wal_without_its_log(data_dir)
+    if not create:  # (the writer checks under its lock: a daemon running there may have lost the file's name)
+        refuse_wal_without_its_log(data_dir, daemon_may_run=True)
     if not events_db.exists():
         foreign = sorted(p.name for p in data_dir.iterdir() if p.name not in KNOWN_ENTRIES)
         if foreign:
@@ -295,9 +296,14 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
     return data_dir
 
 
-def refuse_wal_without_its_log(data_dir: Path) -> None:
+def refuse_wal_without_its_log(data_dir: Path, *, daemon_may_run: bool) -> None:
     """:class:`StoreCorrupt` when ``data_dir`` holds an ``events.db-wal`` with bytes in it but no
     ``events.db``.
+
+    ``daemon_may_run``: the caller does not hold the writer's lock (a reader), so a daemon may be
+    running there still, writing the file it holds open after its name was removed; the advice
+    is then for when none is. The writer checks with its lock held (and, before it makes the
+    lock, when no ``lock`` file is there: no daemon can be running then).
 
     No Lens log has that shape: the writer makes ``events.db`` before its WAL gets any bytes and
     never removes it, so the file was removed or moved from under its WAL. Opening the log would
@@ -313,11 +319,12 @@ def refuse_wal_without_its_log(data_dir: Path) -> None:
         return
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or os.path.lexists(data_dir / EVENTS_DB):
         return
+    proviso = "if no Lens daemon is running on this directory, " if daemon_may_run else ""
     raise StoreCorrupt(
         f"data directory {data_dir} holds no {EVENTS_DB}, but {wal.name} beside where it belongs holds "
         f"{st.st_size} bytes of the log's writes: the database file was removed or moved, and opening "
         f"a new log there would delete that WAL (every commit still in it). Nothing was changed; "
-        f"restore {EVENTS_DB} from where it went or from a backup, keeping {wal.name} as it is "
+        f"{proviso}restore {EVENTS_DB} from where it went or from a backup, keeping {wal.name} as it is "
         f"(or, to start a new log in this directory, remove {wal.name} and {EVENTS_DB}-shm first)"
     )
 
@@ -559,6 +566,7 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
     path = data_dir / EVENTS_DB
     check_path_length(path)
     check_side_files(path)
+    refuse_wal_without_its_log(data_dir, daemon_may_run=False)  # (the caller holds the writer's lock)
     refuse_empty_beside_a_wal(path)
     refuse_foreign_early(path)
     create_private(path)

@@ -64,6 +64,7 @@ from .schema import (
     recorded_active_dictionary,
     recorded_max_event_bytes,
     refuse_foreign_early,
+    refuse_wal_without_its_log,
     translate_open_error,
     ts_steps_back,
 )
@@ -407,6 +408,11 @@ class EventStore:
         """
         data_dir = check_data_dir(Path(data_dir), create=True)
         refuse_foreign_early(data_dir / EVENTS_DB)  # (a refusal leaves nothing, not even `lock`)
+        if not os.path.lexists(data_dir / LOCK_FILE):
+            # A WAL without its events.db: with no `lock`, no daemon is running there (one would
+            # hold it), so it is refused before anything is made. Else it is checked under the
+            # lock: a daemon still running keeps the file it holds open, and is STORE_LOCKED.
+            refuse_wal_without_its_log(data_dir, daemon_may_run=False)
         fd = _lock_exclusively(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, (
             f"data directory {data_dir} is in use by another Lens process; stop it or "
             f"choose another --data directory"))

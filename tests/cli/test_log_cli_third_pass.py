@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from events.store import Draft, open_store
+from events.errors import StoreCorrupt
+from events.store import Draft, EventStore, StoreLocked, open_store
 from events.types import ModelResponded, ProjectCreated, SessionCreated
 
 from tests.cli.lens_script import lens_script
@@ -74,6 +75,46 @@ def test_a_wal_with_commits_beside_no_events_db_is_kept_and_named(wal_of_5: byte
             f"{len(wal_of_5)} bytes of the log's writes") in said, said
     assert "restore events.db" in said and "remove events.db-wal" in said, said
     assert sorted(p.name for p in data.iterdir()) == ["events.db-wal"]
+    assert (data / "events.db-wal").read_bytes() == wal_of_5
+
+
+def test_a_second_writer_on_a_running_log_whose_events_db_was_removed_is_told_it_is_in_use(tmp_path: Path) -> None:
+    # A daemon keeps writing the events.db it holds open after the file's name is removed. A second
+    # `lens serve` on the directory was told STORE_CORRUPT ("remove events.db-wal and -shm", which
+    # would lose the running daemon's writes) before it looked at the lock: it is STORE_LOCKED.
+    # The readers cannot tell a running daemon from none, and say so in their advice.
+    data = tmp_path / "data"
+
+    async def main() -> tuple[str, subprocess.CompletedProcess[str]]:
+        async with open_store(data, synchronous="OFF") as store:
+            await store.append(Draft(ProjectCreated(name="p", workspace="/ws"), project_id="p"))
+            (data / "events.db").unlink()
+            assert (data / "events.db-wal").stat().st_size > 0
+            with pytest.raises(StoreLocked) as info:
+                EventStore.open(data, synchronous="OFF")
+            read = await trio.to_thread.run_sync(lambda: lens("log", "decode", "--data", str(data)))
+            return str(info.value), read
+
+    said, read = trio.run(main)
+    assert said == (f"data directory {data} is in use by another Lens process; stop it or "
+                    f"choose another --data directory"), said
+    line = refused(read, "STORE_CORRUPT")
+    assert "if no Lens daemon is running on this directory, restore events.db" in line, line
+
+
+def test_a_writer_takes_the_lock_before_it_refuses_a_wal_without_its_log(wal_of_5: bytes, tmp_path: Path) -> None:
+    # With a `lock` file (a daemon ran there), the writer takes the lock first, then refuses: no
+    # daemon is running then, and the advice says so without the readers' proviso.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "events.db-wal").write_bytes(wal_of_5)
+    (data / "lock").touch(mode=0o600)
+    with pytest.raises(StoreCorrupt) as info:
+        EventStore.open(data, synchronous="OFF")
+    said = str(info.value)
+    assert f"holds {len(wal_of_5)} bytes of the log's writes" in said and "restore events.db" in said, said
+    assert "if no Lens daemon is running" not in said, said
+    assert sorted(p.name for p in data.iterdir()) == ["events.db-wal", "lock"]
     assert (data / "events.db-wal").read_bytes() == wal_of_5
 
 
