@@ -29,6 +29,7 @@ from .errors import (
     StoreOpenError,
     UnsupportedFormat,
 )
+from .walcheck import holds_a_commit
 
 FORMAT = "lens-events"
 FORMAT_VERSION = 1
@@ -297,8 +298,10 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
 
 
 def refuse_wal_without_its_log(data_dir: Path, *, daemon_may_run: bool) -> None:
-    """:class:`StoreCorrupt` when ``data_dir`` holds an ``events.db-wal`` with bytes in it but no
-    ``events.db``.
+    """:class:`StoreCorrupt` when ``data_dir`` holds an ``events.db-wal`` with a commit frame in it
+    (see :func:`~events.walcheck.holds_a_commit`), or bytes that are no WAL, but no ``events.db``.
+    A WAL of a header alone, or of frames without a commit, holds nothing SQLite would read: it is
+    let be, as an empty one (a directory without a log).
 
     ``daemon_may_run``: the caller does not hold the writer's lock (a reader), so a daemon may be
     running there still, writing the file it holds open after its name was removed; the advice
@@ -320,6 +323,20 @@ def refuse_wal_without_its_log(data_dir: Path, *, daemon_may_run: bool) -> None:
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or os.path.lexists(data_dir / EVENTS_DB):
         return
     proviso = "if no Lens daemon is running on this directory, " if daemon_may_run else ""
+    try:
+        commits = holds_a_commit(wal)
+    except OSError:  # (one that cannot be read is named as holding the log's writes: nothing is lost)
+        commits = True
+    if commits is False:
+        return  # (a header, or frames without a commit: nothing SQLite would read, as an empty WAL)
+    if commits is None:
+        raise StoreCorrupt(
+            f"data directory {data_dir} holds no {EVENTS_DB}, but {wal.name} beside where it belongs holds "
+            f"{st.st_size} bytes that are no SQLite WAL (no WAL header SQLite would read): no commit of the log "
+            f"is in them, but opening a new log there would delete them. Nothing was changed; look at what "
+            f"the file is, then restore {EVENTS_DB} from a backup, or remove {wal.name} "
+            f"(and {EVENTS_DB}-shm) to start a new log in this directory"
+        )
     raise StoreCorrupt(
         f"data directory {data_dir} holds no {EVENTS_DB}, but {wal.name} beside where it belongs holds "
         f"{st.st_size} bytes of the log's writes: the database file was removed or moved, and opening "

@@ -118,6 +118,64 @@ def test_a_writer_takes_the_lock_before_it_refuses_a_wal_without_its_log(wal_of_
     assert (data / "events.db-wal").read_bytes() == wal_of_5
 
 
+FRAME = 24 + 4096  # (a frame's header and a page of the log's 4096 bytes)
+
+
+def wal_cut(wal: bytes, frames: list[int]) -> bytes:
+    """``wal``'s header followed by its frames numbered ``frames`` (1-based), in that order."""
+    return wal[:32] + b"".join(wal[32 + (k - 1) * FRAME:32 + k * FRAME] for k in frames)
+
+
+def wal_only(tmp_path: Path, wal: bytes) -> Path:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "events.db-wal").write_bytes(wal)
+    os.chmod(data / "events.db-wal", 0o600)
+    return data
+
+
+@pytest.mark.parametrize("shape", ["header only", "frames without a commit"])
+def test_a_wal_without_a_commit_beside_no_events_db_is_no_log_yet(wal_of_5: bytes, tmp_path: Path,
+                                                                    shape: str) -> None:
+    # Refused before as holding "N bytes of the log's writes": a WAL whose frames hold no commit
+    # holds nothing SQLite would read, like an empty one.
+    wal = wal_of_5[:32] if shape == "header only" else wal_cut(wal_of_5, [1, 2, 3, 4, 5])
+    data = wal_only(tmp_path, wal)
+    refused(lens("log", "decode", "--data", str(data)), "DATA_DIR_MISSING")
+
+    async def open_and_close() -> int:
+        async with open_store(data, synchronous="OFF") as store:
+            return store.last_seq
+
+    assert trio.run(open_and_close) == 0
+
+
+def test_a_wal_of_one_commit_frame_beside_no_events_db_is_kept_and_named(wal_of_5: bytes, tmp_path: Path) -> None:
+    wal = wal_cut(wal_of_5, [6])  # (the first commit frame alone: its salts are the header's)
+    data = wal_only(tmp_path, wal)
+    said = refused(lens("log", "decode", "--data", str(data)), "STORE_CORRUPT")
+    assert f"holds {len(wal)} bytes of the log's writes" in said, said
+    with pytest.raises(StoreCorrupt):
+        EventStore.open(data, synchronous="OFF")
+    assert sorted(p.name for p in data.iterdir()) == ["events.db-wal"]
+
+
+@pytest.mark.parametrize("shape", ["five bytes", "another magic"])
+def test_bytes_that_are_no_wal_beside_no_events_db_are_named_so(wal_of_5: bytes, tmp_path: Path, shape: str) -> None:
+    # Bytes SQLite would not read as a WAL hold none of the log's writes, yet opening a new log
+    # would delete them: refused still, saying what they are (not "the log's writes").
+    wal = b"hello" if shape == "five bytes" else b"\0\0\0\0" + wal_of_5[4:]
+    data = wal_only(tmp_path, wal)
+    said = refused(lens("log", "decode", "--data", str(data)), "STORE_CORRUPT")
+    assert (f"data directory {data} holds no events.db, but events.db-wal beside where it belongs holds "
+            f"{len(wal)} bytes that are no SQLite WAL") in said, said
+    assert "of the log's writes" not in said and "remove events.db-wal" in said, said
+    with pytest.raises(StoreCorrupt) as info:
+        EventStore.open(data, synchronous="OFF")
+    assert "bytes that are no SQLite WAL" in str(info.value)
+    assert (data / "events.db-wal").read_bytes() == wal and sorted(p.name for p in data.iterdir()) == ["events.db-wal"]
+
+
 def test_an_empty_wal_beside_no_events_db_is_no_log_yet(tmp_path: Path) -> None:
     # An empty WAL holds no commit: readers still say there is no log, and the writer makes one.
     data = tmp_path / "data"
