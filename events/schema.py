@@ -29,6 +29,7 @@ from .errors import (
     StoreOpenError,
     UnsupportedFormat,
 )
+from .walcheck import holds_a_commit
 
 FORMAT = "lens-events"
 FORMAT_VERSION = 1
@@ -125,10 +126,12 @@ ACTIVE_DICT_KEY = "active_dict_id"
 def recorded_active_dictionary(meta: Mapping[str, Any]) -> int | None:
     """The id of the dictionary ``meta`` names for new bodies (see :data:`ACTIVE_DICT_KEY`), or
     ``None`` when none is named or the value is not one a writer records (ASCII decimal digits:
-    ``'²'`` passes ``str.isdigit`` but not ``int``). Whether the log holds that dictionary is the
-    caller's to check."""
+    ``'²'`` passes ``str.isdigit`` but not ``int``; no leading zero, and not ``'0'``, which the
+    codec takes for no dictionary). Whether the log holds that dictionary is the caller's to check."""
     value = meta.get(ACTIVE_DICT_KEY)
     if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 10:
+        return None
+    if value.startswith("0"):  # (a writer records str(id) of an id above 0)
         return None
     return int(value)
 
@@ -267,7 +270,8 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
         )
     if events_db.exists() and not events_db.is_file():
         raise StoreOpenError(f"{events_db} is not a file; it is not a Lens event log")
-    refuse_wal_without_its_log(data_dir)
+    if not create:  # (the writer checks under its lock: a daemon running there may have lost the file's name)
+        refuse_wal_without_its_log(data_dir, daemon_may_run=True)
     if not events_db.exists():
         foreign = sorted(p.name for p in data_dir.iterdir() if p.name not in KNOWN_ENTRIES)
         if foreign:
@@ -293,9 +297,16 @@ def _check_data_dir(data_dir: Path, create: bool) -> Path:
     return data_dir
 
 
-def refuse_wal_without_its_log(data_dir: Path) -> None:
-    """:class:`StoreCorrupt` when ``data_dir`` holds an ``events.db-wal`` with bytes in it but no
-    ``events.db``.
+def refuse_wal_without_its_log(data_dir: Path, *, daemon_may_run: bool) -> None:
+    """:class:`StoreCorrupt` when ``data_dir`` holds an ``events.db-wal`` with a commit frame in it
+    (see :func:`~events.walcheck.holds_a_commit`), or bytes that are no WAL, but no ``events.db``.
+    A WAL of a header alone, or of frames without a commit, holds nothing SQLite would read: it is
+    let be, as an empty one (a directory without a log).
+
+    ``daemon_may_run``: the caller does not hold the writer's lock (a reader), so a daemon may be
+    running there still, writing the file it holds open after its name was removed; the advice
+    is then for when none is. The writer checks with its lock held (and, before it makes the
+    lock, when no ``lock`` file is there: no daemon can be running then).
 
     No Lens log has that shape: the writer makes ``events.db`` before its WAL gets any bytes and
     never removes it, so the file was removed or moved from under its WAL. Opening the log would
@@ -311,11 +322,26 @@ def refuse_wal_without_its_log(data_dir: Path) -> None:
         return
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or os.path.lexists(data_dir / EVENTS_DB):
         return
+    proviso = "if no Lens daemon is running on this directory, " if daemon_may_run else ""
+    try:
+        commits = holds_a_commit(wal)
+    except OSError:  # (one that cannot be read is named as holding the log's writes: nothing is lost)
+        commits = True
+    if commits is False:
+        return  # (a header, or frames without a commit: nothing SQLite would read, as an empty WAL)
+    if commits is None:
+        raise StoreCorrupt(
+            f"data directory {data_dir} holds no {EVENTS_DB}, but {wal.name} beside where it belongs holds "
+            f"{st.st_size} bytes that are no SQLite WAL (no WAL header SQLite would read): no commit of the log "
+            f"is in them, but opening a new log there would delete them. Nothing was changed; look at what "
+            f"the file is, then restore {EVENTS_DB} from a backup, or remove {wal.name} "
+            f"(and {EVENTS_DB}-shm) to start a new log in this directory"
+        )
     raise StoreCorrupt(
         f"data directory {data_dir} holds no {EVENTS_DB}, but {wal.name} beside where it belongs holds "
         f"{st.st_size} bytes of the log's writes: the database file was removed or moved, and opening "
         f"a new log there would delete that WAL (every commit still in it). Nothing was changed; "
-        f"restore {EVENTS_DB} from where it went or from a backup, keeping {wal.name} as it is "
+        f"{proviso}restore {EVENTS_DB} from where it went or from a backup, keeping {wal.name} as it is "
         f"(or, to start a new log in this directory, remove {wal.name} and {EVENTS_DB}-shm first)"
     )
 
@@ -557,6 +583,7 @@ def open_write_connection(data_dir: Path, synchronous: Synchronous = "FULL") -> 
     path = data_dir / EVENTS_DB
     check_path_length(path)
     check_side_files(path)
+    refuse_wal_without_its_log(data_dir, daemon_may_run=False)  # (the caller holds the writer's lock)
     refuse_empty_beside_a_wal(path)
     refuse_foreign_early(path)
     create_private(path)

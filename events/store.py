@@ -50,6 +50,7 @@ from .errors import (
 from .reader import EventPage, LogReader, StoredEvent, StoredRow
 from .secrets import Secrets
 from .schema import (
+    ACTIVE_DICT_KEY,
     EVENTS_DB,
     LOCK_FILE,
     MAX_EVENT_BYTES_KEY,
@@ -63,6 +64,7 @@ from .schema import (
     recorded_active_dictionary,
     recorded_max_event_bytes,
     refuse_foreign_early,
+    refuse_wal_without_its_log,
     translate_open_error,
     ts_steps_back,
 )
@@ -406,6 +408,11 @@ class EventStore:
         """
         data_dir = check_data_dir(Path(data_dir), create=True)
         refuse_foreign_early(data_dir / EVENTS_DB)  # (a refusal leaves nothing, not even `lock`)
+        if not os.path.lexists(data_dir / LOCK_FILE):
+            # A WAL without its events.db: with no `lock`, no daemon is running there (one would
+            # hold it), so it is refused before anything is made. Else it is checked under the
+            # lock: a daemon still running keeps the file it holds open, and is STORE_LOCKED.
+            refuse_wal_without_its_log(data_dir, daemon_may_run=False)
         fd = _lock_exclusively(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, (
             f"data directory {data_dir} is in use by another Lens process; stop it or "
             f"choose another --data directory"))
@@ -1220,8 +1227,8 @@ class EventStore:
                 (dict_id, data, now_ms(), sample_count),
             )
             conn.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES ('active_dict_id', ?)",
-                (str(dict_id),),
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                (ACTIVE_DICT_KEY, str(dict_id)),
             )
         # Only now (the dictionary is durable) may new rows name it.
         if dict_id not in self.codec.dictionary_ids:

@@ -69,6 +69,39 @@ def hidden_commits(wal: Path, *, reads: int = 3) -> WalFinding | None:
     return None
 
 
+def holds_a_commit(wal: Path) -> bool | None:
+    """Whether the regular file ``wal`` holds a commit frame of its header's salts (one SQLite
+    would read, or one hidden behind a damaged frame); ``None`` when its bytes are no WAL SQLite
+    would read at all (shorter than a header, another magic, a page size WAL does not have, or a
+    header failing its checksum). A header alone, or frames of other salts (an earlier generation)
+    or without a commit, is ``False``: no commit is in it. Raises :class:`OSError` when it cannot
+    be read. Reads the frame headers only, up to the first such commit."""
+    fd = os.open(wal, os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        header = f.read(WAL_HEADER)
+        if len(header) < WAL_HEADER:
+            return None
+        magic, _version, page_size, _ckpt, salt1, salt2, c1, c2 = struct.unpack(">8I", header)
+        if magic not in _MAGIC or page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+            return None
+        if _checksum(header[:24], bool(magic & 1), 0, 0) != (c1, c2):
+            return None
+        size = os.fstat(fd).st_size
+        at = WAL_HEADER
+        while at + FRAME_HEADER + page_size <= size:  # (whole frames only)
+            f.seek(at)
+            frame = f.read(FRAME_HEADER)
+            if len(frame) < FRAME_HEADER:
+                break
+            _pgno, commit, fs1, fs2, _c1, _c2 = struct.unpack(">6I", frame)
+            if commit and (fs1, fs2) == (salt1, salt2):
+                return True
+            at += FRAME_HEADER + page_size
+    return False
+
+
 READ_BYTES = 16 << 20  # read at a time (whole frames), then checked: a short window for a writer
 
 

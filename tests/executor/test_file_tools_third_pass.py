@@ -102,6 +102,29 @@ async def test_the_whole_webp_samples_are_still_images(client: ExecutorClient, w
         assert (out.data, out.mime) == (data, "image/webp"), name
 
 
+def riff(body: bytes) -> bytes:
+    """A WebP file of ``body`` (``WEBP`` and its chunks) under a RIFF header declaring its size."""
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+VP8L_BODY = WEBP_LOSSLESS[8:]  # (b"WEBP", then its one VP8L chunk of odd size and the pad byte)
+
+
+@pytest.mark.parametrize("data", [
+    riff(VP8L_BODY + b"\0\0\0\0"),  # four bytes after the image chunk, inside the RIFF size
+    riff(VP8L_BODY + b"\0"),  # one
+    riff(VP8L_BODY[:-1]),  # the pad byte after the last (odd-sized) chunk left out
+], ids=["4-trailing", "1-trailing", "no-pad-byte"])
+async def test_a_webp_with_a_leftover_shorter_than_a_chunk_header_is_an_image(client: ExecutorClient,
+                                                                               workspace: Path, sub: str,
+                                                                               data: bytes) -> None:
+    # libwebp stops at the image chunk: fewer than 8 bytes after it, inside the RIFF size, are no
+    # chunk cut short. They were refused as "truncated"; a missing last pad byte was let through.
+    (workspace / sub / "img.webp").write_bytes(data)
+    out = await client.call("view_image", {"path": f"{sub}/img.webp"})
+    assert (out.data, out.mime) == (data, "image/webp")
+
+
 async def test_an_image_is_known_by_its_bytes_whatever_its_name_says(client: ExecutorClient, workspace: Path,
                                                                      sub: str) -> None:
     (workspace / sub / "really_a_png.gif").write_bytes(PNG)

@@ -169,10 +169,15 @@ def _webp(data: bytes) -> tuple[int, int, int]:
     if len(data) < 30:
         raise Malformed("is truncated (in its first chunk)")
     at = 12
+    past = f"is truncated (its chunks run past the {riff} bytes its RIFF header declares)"
     while at < riff:  # (its chunks, each within the RIFF size; a decoder reads no further)
-        size = struct.unpack("<I", data[at + 4:at + 8])[0] if at + 8 <= riff else None
-        if size is None or at + 8 + size > riff:
-            raise Malformed(f"is truncated (its chunks run past the {riff} bytes its RIFF header declares)")
+        if at + 8 > riff:
+            if at == 12:  # (the RIFF size ends inside the first chunk's header)
+                raise Malformed(past)
+            break  # (fewer bytes than a chunk header after the chunks: libwebp stops at the image chunk)
+        size = struct.unpack("<I", data[at + 4:at + 8])[0]
+        if at + 8 + size > riff:
+            raise Malformed(past)
         at += 8 + size + (size & 1)
     kind = data[12:16]
     if kind == b"VP8X":

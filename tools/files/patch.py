@@ -228,9 +228,7 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
     if h.anchor is not None:
         hits = by_text.get(h.anchor, [])
         if not hits:
-            squeezed = _squeezed(h.anchor)
-            near = next((i for i, (text, _) in enumerate(lines) if _squeezed(text) == squeezed), None) \
-                if squeezed else None
+            near = _whitespace_twin(h.anchor, lines)
             hint = f" (line {near + 1} of the file differs from it only in whitespace)" if near is not None else ""
             raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: the anchor line is not in the file{hint}")
         if len(hits) > 1:
@@ -270,6 +268,16 @@ def _squeezed(text: bytes) -> bytes:
     return b"".join(text.split())
 
 
+def _whitespace_twin(text: bytes, lines: list[tuple[bytes, bytes]], start: int = 0) -> int | None:
+    """The index of the first of ``lines`` from ``start`` that differs from ``text`` only in
+    whitespace, or ``None`` (also for a ``text`` of whitespace alone, which every blank line would
+    match)."""
+    squeezed = _squeezed(text)
+    if not squeezed:
+        return None
+    return next((i for i in range(start, len(lines)) if _squeezed(lines[i][0]) == squeezed), None)
+
+
 def _why_not(old: list[bytes], lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list[int]], after: int,
              where: str) -> str:
     """What a hunk that matches nowhere got wrong, for its NO_MATCH message (by line numbers: no
@@ -279,9 +287,7 @@ def _why_not(old: list[bytes], lines: list[tuple[bytes, bytes]], by_text: dict[b
     for k, text in enumerate(old):
         if not by_text.get(text) or by_text[text][-1] < after:  # (positions ascend)
             said = f" (line {k + 1} of them is not {where}"
-            squeezed = _squeezed(text)
-            near = next((i for i in range(after, len(lines)) if _squeezed(lines[i][0]) == squeezed), None) \
-                if squeezed else None
+            near = _whitespace_twin(text, lines, after)
             if near is not None:
                 said += f"; line {near + 1} of the file differs from it only in whitespace"
             return said + ")"
