@@ -489,10 +489,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         note = (f"\n[{ended}{', timed out' if exit_info.timed_out else ''}"
                 f"{', output truncated' if truncated else ''}]")
         failed = exit_info.exit_code != 0 or exit_info.timed_out
-        code = None
-        if failed:
-            code = "COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED"
-        return ToolResult.text(text + note, structured, is_error=failed, error_code=code)
+        return ToolResult.text(text + note, structured, is_error=failed, error_code=(
+            ("COMMAND_TIMED_OUT" if exit_info.timed_out else "COMMAND_FAILED") if failed else None))
 
     path_schema = {"type": "string", "description": "workspace-relative path"}
     return [
