@@ -1,0 +1,99 @@
+"""Subagents (F-ACT-5) and the history tools (F-TOOL-7) a third time, as a user drives them: a
+real daemon on loopback, the faux model's calls (``/tool NAME {json}`` as an input or as a
+subagent's prompt), the snip route and ``GET /history/items/{id}``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .conftest import Daemon, run_tool
+
+CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "script": []}], "defaultModel": "faux/faux-1"}
+
+
+def tool_line(name: str, args: dict[str, Any]) -> str:
+    return f"/tool {name} {json.dumps(args)}"
+
+
+async def sub_finished(d: Daemon, token: str, sid: str, request_id: str, name: str,
+                       args: dict[str, Any]) -> dict[str, Any]:
+    """Have the main agent start a subagent that calls ``name`` once; that call's ``tool.finished``."""
+    await d.submit(token, sid, request_id, tool_line("subagent", {"prompt": tool_line(name, args)}))
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    [parent] = [e for e in events if e["kind"] == "tool.finished" and e["agent_id"] == "main"][-1:]
+    assert parent["body"]["status"] == "ok", parent["body"]
+    sub = parent["body"]["structured_content"]["agent_id"]
+    [body] = [e["body"] for e in events if e["kind"] == "tool.finished" and e["agent_id"] == sub]
+    return body
+
+
+async def test_a_snipped_item_stays_in_the_full_context_the_history_tools_read(daemon_factory) -> None:
+    """A snip edits the Working Context only (F-CTX-1, F-CTX-3): the item is still found by search
+    and read whole, by the route, by the main agent's tool and by a subagent's."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    await d.submit(token, sid, "r1", "the capybara swims at dusk")
+    await d.wait_idle(token, sid)
+    [item] = [it for it in (await d.view(token, sid))["items"]
+              if it["role"] == "user" and it["text"] == "the capybara swims at dusk"]
+    resp = await d.post(f"/sessions/{sid}/context/snip", token, {"itemIds": [item["id"]]})
+    assert resp.status_code == 200, resp.text
+    working = await d.get(f"/sessions/{sid}/context", token)
+    assert working.status_code == 200, working.text
+    assert {it["id"]: it["context"] for it in working.json()["items"]}[item["id"]] == "snipped"
+
+    resp = await d.post("/history/search", token, {"projectId": pid, "query": "capybara"})
+    assert resp.status_code == 200, resp.text
+    assert item["id"] in {r["contextItemId"] for r in resp.json()["results"]}
+    resp = await d.get(f"/history/items/{item['id']}", token)
+    assert resp.status_code == 200 and resp.json()["text"] == "the capybara swims at dusk", resp.text
+
+    body = await run_tool(d, token, sid, "r2", "history_read", {"context_item_id": item["id"]})
+    assert body["status"] == "ok", body
+    assert "the capybara swims at dusk" in body["content"][0]["text"], body
+    body = await sub_finished(d, token, sid, "r3", "history_read", {"context_item_id": item["id"]})
+    assert body["status"] == "ok", body
+    assert "the capybara swims at dusk" in body["content"][0]["text"], body
+
+
+async def test_a_subagents_search_of_64_words_runs_and_of_65_is_too_long(daemon_factory) -> None:
+    """The word cap (``MAX_QUERY_WORDS`` = 64) holds for a subagent's call as for the route."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    words = [f"w{n}" for n in range(32)]
+    at_cap = " ".join(f'"{w} {w}x"' for w in words)  # 32 distinct terms, 64 words
+    past = at_cap.replace('"w0 w0x"', '"w0 w0x w0y"')  # the same 32 terms, 65 words
+    resp = await d.post("/history/search", token, {"projectId": pid, "query": at_cap})
+    assert resp.status_code == 200, resp.text
+    body = await sub_finished(d, token, sid, "r1", "history_search", {"query": at_cap})
+    assert body["status"] == "ok", body
+    body = await sub_finished(d, token, sid, "r2", "history_search", {"query": past})
+    assert (body["status"], body["error_code"]) == ("error", "QUERY_TOO_LONG"), body
+    assert "65" in body["content"][0]["text"], body
+
+
+async def test_a_read_of_an_item_of_a_deleted_session_is_not_found_by_a_subagent(daemon_factory) -> None:
+    """A deleted session's items are hidden from history: the route and a subagent's
+    ``history_read`` both answer not found, naming the id."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    gone = (await d.session(token, pid))["id"]
+    await d.submit(token, gone, "r1", "the tapir naps")
+    await d.wait_idle(token, gone)
+    [item] = [it["id"] for it in (await d.view(token, gone))["items"] if it["role"] == "user"]
+    assert (await d.get(f"/history/items/{item}", token)).status_code == 200
+    assert (await d.request("DELETE", f"/sessions/{gone}", token)).status_code == 200
+    resp = await d.get(f"/history/items/{item}", token)
+    assert resp.status_code == 404, resp.text
+    code = resp.json()["error"]["code"]
+    body = await sub_finished(d, token, sid, "r2", "history_read", {"context_item_id": item})
+    assert (body["status"], body["error_code"]) == ("error", code), body
+    assert item in body["content"][0]["text"], body
