@@ -97,3 +97,41 @@ async def test_a_read_of_an_item_of_a_deleted_session_is_not_found_by_a_subagent
     body = await sub_finished(d, token, sid, "r2", "history_read", {"context_item_id": item})
     assert (body["status"], body["error_code"]) == ("error", code), body
     assert item in body["content"][0]["text"], body
+
+
+TWO = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    {"when": "two at once", "toolCalls": [{"name": "subagent", "arguments": {"prompt": "SUBWAIT one"}},
+                                          {"name": "subagent", "arguments": {"prompt": "SUBWAIT two"}}]},
+    {"when": "SUBWAIT", "toolCalls": [{"name": "sleep_milliseconds", "arguments": {"milliseconds": 600000}}]},
+]}], "defaultModel": "faux/faux-1"}
+
+
+async def test_an_abort_while_the_first_of_two_subagent_calls_runs_starts_no_second(daemon_factory) -> None:
+    """Two ``subagent`` calls in one answer run one after the other; an abort during the first ends
+    it and its subagent, and the second never starts a subagent, yet its call is settled too."""
+    from .conftest import wait_until
+
+    d = await daemon_factory(config=TWO)
+    token = await d.pair("c", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "two at once")
+
+    async def sleeping():
+        return [e for e in await d.events(token, sid)
+                if e["kind"] == "tool.started" and e["agent_id"].startswith("sub_")]
+
+    await wait_until(sleeping, what="the first subagent's call")
+    r = await d.post(f"/sessions/{sid}/abort", token)
+    assert r.status_code == 200 and r.json()["aborted"] is True
+    events = await d.events(token, sid)
+    assert len([e for e in events if e["kind"] == "agent.started"]) == 1
+    view = await d.view(token, sid)
+    assert view["status"] == "idle"
+    assert [(a["role"], a["status"]) for a in view["agents"]] == [("main", "idle"), ("subagent", "aborted")]
+    calls = [it["call"] for it in view["items"] if it["role"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["subagent", "subagent"]
+    assert all(c["status"] not in ("running", "pending") for c in calls), calls
+    # nothing runs on: a later input is answered
+    await d.submit(token, sid, "r2", "hello")
+    await d.wait_idle(token, sid)
+    assert (await d.view(token, sid))["status"] == "idle"
