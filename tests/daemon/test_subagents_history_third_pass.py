@@ -135,3 +135,24 @@ async def test_an_abort_while_the_first_of_two_subagent_calls_runs_starts_no_sec
     await d.submit(token, sid, "r2", "hello")
     await d.wait_idle(token, sid)
     assert (await d.view(token, sid))["status"] == "idle"
+
+
+async def test_a_subagent_calling_a_tool_outside_its_list_is_refused(daemon_factory) -> None:
+    """A subagent given ``tools: ["get_system_time"]`` that calls ``history_search`` anyway (a
+    model may name any tool) is refused at execution; no search runs."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    prompt = tool_line("history_search", {"query": "anything"})
+    await d.submit(token, sid, "r1", tool_line("subagent", {"prompt": prompt, "tools": ["get_system_time"]}))
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    [started] = [e for e in events if e["kind"] == "agent.started"]
+    assert started["body"]["tools"] == ["get_system_time"]
+    sub = started["agent_id"]
+    [body] = [e["body"] for e in events if e["kind"] == "tool.finished" and e["agent_id"] == sub]
+    assert (body["name"], body["status"]) == ("history_search", "error"), body
+    assert body["error_code"] == "TOOL_UNKNOWN", body  # as decided for a tool outside the list
+    assert "history_search" in body["content"][0]["text"], body
+    assert "results" not in (body.get("structured_content") or {}), body
