@@ -156,3 +156,41 @@ async def test_a_subagent_calling_a_tool_outside_its_list_is_refused(daemon_fact
     assert body["error_code"] == "TOOL_UNKNOWN", body  # as decided for a tool outside the list
     assert "history_search" in body["content"][0]["text"], body
     assert "results" not in (body.get("structured_content") or {}), body
+
+
+COMPACTING = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1", "contextWindow": 50000}],
+                             "script": []}],
+              "defaultModel": "faux/m1", "context": {"compaction": {"auto": False, "keepRecentTokens": 1}}}
+
+
+async def test_a_subagent_started_after_a_compaction_reads_and_finds_what_it_replaced(daemon_factory) -> None:
+    """Items a compaction cut from the main agent's Working Context stay in the Full Context
+    (F-CTX-1): a subagent started afterwards finds them and reads them whole, and its parent's
+    replaced subagent call and the subagent's own items stay found too."""
+    d = await daemon_factory(config=COMPACTING)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    await d.submit(token, sid, "r1", "the pangolin curls up")
+    await d.wait_idle(token, sid)
+    first_sub = await sub_finished(d, token, sid, "r2", "get_system_time", {})
+    assert first_sub["status"] == "ok", first_sub
+    await d.submit(token, sid, "r3", "and then")
+    await d.wait_idle(token, sid)
+    [item] = [it["id"] for it in (await d.view(token, sid))["items"]
+              if it["role"] == "user" and it["text"] == "the pangolin curls up"]
+    r = await d.post(f"/sessions/{sid}/compact", token)
+    assert r.status_code == 200, r.text
+    replaced = r.json()["replacedItemIds"]
+    assert item in replaced
+
+    read = await sub_finished(d, token, sid, "r4", "history_read", {"context_item_id": item})
+    assert read["status"] == "ok", read
+    assert "the pangolin curls up" in read["content"][0]["text"], read
+    searched = await sub_finished(d, token, sid, "r5", "history_search", {"query": "pangolin"})
+    assert searched["status"] == "ok", searched
+    assert item in {r["context_item_id"] for r in searched["structured_content"]["results"]}, searched
+    # the first subagent's items (its call of the time) are found after the compaction
+    resp = await d.post("/history/search", token, {"projectId": pid, "query": "get_system_time", "limit": 100})
+    assert resp.status_code == 200, resp.text
+    assert any(r["agentId"].startswith("sub_") and r["role"] == "tool_call" for r in resp.json()["results"]), resp.text
