@@ -194,3 +194,36 @@ async def test_a_subagent_started_after_a_compaction_reads_and_finds_what_it_rep
     resp = await d.post("/history/search", token, {"projectId": pid, "query": "get_system_time", "limit": 100})
     assert resp.status_code == 200, resp.text
     assert any(r["agentId"].startswith("sub_") and r["role"] == "tool_call" for r in resp.json()["results"]), resp.text
+
+
+async def test_a_subagent_gets_nothing_of_another_project_by_its_ids(daemon_factory) -> None:
+    """Other projects are never returned (F-TOOL-7): a subagent reading an item of another project,
+    or paging after one, is refused as the main agent is, and learns nothing of its text."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    other = (await d.session(token, (await d.project(token, "other"))["id"]))["id"]
+    await d.submit(token, other, "r1", "the secret axolotl")
+    await d.wait_idle(token, other)
+    [foreign] = [it["id"] for it in (await d.view(token, other))["items"] if it["role"] == "user"]
+
+    main = await run_tool(d, token, sid, "m1", "history_read", {"context_item_id": foreign})
+    sub = await sub_finished(d, token, sid, "s1", "history_read", {"context_item_id": foreign})
+    for body in (main, sub):
+        assert body["status"] == "error" and body["error_code"], body
+        assert "axolotl" not in json.dumps(body), body
+        assert foreign in body["content"][0]["text"], body
+    assert sub["error_code"] == main["error_code"], (main, sub)
+
+    main = await run_tool(d, token, sid, "m2", "history_search", {"query": "axolotl",
+                                                                  "after_context_item_id": foreign})
+    sub = await sub_finished(d, token, sid, "s2", "history_search", {"query": "axolotl",
+                                                                     "after_context_item_id": foreign})
+    for body in (main, sub):
+        assert body["status"] == "error" and body["error_code"], body
+        assert "after_context_item_id" in body["content"][0]["text"], body
+    assert sub["error_code"] == main["error_code"], (main, sub)
+    resp = await d.post("/history/search", token, {"projectId": pid, "query": "axolotl",
+                                                   "afterContextItemId": foreign})
+    assert resp.status_code in (400, 404) and resp.json()["error"]["code"] == main["error_code"], resp.text
