@@ -227,3 +227,30 @@ async def test_a_subagent_gets_nothing_of_another_project_by_its_ids(daemon_fact
     resp = await d.post("/history/search", token, {"projectId": pid, "query": "axolotl",
                                                    "afterContextItemId": foreign})
     assert resp.status_code in (400, 404) and resp.json()["error"]["code"] == main["error_code"], resp.text
+
+
+async def test_a_subagents_search_at_the_byte_and_limit_bounds_and_one_past(daemon_factory) -> None:
+    """The README's bounds of a search (a query of at most 4096 bytes of UTF-8, ``limit`` 1–100)
+    hold for a subagent's ``history_search`` as for ``POST /history/search``, with the same codes."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    at_bytes = "é" * 2048  # 4096 bytes, one word
+    cases = [({"query": at_bytes}, None), ({"query": at_bytes + "a"}, "QUERY_TOO_LONG"),
+             ({"query": "x", "limit": 100}, None), ({"query": "x", "limit": 1}, None),
+             ({"query": "x", "limit": 101}, "route"), ({"query": "x", "limit": 0}, "route")]
+    for n, (args, expected) in enumerate(cases):
+        resp = await d.post("/history/search", token, {"projectId": pid, **args})
+        body = await sub_finished(d, token, sid, f"r{n}", "history_search", args)
+        if expected is None:
+            assert resp.status_code == 200, (args, resp.text)
+            assert body["status"] == "ok", (args, body)
+            continue
+        assert resp.status_code == 400, (args, resp.text)
+        code = resp.json()["error"]["code"]
+        if expected != "route":
+            assert code == expected, resp.text
+        assert (body["status"], body["error_code"]) == ("error", code), (args, body)
+        if "limit" in args:
+            assert "limit" in body["content"][0]["text"], body
