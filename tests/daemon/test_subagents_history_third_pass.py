@@ -254,3 +254,17 @@ async def test_a_subagents_search_at_the_byte_and_limit_bounds_and_one_past(daem
         assert (body["status"], body["error_code"]) == ("error", code), (args, body)
         if "limit" in args:
             assert "limit" in body["content"][0]["text"], body
+
+
+async def test_a_subagent_call_with_an_argument_it_does_not_take_names_it(daemon_factory) -> None:
+    """``subagent`` takes ``prompt`` and ``tools`` only (a subagent runs on its session's model). A
+    call adding ``model`` was refused as "subagent takes only 'prompt' and 'tools'", which did not
+    say which argument was wrong; it now names it, as the other tools' refusals do."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    body = await run_tool(d, token, sid, "r1", "subagent", {"prompt": "tell the time", "model": "faux/other"})
+    assert (body["status"], body["error_code"]) == ("error", "INVALID_ARGUMENT"), body
+    text = body["content"][0]["text"]
+    assert "'model'" in text and "'prompt'" in text and "'tools'" in text, text
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "agent.started"]
