@@ -268,3 +268,29 @@ async def test_a_subagent_call_with_an_argument_it_does_not_take_names_it(daemon
     text = body["content"][0]["text"]
     assert "'model'" in text and "'prompt'" in text and "'tools'" in text, text
     assert not [e for e in await d.events(token, sid) if e["kind"] == "agent.started"]
+
+
+async def test_a_cursor_from_a_search_pages_on_for_a_subagent_after_new_items(daemon_factory) -> None:
+    """A ``next_after_context_item_id`` the main agent got stays usable once new items match: a
+    subagent paging on with it never gets the first page's items again, and the pages together
+    hold each item at most once."""
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("c", strong=True)
+    pid = (await d.project(token))["id"]
+    sid = (await d.session(token, pid))["id"]
+    for n in range(3):
+        await d.submit(token, sid, f"k{n}", f"kudu number {n}")
+        await d.wait_idle(token, sid)
+    first = await run_tool(d, token, sid, "p1", "history_search", {"query": "kudu", "limit": 2})
+    assert first["status"] == "ok", first
+    page1 = [r["context_item_id"] for r in first["structured_content"]["results"]]
+    cursor = first["structured_content"]["next_after_context_item_id"]
+    assert len(page1) == 2 and cursor, first
+    await d.submit(token, sid, "k9", "kudu number nine")
+    await d.wait_idle(token, sid)
+    second = await sub_finished(d, token, sid, "p2", "history_search",
+                                {"query": "kudu", "limit": 100, "after_context_item_id": cursor})
+    assert second["status"] == "ok", second
+    page2 = [r["context_item_id"] for r in second["structured_content"]["results"]]
+    assert page2 and not set(page1) & set(page2), (page1, page2)
+    assert len(page2) == len(set(page2))
