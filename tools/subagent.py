@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime.errors import shortened_names  # (imports nothing: no cycle)
+
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
 MAX_PROMPT_CHARS = 200_000
@@ -16,8 +18,10 @@ MAX_PROMPT_CHARS = 200_000
 async def subagent(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     prompt = args.get("prompt")
     tools = args.get("tools")
-    if set(args) - {"prompt", "tools"}:
-        raise ToolError("INVALID_ARGUMENT", "subagent takes only 'prompt' and 'tools'")
+    extra = set(args) - {"prompt", "tools"}
+    if extra:
+        raise ToolError("INVALID_ARGUMENT",
+                        f"subagent does not take {shortened_names(extra)}; it takes only 'prompt' and 'tools'")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ToolError("INVALID_ARGUMENT", "subagent needs a non-empty 'prompt' string")
     if len(prompt) > MAX_PROMPT_CHARS:
