@@ -1,0 +1,116 @@
+"""F-HAR-1..3 over HTTP, a third pass as a user who has SPEC.md, the README and docs/ drives a real
+daemon (loopback port 0, the ``faux`` provider calling tools, the real executor over gRPC).
+
+What the first two passes (``test_harness_acceptance.py``, ``test_harness_edges_acceptance.py``,
+``test_harness_second_pass.py``) and the jobs and workspace tests pin is not redone. Here: an
+answer raced with an abort of the session (exactly one of them settles the question, and each
+reply says which), and ``ask_user`` at five questions of twenty options and one past either, each
+refusal naming the bound it broke and what was given. Every wait is bounded (conftest
+``wait_until``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from .conftest import Daemon, DaemonFactory, error_of, run_tool, wait_until
+
+ASK = {"questions": [{"id": "q", "text": "Which colour?",
+                      "options": [{"id": "r", "label": "red"}, {"id": "b", "label": "blue"}]}]}
+CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    {"when": "<ask>", "toolCalls": [{"name": "ask_user", "arguments": ASK}]},
+]}], "defaultModel": "faux/faux-1"}
+
+
+async def _setup(d: Daemon) -> tuple[str, str]:
+    token = await d.pair("third-pass", strong=True)
+    project = await d.project(token)
+    return token, (await d.session(token, project["id"]))["id"]
+
+
+async def _asked(d: Daemon, token: str, sid: str, rid: str) -> str:
+    await d.submit(token, sid, rid, "<ask>")
+
+    async def awaiting() -> str | None:
+        v = await d.view(token, sid)
+        return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v["questions"] else None
+
+    return await wait_until(awaiting, what="an open question")
+
+
+async def test_an_answer_raced_with_an_abort_settles_the_question_once_and_says_which(
+        daemon_factory: DaemonFactory):
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _setup(d)
+    for n in range(10):
+        qid = await _asked(d, token, sid, f"r{n}")
+        results: dict[str, Any] = {}
+        go = trio.Event()
+
+        async def answer() -> None:
+            await go.wait()
+            results["answer"] = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token,
+                                             {"kind": "answer", "optionIds": ["b"]})
+
+        async def abort() -> None:
+            await go.wait()
+            results["abort"] = await d.post(f"/sessions/{sid}/abort", token)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer)
+            nursery.start_soon(abort)
+            go.set()
+        view = await d.wait_idle(token, sid)
+        assert view["questions"] == [], view["questions"]
+        events = await d.events(token, sid)
+        asked = next(e for e in events if e["kind"] == "question.asked" and e["body"]["question_id"] == qid)
+        settled = [e for e in events
+                   if e["kind"] in ("question.answered", "question.cancelled") and e["body"]["question_id"] == qid]
+        assert len(settled) == 1, (n, settled)
+        ends = [e["body"]["status"] for e in events if e["kind"] == "task.finished" and e["task_id"] == asked["task_id"]]
+        a, stop = results["answer"], results["abort"]
+        assert stop.status_code == 200, stop.text
+        # the abort says it stopped something exactly when the question's task ended aborted
+        assert ends == (["aborted"] if stop.json()["aborted"] else ["completed"]), (stop.text, ends)
+        if settled[0]["kind"] == "question.answered":
+            assert a.status_code == 200 and a.json()["duplicate"] is False, a.text
+        else:
+            assert (a.status_code, error_of(a)) == (409, "QUESTION_SETTLED"), a.text
+
+
+def _questions(n: int, options: int) -> list[dict[str, Any]]:
+    return [{"id": f"q{i}", "text": f"Question {i}?",
+             "options": [{"id": f"q{i}o{j}", "label": f"option {j}"} for j in range(options)]} for i in range(n)]
+
+
+async def test_five_questions_of_twenty_options_are_asked_and_one_past_either_is_refused_naming_the_count(
+        daemon: Daemon):
+    token, sid = await _setup(daemon)
+    for rid, questions, named in (
+            ("six", _questions(6, 1), "6 questions"),
+            ("options", _questions(2, 20)[:1] + _questions(2, 21)[1:], "question 'q1' has 21 options")):
+        body = await run_tool(daemon, token, sid, rid, "ask_user", {"questions": questions})
+        assert (body["status"], body["error_code"]) == ("error", "INVALID_ARGUMENT"), body
+        text = body["content"][0]["text"]
+        assert named in text and ("1 to 5 questions" in text or "at most 20 are allowed" in text), text
+    # a text past its bound is named as such, not as the options' count
+    long_text = [{"id": "q", "text": "t" * 2001, "options": [{"id": "o", "label": "O"}]}]
+    body = await run_tool(daemon, token, sid, "long", "ask_user", {"questions": long_text})
+    text = body["content"][0]["text"]
+    assert "2001 characters" in text and "options" not in text, text
+    assert not [e for e in await daemon.events(token, sid) if e["kind"] == "question.asked"]
+
+    await daemon.submit(token, sid, "most", "/tool ask_user " + json.dumps({"questions": _questions(5, 20)}))
+
+    async def asked() -> dict[str, Any] | None:
+        v = await daemon.view(token, sid)
+        return v["questions"][0] if v["status"] == "awaiting_answer" and v["questions"] else None
+
+    question = await wait_until(asked, what="the question of five")
+    assert [len(q["options"]) for q in question["questions"]] == [20] * 5
+    r = await daemon.post(f"/sessions/{sid}/questions/{question['questionId']}/answer", token,
+                          {"kind": "answer", "optionIds": ["q0o19", "q4o0"]})
+    assert r.status_code == 200 and r.json()["answer"]["optionIds"] == ["q0o19", "q4o0"], r.text
+    await daemon.wait_idle(token, sid)
