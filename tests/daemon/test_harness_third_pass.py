@@ -5,7 +5,8 @@ What the first two passes (``test_harness_acceptance.py``, ``test_harness_edges_
 ``test_harness_second_pass.py``) and the jobs and workspace tests pin is not redone. Here: an
 answer raced with an abort of the session (exactly one of them settles the question, and each
 reply says which), and ``ask_user`` at five questions of twenty options and one past either, each
-refusal naming the bound it broke and what was given. Every wait is bounded (conftest
+refusal naming the bound it broke and what was given, and a job's output read by the ``job``
+tool at its end, past it and at the job route's bound. Every wait is bounded (conftest
 ``wait_until``)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import trio
 
 from .conftest import Daemon, DaemonFactory, error_of, run_tool, wait_until
+from .test_jobs import finished_of, start_job
 
 ASK = {"questions": [{"id": "q", "text": "Which colour?",
                       "options": [{"id": "r", "label": "red"}, {"id": "b", "label": "blue"}]}]}
@@ -114,3 +116,22 @@ async def test_five_questions_of_twenty_options_are_asked_and_one_past_either_is
                           {"kind": "answer", "optionIds": ["q0o19", "q4o0"]})
     assert r.status_code == 200 and r.json()["answer"]["optionIds"] == ["q0o19", "q4o0"], r.text
     await daemon.wait_idle(token, sid)
+
+
+
+async def test_the_job_tool_reads_past_the_end_to_the_same_bound_as_the_job_route(daemon: Daemon):
+    # The route took offsets to 2^63-1 and the tool refused past 2^62: one read, two bounds.
+    token, sid = await _setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "printf abc")
+    await finished_of(daemon, token, sid, job_id)
+    for off in (3, 4, 2**63 - 1):
+        r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token, params={"offset": str(off)})
+        assert r.status_code == 200 and (r.json()["output"], r.json()["nextOffset"], r.json()["eof"]) == ("", 3, True)
+        body = await run_tool(daemon, token, sid, f"read{off}", "job", {"action": "read", "job_id": job_id, "offset": off})
+        assert body["status"] == "ok" and body["content"][0]["text"].endswith("output bytes 3-3]"), body
+    r = await daemon.get(f"/sessions/{sid}/jobs/{job_id}", token, params={"offset": str(2**63)})
+    assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT") and "9223372036854775807" in r.text, r.text
+    body = await run_tool(daemon, token, sid, "past", "job", {"action": "read", "job_id": job_id, "offset": 2**63})
+    assert (body["status"], body["error_code"]) == ("error", "INVALID_ARGUMENT"), body
+    # (arguments past 64 bits are refused before the tool reads them, naming the number)
+    assert "outside 64 bits (9223372036854775808)" in body["content"][0]["text"], body
