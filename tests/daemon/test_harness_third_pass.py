@@ -3,7 +3,7 @@ daemon (loopback port 0, the ``faux`` provider calling tools, the real executor 
 
 What the first two passes (``test_harness_acceptance.py``, ``test_harness_edges_acceptance.py``,
 ``test_harness_second_pass.py``) and the jobs and workspace tests pin is not redone. Here: an
-answer raced with an abort of the session (exactly one of them settles the question, and each
+answer raced with an abort or a delete of the session (exactly one of them settles the question, and each
 reply says which), and ``ask_user`` at five questions of twenty options and one past either, each
 refusal naming the bound it broke and what was given, and a job's output read by the ``job``
 tool at its end, past it and at the job route's bound. Every wait is bounded (conftest
@@ -135,3 +135,44 @@ async def test_the_job_tool_reads_past_the_end_to_the_same_bound_as_the_job_rout
     assert (body["status"], body["error_code"]) == ("error", "INVALID_ARGUMENT"), body
     # (arguments past 64 bits are refused before the tool reads them, naming the number)
     assert "outside 64 bits (9223372036854775808)" in body["content"][0]["text"], body
+
+
+async def test_an_answer_raced_with_a_delete_of_the_session_settles_the_question_once(
+        daemon_factory: DaemonFactory):
+    d = await daemon_factory(config=CONFIG)
+    token = await d.pair("third-pass", strong=True)
+    project = await d.project(token)
+    for n in range(6):
+        sid = (await d.session(token, project["id"]))["id"]
+        qid = await _asked(d, token, sid, "r1")
+        results: dict[str, Any] = {}
+        go = trio.Event()
+
+        async def answer() -> None:
+            await go.wait()
+            results["answer"] = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token,
+                                             {"kind": "answer", "optionIds": ["b"]})
+
+        async def delete() -> None:
+            await go.wait()
+            results["delete"] = await d.request("DELETE", f"/sessions/{sid}", token)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer)
+            nursery.start_soon(delete)
+            go.set()
+        assert results["delete"].status_code == 200, results["delete"].text
+
+        async def settled() -> list[dict[str, Any]] | None:
+            found = [e for e in await d.events(token, sid)
+                     if e["kind"] in ("question.answered", "question.cancelled") and e["body"]["question_id"] == qid]
+            return found or None
+
+        found = await wait_until(settled, what="the question settled")
+        a = results["answer"]
+        assert len(found) == 1, found
+        if found[0]["kind"] == "question.answered":
+            assert a.status_code == 200 and a.json()["duplicate"] is False, a.text
+        else:
+            assert a.status_code == 409 and error_of(a) in ("SESSION_DELETED", "QUESTION_SETTLED"), a.text
+        assert (await d.view(token, sid))["questions"] == []
