@@ -6,7 +6,8 @@ What the first two passes (``test_harness_acceptance.py``, ``test_harness_edges_
 answer raced with an abort or a delete of the session (exactly one of them settles the question, and each
 reply says which), and ``ask_user`` at five questions of twenty options and one past either, each
 refusal naming the bound it broke and what was given, and a job's output read by the ``job``
-tool at its end, past it and at the job route's bound. Every wait is bounded (conftest
+tool at its end, past it and at the job route's bound, and a job's and a question's events on the
+SSE stream as the log holds them. Every wait is bounded (conftest
 ``wait_until``)."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import trio
 
 from .conftest import Daemon, DaemonFactory, error_of, run_tool, wait_until
-from .test_jobs import finished_of, start_job
+from .test_jobs import finished_of, report_answered, start_job
 
 ASK = {"questions": [{"id": "q", "text": "Which colour?",
                       "options": [{"id": "r", "label": "red"}, {"id": "b", "label": "blue"}]}]}
@@ -176,3 +177,27 @@ async def test_an_answer_raced_with_a_delete_of_the_session_settles_the_question
         else:
             assert a.status_code == 409 and error_of(a) in ("SESSION_DELETED", "QUESTION_SETTLED"), a.text
         assert (await d.view(token, sid))["questions"] == []
+
+
+async def test_a_jobs_start_and_end_and_a_questions_ask_and_answer_reach_the_stream_as_logged(
+        daemon_factory: DaemonFactory):
+    # docs/decisions.md "Background jobs": the SSE stream carries job.started and job.finished.
+    d = await daemon_factory(config=CONFIG)
+    token, sid = await _setup(d)
+    kinds = ("job.started", "job.finished", "question.asked", "question.answered")
+    async with d.sse(token, params={"session": sid}) as stream:
+        job_id = await start_job(d, token, sid, "r1", "printf abc")
+        frames = [await stream.until(lambda m: m.event == "job.started"),
+                  await stream.until(lambda m: m.event == "job.finished")]
+        await report_answered(d, token, sid, job_id)
+        qid = await _asked(d, token, sid, "r2")
+        frames.append(await stream.until(lambda m: m.event == "question.asked"))
+        r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "answer", "optionIds": ["r"]})
+        assert r.status_code == 200, r.text
+        frames.append(await stream.until(lambda m: m.event == "question.answered"))
+    await d.wait_idle(token, sid)
+    events = [e for e in await d.events(token, sid) if e["kind"] in kinds]
+    assert [e["kind"] for e in events] == list(kinds)
+    assert [(m.id, m.json()) for m in frames] == [(e["seq"], e) for e in events]
+    assert events[1]["body"]["job_id"] == job_id and events[1]["body"]["output_tail"] == "abc"
+    assert events[3]["body"]["question_id"] == qid
