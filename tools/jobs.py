@@ -132,7 +132,7 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
                 text = "\n".join(_line(j, ctx.secrets) for j in jobs) if jobs else "no jobs in this session"
                 return ToolResult.text(text, {"jobs": jobs})
             if action == "read":
-                offset = int_arg(args, "offset", 0, 0, 2**62)
+                offset = int_arg(args, "offset", 0, 0, 2**63 - 1)  # (the job route's bound)
                 limit = int_arg(args, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES)
                 r = await ctx.jobs.read(args["job_id"], offset, limit)
                 note = (f"[{_line(r, ctx.secrets)}; output bytes {r['offset']}-{r['next_offset']}"

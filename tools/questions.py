@@ -32,7 +32,7 @@ async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError("INVALID_ARGUMENT", "ask_user takes {\"questions\": [{id, text, options?, allow_text?}]}")
     raw = args["questions"]
     if not 1 <= len(raw) <= MAX_QUESTIONS:
-        raise ToolError("INVALID_ARGUMENT", f"ask 1 to {MAX_QUESTIONS} questions at a time")
+        raise ToolError("INVALID_ARGUMENT", f"ask 1 to {MAX_QUESTIONS} questions at a time, not {len(raw)} questions")
     for i, rq in enumerate(raw):
         if not isinstance(rq, dict):
             continue  # (convert names the wrong type)
@@ -66,9 +66,14 @@ async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
                                 f"before by {seen[value]}; question and option ids must be unique")
             seen[value] = what
     for q in questions:
-        if not q.text.strip() or len(q.text) > MAX_TEXT or len(q.options) > MAX_OPTIONS:
-            raise ToolError("INVALID_ARGUMENT",
-                            f"question {q.id!r}: text 1 to {MAX_TEXT} characters, at most {MAX_OPTIONS} options")
+        # each bound named on its own, with what was given (one message for both left a model
+        # with 21 options wondering about its text)
+        if not q.text.strip() or len(q.text) > MAX_TEXT:
+            raise ToolError("INVALID_ARGUMENT", f"question {shortened(repr(q.id))}: text must be 1 to {MAX_TEXT} "
+                            f"characters, not blank; it has {len(q.text)} characters")
+        if len(q.options) > MAX_OPTIONS:
+            raise ToolError("INVALID_ARGUMENT", f"question {shortened(repr(q.id))} has {len(q.options)} options; "
+                            f"at most {MAX_OPTIONS} are allowed")
         if not q.options and not q.allow_text:
             raise ToolError("INVALID_ARGUMENT", f"question {q.id!r} has no options and allows no text")
     if ctx.ask is None:
