@@ -103,3 +103,33 @@ async def test_creates_racing_from_a_read_of_no_file_let_exactly_one_through(dae
     r = await daemon.put("/config/files/lens.jsonc", strong, {"text": "{}\n", "expectDigest": None})
     assert r.status_code == 409 and error_of(r) == "CONFIG_FILE_CHANGED", r.text
     assert daemon.config_path.read_text() == '{ "dataDir": ".by-hand" }\n'
+
+
+# --------------------------------------------------------------------------- what the next start reads
+
+
+async def test_a_main_config_others_can_write_is_not_written_as_if_the_next_start_would_read_it(
+        daemon: Daemon, strong: str) -> None:
+    # a lens.jsonc made by hand under umask 002 (0664) after the daemon started on its defaults: a
+    # write through the API kept the mode and answered 200 `appliesAt: nextStart`, and the next
+    # `lens serve` refused the file (test_config_trust.py). It is refused as the start refuses it.
+    daemon.config_path.write_text("{}\n")
+    for mode, who in ((0o664, "0664"), (0o606, "0606")):
+        os.chmod(daemon.config_path, mode)
+        r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{ "dataDir": ".lens" }\n'})
+        assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+        message = r.json()["error"]["message"]
+        assert message.startswith("lens.jsonc: ") and f"(mode {who})" in message and "chmod go-w" in message, message
+        assert daemon.config_path.read_text() == "{}\n"
+        assert os.stat(daemon.config_path).st_mode & 0o777 == mode
+    # readable by others is no refusal at start, nor here; the mode is kept
+    os.chmod(daemon.config_path, 0o644)
+    r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{ "dataDir": ".lens" }\n'})
+    assert r.status_code == 200 and r.json()["appliesAt"] == "nextStart", r.text
+    assert os.stat(daemon.config_path).st_mode & 0o777 == 0o644
+    # another file of the directory is read by nothing: its mode is its owner's business
+    other = daemon.config_dir / "notes.json"
+    other.write_text("{}\n")
+    os.chmod(other, 0o666)
+    r = await daemon.put("/config/files/notes.json", strong, {"text": '{"a": 1}\n'})
+    assert r.status_code == 200 and r.json()["appliesAt"] == "notRead", r.text
