@@ -600,11 +600,7 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
     the daemon's user; in a directory they can write, or above it, they can put such a file
     (or a directory holding one) in the config's place. Readable by others is not refused (see
     the note about credentials it holds)."""
-    why = others_can_change(st)
-    if why is not None:
-        raise ConfigError(f"config file {path} is {why}, who could send the providers' keys to a server of "
-                          f"theirs or run commands as this user; check it, then "
-                          f"{the_fix(why, path, _DAEMON_USER)}")
+    check_private_config_file(path, st)
     folders = list(dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]))
     for folder in folders:
         try:
@@ -627,6 +623,18 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
                               f"could put a directory of theirs, and a config in it, in place of {folder}; "
                               f"check what it holds, then {swap_fix(above[1], above[0])}, or move the config "
                               f"to a directory of the daemon's user alone")
+
+
+def check_private_config_file(path: Path, st: os.stat_result) -> None:
+    """The file part of :func:`check_private_config`: :class:`ConfigError` for a config file
+    (``st``: its ``fstat``) writable by the group or by others, or another user's. A write through
+    the config-file API keeps the file's mode, so it runs this too (a write the next start would
+    refuse is refused)."""
+    why = others_can_change(st)
+    if why is not None:
+        raise ConfigError(f"config file {path} is {why}, who could send the providers' keys to a server of "
+                          f"theirs or run commands as this user; check it, then "
+                          f"{the_fix(why, path, _DAEMON_USER)}")
 
 
 def expand_path(value: str, key: str, where: str) -> Path:

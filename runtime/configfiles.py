@@ -31,7 +31,7 @@ from events.secrets import Secrets
 from . import jsonc
 from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
                          why_not_written)
-from .config import ConfigError, check_size, parse_config, unknown_keys
+from .config import ConfigError, check_private_config_file, check_size, parse_config, unknown_keys
 from .errors import LensError, shortened
 from .key_hints import unknown_keys_meant
 from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
@@ -268,6 +268,13 @@ class ConfigFiles:
                 raise ConfigFileNotRegular(f"{name} cannot be written through the API: it is {kind_of(st.st_mode)}, "
                                            f"not a regular file; nothing was changed")
             mode = stat.S_IMODE(st.st_mode)
+            if role == "main":
+                # the write keeps the mode, and the next `lens serve` refuses a config others can
+                # change: a 200 `nextStart` would name a start that does not come
+                try:
+                    check_private_config_file(Path(name), st)
+                except ConfigError as exc:
+                    raise ConfigError(f"{name}: {exc.message}; nothing was changed") from None
         if expect_digest is not msgspec.UNSET:  # (after the checks above: "changed" is for a file it can write)
             current = self._digest(path, name)
             if current != expect_digest:
