@@ -267,7 +267,7 @@ class ConfigFiles:
             if not stat.S_ISREG(st.st_mode):
                 raise ConfigFileNotRegular(f"{name} cannot be written through the API: it is {kind_of(st.st_mode)}, "
                                            f"not a regular file; nothing was changed")
-            mode = stat.S_IMODE(st.st_mode)
+            mode = stat.S_IMODE(st.st_mode) & 0o777  # (the permission bits: no set-ID or sticky bit carried on)
             if role == "main":
                 # the write keeps the mode, and the next `lens serve` refuses a config others can
                 # change: a 200 `nextStart` would name a start that does not come

@@ -133,3 +133,17 @@ async def test_a_main_config_others_can_write_is_not_written_as_if_the_next_star
     os.chmod(other, 0o666)
     r = await daemon.put("/config/files/notes.json", strong, {"text": '{"a": 1}\n'})
     assert r.status_code == 200 and r.json()["appliesAt"] == "notRead", r.text
+
+
+async def test_a_write_keeps_the_permission_bits_but_not_set_id_or_sticky_bits(daemon: Daemon, strong: str) -> None:
+    # A PUT kept the whole mode, set-user-ID and set-group-ID included (04755 stayed 04755): a
+    # config file is data, and a write through the API is no place to carry a privilege bit on.
+    other = daemon.config_dir / "x.json"
+    other.write_text("{}\n")
+    os.chmod(other, 0o6755)
+    if os.stat(other).st_mode & 0o6000 != 0o6000:
+        os.chmod(other, 0o4755)  # (a file system that drops set-group-ID for a non-member)
+    r = await daemon.put("/config/files/x.json", strong, {"text": '{"a": 1}\n'})
+    assert r.status_code == 200, r.text
+    assert os.stat(other).st_mode & 0o7777 == 0o755
+    assert json.loads(other.read_text()) == {"a": 1}
