@@ -26,6 +26,7 @@ allowing anything (nothing under it is converted)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
@@ -40,6 +41,10 @@ CALL_STEPS = 200_000  # schemas looked at for one call's arguments, in all
 # schemas that must all hold.
 _Ways = tuple[tuple[Any, ...], ...]
 _Place = tuple[Any, "str | int"]  # (the place holding it or None, its key there)
+
+# An array index in a JSON pointer (RFC 6901): ASCII digits, no leading zero; 18 digits at most, past
+# any list (and int() of thousands of digits raises).
+_INDEX = re.compile(r"0|[1-9][0-9]{0,17}")
 
 
 def integers_as_int(schema: Mapping[str, Any], args: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -214,7 +219,7 @@ class _Resolver:
             token = token.replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping) and token in node:
                 node = node[token]
-            elif isinstance(node, list) and token.isascii() and token.isdigit() and int(token) < len(node):
+            elif isinstance(node, list) and _INDEX.fullmatch(token) and int(token) < len(node):
                 node = node[int(token)]
             else:
                 return None

@@ -181,11 +181,12 @@ def test_a_schema_too_costly_to_work_out_converts_nothing_there_and_ends():
     assert json.dumps(integers_as_int(loops, {"n": 5.0})) == '{"n": 5.0}'
 
 
-@pytest.mark.parametrize("token", ["²", "٣", "1²"])
+@pytest.mark.parametrize("token", ["²", "٣", "1²", "9" * 5000, "00", "01"])
 def test_a_pointer_token_of_digits_that_are_not_ascii_names_nothing(token: str) -> None:
-    """A `$ref` pointer's array index is ASCII digits only: a token like '²' (a digit to
-    `str.isdigit`, not to `int`) names no item, so the value is left as sent (it raised
-    ValueError from the conversion of a tool call's arguments)."""
+    """A `$ref` pointer's array index is ASCII digits without a leading zero (RFC 6901): a token
+    like '²' (a digit to `str.isdigit`, not to `int`) or of 5,000 digits (past `int`'s limit on
+    digits) raised ValueError from the conversion of a tool call's arguments; '00' named item 0.
+    Each names no item now, so the value is left as sent."""
     schema = {"type": "object", "properties": {"a": {"$ref": f"#/$defs/L/{token}"}, "b": {"$ref": "#/$defs/L/0"}},
               "$defs": {"L": [{"type": "integer"}, {"type": "integer"}]}}
     assert integers_as_int(schema, {"a": 1.0, "b": 2.0}) == {"a": 1.0, "b": 2}
