@@ -574,3 +574,51 @@ def test_an_unnamed_anthropic_frame_named_by_its_type_keeps_its_raw_lines(name):
     lines = [f"data: {data}"] if name is None else [f"event: {name}", f"data: {data}"]
     renamed = named_by_type(ServerSentEvent(event=name, data=data, id="7", retry=5, raw=lines))
     assert (renamed.event, renamed.data, renamed.id, renamed.retry, renamed.raw) == ("message_stop", data, "7", 5, lines)
+
+
+# A vLLM (pydantic) server's refusal of a message too long: its ``message`` is text, and the text
+# holds the refused value, here a user's words that name ``stream_options``.
+ECHOING_TEXT_400 = {"object": "error", "type": "BadRequestError", "code": 400, "param": None,
+                    "message": "1 validation error for ChatCompletionRequest\nmessages.1.content\n  String should "
+                               "have at most 10 characters [type=string_too_long, input_value='why does my client "
+                               "send stream_options?', input_type=str]"}
+
+
+async def test_a_text_refusal_that_echoes_stream_options_leaves_the_model_unmarked(server, make):
+    """A refusal whose text names ``stream_options`` only in the value it echoes: the request is
+    asked again without them, that is refused too, and that refusal is raised; the model is not
+    marked, so the next request still asks for its usage."""
+    provider = make("openai-chat")
+    server.push(Reply(400, ECHOING_TEXT_400), Reply(400, ECHOING_TEXT_400), reply("openai-chat", text="Fine.", rid="r2"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("why does my client send stream_options?").request(), Deltas())
+    assert (info.value.code, info.value.status) == ("BAD_REQUEST", 400)
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "Fine." and result.usage.input_tokens == 100
+    assert [("stream_options" in b) for b in server.bodies] == [True, False, True]
+
+
+async def test_an_openai_refusal_naming_stream_options_in_param_is_asked_without_them(server, make):
+    """OpenAI's own refusal shape names the field in ``param`` alone: asked again without them,
+    and the model marked (its next request goes without them too)."""
+    provider = make("openai-chat")
+    refusal = {"error": {"message": "Unknown parameter.", "type": "invalid_request_error",
+                         "param": "stream_options", "code": "unknown_parameter"}}
+    server.push(Reply(400, refusal), reply("openai-chat", text="One.", rid="r1"), reply("openai-chat", text="Two.", rid="r2"))
+    assert (await provider.stream(Ctx().user("hi").request(), Deltas())).text == "One."
+    assert (await provider.stream(Ctx().user("again").request(), Deltas())).text == "Two."
+    assert [("stream_options" in b) for b in server.bodies] == [True, False, False]
+
+
+async def test_a_bridged_retry_refused_all_the_same_leaves_the_model_unbridged(server, make):
+    """A refusal with Mistral's order words, asked again with the bridging turn and refused all
+    the same: that refusal is raised, and the model's next request goes without the turn."""
+    provider = make("openai-chat")
+    server.push(Reply(400, MISTRAL_ORDER), Reply(400, MISTRAL_ORDER), reply("openai-chat", text="Answer.", rid="r1"))
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(ctx.request(), Deltas())
+    assert (info.value.code, info.value.status) == ("BAD_REQUEST", 400)
+    assert (await provider.stream(ctx.request(), Deltas())).text == "Answer."
+    assert [[m["role"] for m in b["messages"]][-2:] for b in server.bodies] == [
+        ["tool", "user"], ["assistant", "user"], ["tool", "user"]]
