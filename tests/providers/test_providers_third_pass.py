@@ -520,8 +520,8 @@ async def test_a_refusal_that_echoes_the_order_message_in_a_value_is_not_bridged
 async def test_what_one_model_refuses_changes_only_that_models_requests(server, make):
     """One provider (a gateway) fronts many models, and each refuses on its own: m1 refusing
     ``stream_options`` and a turn right after tool results changes m1's later requests only;
-    m2's go as they went (the same request live, after a restart, in a fork; the same cache
-    prefix)."""
+    m2's go as they went. After a restart (a fresh provider), m1's first request is refused
+    once each way and asked again, and then goes as the live provider's did, body for body."""
     from runtime.config import ModelConfig
 
     provider = make("openai-chat", models={"m1": ModelConfig(id="m1"), "m2": ModelConfig(id="m2")})
@@ -535,6 +535,17 @@ async def test_what_one_model_refuses_changes_only_that_models_requests(server, 
     assert sent == [("m1", True, ["tool", "user"]), ("m1", False, ["tool", "user"]),
                     ("m1", False, ["assistant", "user"]), ("m2", True, ["tool", "user"]),
                     ("m1", False, ["assistant", "user"])]
+    live = server.bodies[-1]
+    restarted = make("openai-chat", models={"m1": ModelConfig(id="m1"), "m2": ModelConfig(id="m2")})
+    server.push(Reply(422, MISTRAL_422), Reply(400, MISTRAL_ORDER),
+                *[reply("openai-chat", text=f"Answer {n}.", rid=f"r{n}") for n in (4, 5)])
+    assert (await restarted.stream(ctx.request("m1"), Deltas())).text == "Answer 4."
+    assert (await restarted.stream(ctx.request("m1"), Deltas())).text == "Answer 5."
+    after = server.bodies[5:]
+    assert [("stream_options" in b, [m["role"] for m in b["messages"]][-2:]) for b in after] == [
+        (True, ["tool", "user"]), (False, ["tool", "user"]), (False, ["assistant", "user"]),
+        (False, ["assistant", "user"])]
+    assert after[2] == live and after[3] == live
 
 
 async def test_two_requests_refused_for_their_order_at_once_are_both_bridged(server, make):
