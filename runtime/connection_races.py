@@ -91,11 +91,10 @@ class Answer:
         return tracked_send
 
     async def finish(self) -> None:
-        """Wait (at most :data:`CLOSE_WAIT_SECONDS`) for a sized answer already begun to be sent
-        whole, unless the caller is the task sending it."""
+        """Wait for a sized answer already begun to be sent whole, unless the caller is the task
+        sending it. Unbounded: :func:`close_in_turn` bounds it together with the send lock's wait."""
         if self.sized and not self.done.is_set() and trio.lowlevel.current_task() not in self.senders:
-            with trio.move_on_after(CLOSE_WAIT_SECONDS):
-                await self.done.wait()
+            await self.done.wait()
 
 
 def close_under_send_lock(scope: dict[str, Any]) -> Answer | None:
@@ -106,7 +105,7 @@ def close_under_send_lock(scope: dict[str, Any]) -> Answer | None:
 
     A close the reading task asks for between the parts of a sized answer (h11 failing on bytes
     pipelined behind a request answered ``connection: close``, its head written, its body not yet)
-    first waits, as long, for the answer's last part: the client gets the whole answer, never a head
+    first waits for the answer's last part, within the same bound: the client gets the whole answer, never a head
     whose body is cut off. The answer of the request now served over HTTP/1.1 is returned, for
     the app's ``send`` to report to (``None`` over HTTP/2, or where the server's internals are not
     the ones expected)."""
@@ -128,20 +127,27 @@ def close_under_send_lock(scope: dict[str, Any]) -> Answer | None:
     close, lock, stream = server._close, server.send_lock, server.stream
 
     async def locked_close() -> None:
-        if lock.statistics().owner is trio.lowlevel.current_task():
-            await stream.aclose()  # (closing from inside a failed write: nothing else writes)
-            return
-        current = vars(server).get("_lens_answer")
-        if current is not None:
-            await current.finish()
-        with trio.move_on_after(CLOSE_WAIT_SECONDS):
-            async with lock:
-                await close()
-                return
-        await stream.aclose()  # a write blocked on a client that stopped reading: closing ends it
+        await close_in_turn(vars(server).get("_lens_answer"), lock, close, stream)
 
     server._close = locked_close
     return answer
+
+
+async def close_in_turn(answer: Answer | None, lock: trio.Lock, close: Any, stream: Any) -> None:
+    """A connection's close as :func:`close_under_send_lock` sets it: ``close`` (the server's
+    own) once ``answer``'s last part is sent (when it is a sized answer begun) and ``lock`` (the
+    send lock) is free, all within one :data:`CLOSE_WAIT_SECONDS`; past that, ``stream`` is closed
+    (``aclose``), which ends a write blocked on a client that stopped reading."""
+    if lock.statistics().owner is trio.lowlevel.current_task():
+        await stream.aclose()  # (closing from inside a failed write: nothing else writes)
+        return
+    with trio.move_on_after(CLOSE_WAIT_SECONDS):  # (one deadline for both waits, not one each)
+        if answer is not None:
+            await answer.finish()
+        async with lock:
+            await close()
+            return
+    await stream.aclose()
 
 
 def one_answer_per_handshake(send: Any) -> Any:

@@ -155,7 +155,8 @@ class OpenAIChatProvider(SdkProvider):
         """The stream of ``kwargs``' request, as this provider's server takes it. Two refusals
         of compatible servers are answered by asking the same request again at once, changed, and
         every later request of that model (the ``model`` sent: one provider may front many, each
-        refusing on its own) is sent so (each is said once in the log):
+        refusing on its own) is sent so, once the changed request was not refused again (each
+        is said once in the log):
 
         - ``stream_options`` refused (Mistral's API answers 422 ``extra_forbidden`` naming them):
           sent without them; the usage the server sends all the same is read, and a count it
@@ -164,35 +165,44 @@ class OpenAIChatProvider(SdkProvider):
           'tool'"): a short assistant turn is put between the results and a ``user`` or
           ``system`` message that follows them (:func:`_bridged`); what is recorded is unchanged.
 
-        Any other refusal is raised as it came."""
+        Each change is made at most once a request (a changed request refused for the other
+        reason gets the other change too). A changed request refused otherwise raises that
+        refusal and marks the model for neither change: the first refusal named the field, or
+        the order, only in words it echoed. Any other refusal is raised as it came."""
         import openai
 
         model = kwargs["model"]
+        without_options = model in self._stream_options_refused
+        bridged = model in self._bridges_tool_turns  # (this request's: another request may mark the model meanwhile)
         while True:
             sent = kwargs
-            if model in self._stream_options_refused:
+            if without_options:
                 sent = {k: v for k, v in sent.items() if k != "stream_options"}
-            bridged = model in self._bridges_tool_turns  # (this attempt's: another request may mark the model meanwhile)
             if bridged:
                 sent = {**sent, "messages": _bridged(sent["messages"])}
             try:
-                return await self.client().chat.completions.create(**sent)
+                stream = await self.client().chat.completions.create(**sent)
             except openai.APIStatusError as exc:
                 if exc.status_code not in (400, 422):
                     raise
                 said = _Refusal(exc)
                 if "stream_options" in sent and said.names("stream_options"):
-                    if model not in self._stream_options_refused:
-                        self._stream_options_refused.add(model)
-                        log.info("provider %r refused stream_options for model %r; its requests go without them "
-                                 "from now on", self.id, model)
+                    without_options = True
                 elif not bridged and said.says(_AFTER_TOOL) and _bridged(sent["messages"]) is not sent["messages"]:
-                    if model not in self._bridges_tool_turns:
-                        self._bridges_tool_turns.add(model)
-                        log.info("provider %r refused a turn right after tool results for model %r; its requests "
-                                 "put an assistant turn there from now on", self.id, model)
+                    bridged = True
                 else:
                     raise
+                continue
+            # (marked only now: a change whose retry was refused all the same was no answer to the refusal)
+            if without_options and model not in self._stream_options_refused:
+                self._stream_options_refused.add(model)
+                log.info("provider %r refused stream_options for model %r; its requests go without them "
+                         "from now on", self.id, model)
+            if bridged and model not in self._bridges_tool_turns:
+                self._bridges_tool_turns.add(model)
+                log.info("provider %r refused a turn right after tool results for model %r; its requests "
+                         "put an assistant turn there from now on", self.id, model)
+            return stream
 
     async def stream(self, request: ModelRequest, on_delta: Callable[[Delta], None],
                      meter: UsageMeter | None = None) -> ModelResult:
@@ -304,13 +314,16 @@ def _usage(usage_raw: dict[str, Any] | None) -> t.Usage:
 
 
 class _Refusal:
-    """What a 400/422 refusal says of itself: the text of its ``message``, ``msg`` and ``type``
-    fields (at the top, in ``error``, ``detail`` or ``errors`` entries, or in a ``message``
-    that is itself such a body), and the names in its entries' ``loc`` paths. Never the values it
-    echoes (a FastAPI server's ``detail[*].input`` holds what was refused, which may be a user's
-    words): they say nothing of why. Without a body, the SDK's message is the text."""
+    """What a 400/422 refusal says of itself: the text of its ``message``, ``msg``, ``type`` and
+    ``param`` fields (at the top, in ``error``, ``detail`` or ``errors`` entries, or in a
+    ``message`` that is itself such a body; OpenAI's own refusal names the field in ``param``),
+    and the names in its entries' ``loc`` paths. Never the values it echoes apart (a FastAPI
+    server's ``detail[*].input`` holds what was refused, which may be a user's words): they say
+    nothing of why. A ``message`` that is text is read whole, and some servers (vLLM's, pydantic's
+    text) echo the refused value inside it: what it names is a guess that the retry settles
+    (:meth:`OpenAIChatProvider._create`). Without a body, the SDK's message is the text."""
 
-    _SAID = ("message", "msg", "type")
+    _SAID = ("message", "msg", "type", "param")
     _NESTED = ("error", "errors", "detail")
 
     def __init__(self, exc: Any) -> None:

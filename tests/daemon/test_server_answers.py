@@ -464,3 +464,83 @@ async def test_an_http2_websocket_refused_before_the_app_ends_its_stream(daemon_
         assert next(ev for ev in events if isinstance(ev, h2.events.StreamReset)).error_code == 0
         await closed_within(stream, BOUND)
     await healthy(d)
+
+
+class _Closing:
+    """The server's side of a close, as :func:`runtime.connection_races.close_in_turn` calls it:
+    when its own close ran and when the socket was closed, by the (fake) clock."""
+
+    def __init__(self) -> None:
+        self.closed_at: float | None = None
+        self.aclosed_at: float | None = None
+
+    async def close(self) -> None:
+        self.closed_at = trio.current_time()
+
+    async def aclose(self) -> None:
+        self.aclosed_at = trio.current_time()
+
+
+@pytest.mark.parametrize("answer_ends_at", [None, 3.0])
+async def test_a_close_waits_one_bound_for_the_answer_and_the_send_lock_together(autojump_clock,
+                                                                                answer_ends_at: float | None):
+    """A close asked between the parts of a sized answer, with the send lock held by a write that
+    never ends: the answer's last part (never sent, or sent at 3 s) and the lock are waited for
+    within one ``CLOSE_WAIT_SECONDS`` in all, then the socket is closed; the server's own close
+    never runs (it waited twice as long, one bound each, before)."""
+    from runtime.connection_races import CLOSE_WAIT_SECONDS, Answer, close_in_turn
+
+    answer = Answer()
+    answer.sized = True
+    lock = trio.Lock()
+    closing = _Closing()
+    held = trio.Event()
+
+    async def stuck_write() -> None:
+        async with lock:
+            held.set()
+            await trio.sleep_forever()
+
+    async def answer_end() -> None:
+        await trio.sleep(answer_ends_at)
+        answer.done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stuck_write)
+        await held.wait()
+        if answer_ends_at is not None:
+            nursery.start_soon(answer_end)
+        began = trio.current_time()
+        await close_in_turn(answer, lock, closing.close, closing)
+        nursery.cancel_scope.cancel()
+    assert closing.closed_at is None
+    assert closing.aclosed_at is not None and closing.aclosed_at - began == pytest.approx(CLOSE_WAIT_SECONDS)
+
+
+async def test_a_close_runs_once_the_answer_is_whole_and_the_lock_free(autojump_clock):
+    """The answer's last part at 2 s, the lock free at 4 s: the server's own close runs then, within the bound."""
+    from runtime.connection_races import Answer, close_in_turn
+
+    answer = Answer()
+    answer.sized = True
+    lock = trio.Lock()
+    closing = _Closing()
+    held = trio.Event()
+
+    async def write() -> None:
+        async with lock:
+            held.set()
+            await trio.sleep(4)
+
+    async def answer_end() -> None:
+        await trio.sleep(2)
+        answer.done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write)
+        await held.wait()
+        nursery.start_soon(answer_end)
+        began = trio.current_time()
+        await close_in_turn(answer, lock, closing.close, closing)
+    assert closing.aclosed_at is None
+    assert closing.closed_at is not None and closing.closed_at - began == pytest.approx(4)

@@ -520,8 +520,8 @@ async def test_a_refusal_that_echoes_the_order_message_in_a_value_is_not_bridged
 async def test_what_one_model_refuses_changes_only_that_models_requests(server, make):
     """One provider (a gateway) fronts many models, and each refuses on its own: m1 refusing
     ``stream_options`` and a turn right after tool results changes m1's later requests only;
-    m2's go as they went (the same request live, after a restart, in a fork; the same cache
-    prefix)."""
+    m2's go as they went. After a restart (a fresh provider), m1's first request is refused
+    once each way and asked again, and then goes as the live provider's did, body for body."""
     from runtime.config import ModelConfig
 
     provider = make("openai-chat", models={"m1": ModelConfig(id="m1"), "m2": ModelConfig(id="m2")})
@@ -535,6 +535,17 @@ async def test_what_one_model_refuses_changes_only_that_models_requests(server, 
     assert sent == [("m1", True, ["tool", "user"]), ("m1", False, ["tool", "user"]),
                     ("m1", False, ["assistant", "user"]), ("m2", True, ["tool", "user"]),
                     ("m1", False, ["assistant", "user"])]
+    live = server.bodies[-1]
+    restarted = make("openai-chat", models={"m1": ModelConfig(id="m1"), "m2": ModelConfig(id="m2")})
+    server.push(Reply(422, MISTRAL_422), Reply(400, MISTRAL_ORDER),
+                *[reply("openai-chat", text=f"Answer {n}.", rid=f"r{n}") for n in (4, 5)])
+    assert (await restarted.stream(ctx.request("m1"), Deltas())).text == "Answer 4."
+    assert (await restarted.stream(ctx.request("m1"), Deltas())).text == "Answer 5."
+    after = server.bodies[5:]
+    assert [("stream_options" in b, [m["role"] for m in b["messages"]][-2:]) for b in after] == [
+        (True, ["tool", "user"]), (False, ["tool", "user"]), (False, ["assistant", "user"]),
+        (False, ["assistant", "user"])]
+    assert after[2] == live and after[3] == live
 
 
 async def test_two_requests_refused_for_their_order_at_once_are_both_bridged(server, make):
@@ -574,3 +585,51 @@ def test_an_unnamed_anthropic_frame_named_by_its_type_keeps_its_raw_lines(name):
     lines = [f"data: {data}"] if name is None else [f"event: {name}", f"data: {data}"]
     renamed = named_by_type(ServerSentEvent(event=name, data=data, id="7", retry=5, raw=lines))
     assert (renamed.event, renamed.data, renamed.id, renamed.retry, renamed.raw) == ("message_stop", data, "7", 5, lines)
+
+
+# A vLLM (pydantic) server's refusal of a message too long: its ``message`` is text, and the text
+# holds the refused value, here a user's words that name ``stream_options``.
+ECHOING_TEXT_400 = {"object": "error", "type": "BadRequestError", "code": 400, "param": None,
+                    "message": "1 validation error for ChatCompletionRequest\nmessages.1.content\n  String should "
+                               "have at most 10 characters [type=string_too_long, input_value='why does my client "
+                               "send stream_options?', input_type=str]"}
+
+
+async def test_a_text_refusal_that_echoes_stream_options_leaves_the_model_unmarked(server, make):
+    """A refusal whose text names ``stream_options`` only in the value it echoes: the request is
+    asked again without them, that is refused too, and that refusal is raised; the model is not
+    marked, so the next request still asks for its usage."""
+    provider = make("openai-chat")
+    server.push(Reply(400, ECHOING_TEXT_400), Reply(400, ECHOING_TEXT_400), reply("openai-chat", text="Fine.", rid="r2"))
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(Ctx().user("why does my client send stream_options?").request(), Deltas())
+    assert (info.value.code, info.value.status) == ("BAD_REQUEST", 400)
+    result = await provider.stream(Ctx().user("hi").request(), Deltas())
+    assert result.text == "Fine." and result.usage.input_tokens == 100
+    assert [("stream_options" in b) for b in server.bodies] == [True, False, True]
+
+
+async def test_an_openai_refusal_naming_stream_options_in_param_is_asked_without_them(server, make):
+    """OpenAI's own refusal shape names the field in ``param`` alone: asked again without them,
+    and the model marked (its next request goes without them too)."""
+    provider = make("openai-chat")
+    refusal = {"error": {"message": "Unknown parameter.", "type": "invalid_request_error",
+                         "param": "stream_options", "code": "unknown_parameter"}}
+    server.push(Reply(400, refusal), reply("openai-chat", text="One.", rid="r1"), reply("openai-chat", text="Two.", rid="r2"))
+    assert (await provider.stream(Ctx().user("hi").request(), Deltas())).text == "One."
+    assert (await provider.stream(Ctx().user("again").request(), Deltas())).text == "Two."
+    assert [("stream_options" in b) for b in server.bodies] == [True, False, False]
+
+
+async def test_a_bridged_retry_refused_all_the_same_leaves_the_model_unbridged(server, make):
+    """A refusal with Mistral's order words, asked again with the bridging turn and refused all
+    the same: that refusal is raised, and the model's next request goes without the turn."""
+    provider = make("openai-chat")
+    server.push(Reply(400, MISTRAL_ORDER), Reply(400, MISTRAL_ORDER), reply("openai-chat", text="Answer.", rid="r1"))
+    ctx = Ctx().user("hi").response("", ("call_1", "read_file", {"path": "a"})).result("call_1", "one").user("more")
+    with pytest.raises(ProviderError) as info:
+        await provider.stream(ctx.request(), Deltas())
+    assert (info.value.code, info.value.status) == ("BAD_REQUEST", 400)
+    assert (await provider.stream(ctx.request(), Deltas())).text == "Answer."
+    assert [[m["role"] for m in b["messages"]][-2:] for b in server.bodies] == [
+        ["tool", "user"], ["assistant", "user"], ["tool", "user"]]
