@@ -31,7 +31,7 @@ from events.secrets import Secrets
 from . import jsonc
 from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
                          why_not_written)
-from .config import ConfigError, check_private_config_file, check_size, parse_config, unknown_keys
+from .config import ConfigError, check_config_file_mode, check_size, parse_config, unknown_keys
 from .errors import LensError, shortened
 from .key_hints import unknown_keys_meant
 from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
@@ -270,9 +270,10 @@ class ConfigFiles:
             mode = stat.S_IMODE(st.st_mode) & 0o777  # (the permission bits: no set-ID or sticky bit carried on)
             if role == "main":
                 # the write keeps the mode, and the next `lens serve` refuses a config others can
-                # change: a 200 `nextStart` would name a start that does not come
+                # write: a 200 `nextStart` would name a start that does not come. The mode alone:
+                # the file written is a new one, the daemon user's, whoever owned the old one.
                 try:
-                    check_private_config_file(Path(name), st)
+                    check_config_file_mode(Path(name), st)
                 except ConfigError as exc:
                     raise ConfigError(f"{name}: {exc.message}; nothing was changed") from None
         if expect_digest is not msgspec.UNSET:  # (after the checks above: "changed" is for a file it can write)
