@@ -134,6 +134,13 @@ def others_can_change(st: os.stat_result) -> str | None:
     sticky bit makes no exception). Readable by others is not judged here."""
     if st.st_uid not in (os.geteuid(), 0):
         return f"owned by another user (uid {st.st_uid})"
+    return others_can_write(st)
+
+
+def others_can_write(st: os.stat_result) -> str | None:
+    """The mode part of :func:`others_can_change`: why a file or directory with ``st`` is
+    writable by the group or by others ("writable by other users (mode 0664)"), or ``None``.
+    The owner is not judged (a file replaced by a new one keeps its mode, not its owner)."""
     if st.st_mode & 0o022:
         return f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
     return None

@@ -24,7 +24,7 @@ from tools.executor import split_host_port
 from tools.web.address import shown_url
 
 from . import jsonc
-from .atomicfile import FileTooLarge, others_can_change, read_regular_file
+from .atomicfile import FileTooLarge, others_can_change, others_can_write, read_regular_file
 from .body_hints import first_refused
 from .errors import LensError, short_reason, shortened, shortened_json
 from .credentials import TOKEN_SHAPE, WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
@@ -627,14 +627,27 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
 
 def check_private_config_file(path: Path, st: os.stat_result) -> None:
     """The file part of :func:`check_private_config`: :class:`ConfigError` for a config file
-    (``st``: its ``fstat``) writable by the group or by others, or another user's. A write through
-    the config-file API keeps the file's mode, so it runs this too (a write the next start would
-    refuse is refused)."""
+    (``st``: its ``fstat``) writable by the group or by others, or another user's."""
     why = others_can_change(st)
     if why is not None:
-        raise ConfigError(f"config file {path} is {why}, who could send the providers' keys to a server of "
-                          f"theirs or run commands as this user; check it, then "
-                          f"{the_fix(why, path, _DAEMON_USER)}")
+        _refuse_config_file(path, why)
+
+
+def check_config_file_mode(path: Path, st: os.stat_result) -> None:
+    """The mode part of :func:`check_private_config_file`: :class:`ConfigError` for a config
+    file writable by the group or by others, in the same words. A write through the config-file
+    API runs this (a write the next start would refuse is refused): it keeps the file's mode,
+    which the next start judges, but the file it writes is a new one, the daemon user's, so
+    whose the old one was does not hold at the next start and is not judged."""
+    why = others_can_write(st)
+    if why is not None:
+        _refuse_config_file(path, why)
+
+
+def _refuse_config_file(path: Path, why: str) -> None:
+    raise ConfigError(f"config file {path} is {why}, who could send the providers' keys to a server of "
+                      f"theirs or run commands as this user; check it, then "
+                      f"{the_fix(why, path, _DAEMON_USER)}")
 
 
 def expand_path(value: str, key: str, where: str) -> Path:

@@ -29,9 +29,9 @@ import msgspec
 from events.secrets import Secrets
 
 from . import jsonc
-from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
+from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, others_can_change, read_regular_file, replace_atomically,
                          why_not_written)
-from .config import ConfigError, check_private_config_file, check_size, parse_config, unknown_keys
+from .config import ConfigError, check_config_file_mode, check_size, parse_config, unknown_keys
 from .errors import LensError, shortened
 from .key_hints import unknown_keys_meant
 from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
@@ -270,11 +270,14 @@ class ConfigFiles:
             mode = stat.S_IMODE(st.st_mode) & 0o777  # (the permission bits: no set-ID or sticky bit carried on)
             if role == "main":
                 # the write keeps the mode, and the next `lens serve` refuses a config others can
-                # change: a 200 `nextStart` would name a start that does not come
+                # write: a 200 `nextStart` would name a start that does not come. The mode alone:
+                # the file written is a new one, the daemon user's, whoever owned the old one.
                 try:
-                    check_private_config_file(Path(name), st)
+                    check_config_file_mode(Path(name), st)
                 except ConfigError as exc:
                     raise ConfigError(f"{name}: {exc.message}; nothing was changed") from None
+        if role == "main":
+            self._check_directory(path, name)
         if expect_digest is not msgspec.UNSET:  # (after the checks above: "changed" is for a file it can write)
             current = self._digest(path, name)
             if current != expect_digest:
@@ -286,6 +289,25 @@ class ConfigFiles:
         except OSError as exc:
             raise ConfigFileUnwritable(f"{name} cannot be written ({why_not_written(exc)}); nothing was changed") from None
         return {"name": name, "role": role, "written": len(raw), "digest": hashlib.sha256(raw).hexdigest()}
+
+    @staticmethod
+    def _check_directory(path: Path, name: str) -> None:
+        """:class:`ConfigError` for a main config whose directory (its own, or its link
+        target's) another user can change, which the next start refuses. A daemon that started
+        on its defaults, with no config file, never judged the directory. The message names the
+        file and "its directory", not the directory's path, which the API's answers do not show."""
+        for folder in dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]):
+            try:
+                why = others_can_change(os.stat(folder))
+            except OSError as exc:
+                raise ConfigFileUnwritable(f"{name} cannot be written (its directory cannot be checked: "
+                                           f"{exc.strerror}); nothing was changed") from None
+            if why is not None:
+                fix = ("give it to the daemon's user (chown)" if why.startswith("owned")
+                       else "take the group's and others' write permission from it (chmod go-w)")
+                raise ConfigError(f"{name}: its directory is {why}, who could put a config of theirs in its "
+                                  f"place, and the next start would refuse it; check what the directory "
+                                  f"holds, then {fix}; nothing was changed")
 
     def _digest(self, path: Path, name: str) -> str | None:
         """The current file's digest as ``GET`` gives it; ``None`` when there is none. A file

@@ -51,12 +51,12 @@ async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     for q in questions:
         for what, value in [("question id", q.id), *(("option id", o.id) for o in q.options)]:
             if not value.strip() or len(value) > MAX_ID:
-                raise ToolError("INVALID_ARGUMENT", f"question {q.id[:40]!r}: each {what} must be 1 to "
+                raise ToolError("INVALID_ARGUMENT", f"question {shortened(repr(q.id))}: each {what} must be 1 to "
                                 f"{MAX_ID} characters, not blank")
         for o in q.options:
             if not o.label.strip() or len(o.label) > MAX_LABEL:
-                raise ToolError("INVALID_ARGUMENT", f"question {q.id!r}: option {o.id!r} needs a label of 1 to "
-                                f"{MAX_LABEL} characters, not blank")
+                raise ToolError("INVALID_ARGUMENT", f"question {shortened(repr(q.id))}: option "
+                                f"{shortened(repr(o.id))} needs a label of 1 to {MAX_LABEL} characters, not blank")
     seen: dict[str, str] = {}  # id -> what it first named
     for q in questions:
         for value, what in [(q.id, f"question {shortened(repr(q.id))}"),
@@ -68,14 +68,16 @@ async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     for q in questions:
         # each bound named on its own, with what was given (one message for both left a model
         # with 21 options wondering about its text)
-        if not q.text.strip() or len(q.text) > MAX_TEXT:
+        if not q.text.strip():  # (its own words: "it has 3 characters" read as if 3 were too few)
+            raise ToolError("INVALID_ARGUMENT", f"question {shortened(repr(q.id))}: text is blank")
+        if len(q.text) > MAX_TEXT:
             raise ToolError("INVALID_ARGUMENT", f"question {shortened(repr(q.id))}: text must be 1 to {MAX_TEXT} "
                             f"characters, not blank; it has {len(q.text)} characters")
         if len(q.options) > MAX_OPTIONS:
             raise ToolError("INVALID_ARGUMENT", f"question {shortened(repr(q.id))} has {len(q.options)} options; "
                             f"at most {MAX_OPTIONS} are allowed")
         if not q.options and not q.allow_text:
-            raise ToolError("INVALID_ARGUMENT", f"question {q.id!r} has no options and allows no text")
+            raise ToolError("INVALID_ARGUMENT", f"question {shortened(repr(q.id))} has no options and allows no text")
     if ctx.ask is None:
         raise ToolError("ASK_UNAVAILABLE", "this caller cannot ask the user")
     record = await ctx.ask(questions)

@@ -135,6 +135,55 @@ async def test_a_main_config_others_can_write_is_not_written_as_if_the_next_star
     assert r.status_code == 200 and r.json()["appliesAt"] == "notRead", r.text
 
 
+async def test_a_main_config_of_another_user_is_written_when_its_mode_is_private(daemon: Daemon, strong: str) -> None:
+    # A PUT refused a lens.jsonc owned by another user ("owned by another user"), but the write
+    # puts a new file, the daemon user's, in its place: the next start takes it. Only the mode,
+    # which the write keeps, is judged.
+    daemon.config_path.write_text("{}\n")
+    os.chmod(daemon.config_path, 0o600)
+    if os.geteuid() == 0:
+        os.chown(daemon.config_path, 4321, 4321)
+    r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{ "dataDir": ".lens" }\n'})
+    assert r.status_code == 200 and r.json()["appliesAt"] == "nextStart", r.text
+    st = os.stat(daemon.config_path)
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o600
+    # ... while a mode others can write is refused whoever owns the file
+    os.chmod(daemon.config_path, 0o620)
+    if os.geteuid() == 0:
+        os.chown(daemon.config_path, 4321, 4321)
+    r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{}\n'})
+    assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID" and "(mode 0620)" in r.text, r.text
+
+
+async def test_a_main_config_write_into_a_directory_others_can_write_is_refused(daemon: Daemon, strong: str) -> None:
+    # A daemon started on its defaults (no config file) never judged the config directory: a PUT
+    # into a 0775 directory answered 200 `nextStart`, and the next start refused the directory.
+    mode = os.stat(daemon.config_dir).st_mode & 0o777
+    try:
+        os.chmod(daemon.config_dir, 0o775)
+        for exists in (False, True):
+            if exists:
+                daemon.config_path.write_text("{}\n")
+                os.chmod(daemon.config_path, 0o600)
+            r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{ "dataDir": ".lens" }\n'})
+            assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+            message = r.json()["error"]["message"]
+            assert message.startswith("lens.jsonc: its directory is writable by other users (mode 0775)"), message
+            assert "chmod go-w" in message and "nothing was changed" in message, message
+            assert str(daemon.config_dir) not in message, message
+            assert daemon.config_path.exists() == exists
+            if exists:
+                assert daemon.config_path.read_text() == "{}\n"
+        # another file of that directory is read by nothing: written
+        (daemon.config_dir / "notes.json").write_text("{}\n")
+        r = await daemon.put("/config/files/notes.json", strong, {"text": '{"a": 1}\n'})
+        assert r.status_code == 200 and r.json()["appliesAt"] == "notRead", r.text
+    finally:
+        os.chmod(daemon.config_dir, mode)
+    r = await daemon.put("/config/files/lens.jsonc", strong, {"text": '{ "dataDir": ".lens" }\n'})
+    assert r.status_code == 200 and r.json()["appliesAt"] == "nextStart", r.text
+
+
 async def test_a_write_keeps_the_permission_bits_but_not_set_id_or_sticky_bits(daemon: Daemon, strong: str) -> None:
     # A PUT kept the whole mode, set-user-ID and set-group-ID included (04755 stayed 04755): a
     # config file is data, and a write through the API is no place to carry a privilege bit on.

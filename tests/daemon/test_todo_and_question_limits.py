@@ -33,6 +33,14 @@ REFUSED = {
     "ask-blank-option-id": (ask(option={"id": "", "label": "A"}), "option id must be 1 to 200"),
     "ask-long-label": (ask(option={"id": "a", "label": "L" * 501}), "label of 1 to 500 characters"),
     "ask-blank-label": (ask(option={"id": "a", "label": "  "}), "label of 1 to 500 characters"),
+    "ask-blank-text": (ask({"text": "   "}), "question 'q1': text is blank"),
+    # a long question id is shortened in every refusal of the tool, as in the others
+    "ask-long-id-blank-label": (ask({"id": "Q" * 200}, {"id": "a", "label": " "}),
+                                "question '" + "Q" * 79 + "…: option 'a' needs a label"),
+    "ask-long-id-no-options": (ask({"id": "Q" * 200, "options": [], "allow_text": False}),
+                               "question '" + "Q" * 79 + "… has no options and allows no text"),
+    "ask-long-id-blank-option-id": (ask({"id": "Q" * 200}, {"id": " ", "label": "A"}),
+                                    "question '" + "Q" * 79 + "…: each option id must be 1 to 200"),
     "ask-unknown-question-field": (ask({"multiple": True}), "unknown field(s) multiple"),
     "ask-unknown-option-field": (ask(option={"id": "a", "label": "A", "hint": "h"}), "unknown field(s) hint"),
 }

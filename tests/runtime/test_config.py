@@ -5,12 +5,14 @@ hosts, paths and model ids checked for shape. The same check runs at start-up an
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runtime.config import ConfigError, parse_config
+from runtime.config import ConfigError, check_config_file_mode, check_private_config_file, parse_config
 
 # (section, key, lowest, highest, step past the edge)
 RANGES = [
@@ -458,3 +460,19 @@ def test_keep_recent_tokens_is_accepted_exactly_at_its_edges_and_refused_one_pas
             parsed(bad)
         assert info.value.code == "CONFIG_INVALID"
         assert f"context.compaction.keepRecentTokens must be 0 to 1000000000, not {bad!r}" in info.value.message
+
+
+def _stat(mode: int, uid: int) -> os.stat_result:
+    return os.stat_result((mode, 0, 0, 1, uid, uid, 0, 0, 0, 0))
+
+
+def test_the_mode_check_of_a_config_write_judges_the_write_bits_and_not_the_owner() -> None:
+    # A config write replaces the file by a new one of the daemon's user: whose the old one was
+    # does not hold at the next start; the mode, which the write keeps, does.
+    other = os.geteuid() + 4321
+    check_config_file_mode(Path("lens.jsonc"), _stat(stat.S_IFREG | 0o644, other))
+    with pytest.raises(ConfigError, match=r"owned by another user \(uid \d+\)"):
+        check_private_config_file(Path("lens.jsonc"), _stat(stat.S_IFREG | 0o600, other))
+    for uid in (os.geteuid(), other):
+        with pytest.raises(ConfigError, match=r"writable by other users \(mode 0602\).*chmod go-w lens.jsonc"):
+            check_config_file_mode(Path("lens.jsonc"), _stat(stat.S_IFREG | 0o602, uid))
