@@ -260,8 +260,9 @@ async def test_an_mcp_tools_definition_quoting_a_key_reaches_neither_the_model_n
     (offered,) = [tool["function"] for tool in loop.bodies[0]["tools"] if tool["function"]["name"] == "mcp__k__keyed"]
     mark = marker(name)
     assert offered["description"].startswith(f"Calls the service with key {mark}; ppp"), offered["description"][:80]
-    cut = offered["description"].split("; ", 1)[1].lstrip("p")  # (the key across the cut: its marker, cut)
-    assert len(offered["description"]) == 8192 and cut and mark.startswith(cut), offered["description"][-40:]
+    # (the key across the cut: its marker, which the cut would split, left out whole)
+    rest = offered["description"].split("; ", 1)[1]
+    assert 8192 - len(mark) < len(offered["description"]) < 8192 and rest.strip("p") == "", offered["description"][-40:]
     schema = offered["parameters"]
     assert schema["description"] == f"uses {mark}" and mark in schema["properties"], schema
     assert schema["properties"]["token"] == {"type": "string", "default": mark, "description": f"e.g. {mark}"}, schema
