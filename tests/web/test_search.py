@@ -311,3 +311,26 @@ async def test_a_url_the_backend_sends_twice_is_shown_once(web_server: WebServer
     r = await call(tool(backend(web_server, results)), "web_search", {"query": "q", "num_results": 4})
     assert [x["title"] for x in r.structured_content["results"]] == ["A", "untitled 1", "untitled 2", "B"]
     assert "\n\ntwo" not in text_of(r) and text_of(r).count("https://x.example/a") == 1
+
+
+CUT_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize("answer, code, words", [
+    (CUT_HEAD + b"Content-Length: 1000\r\n\r\n{\"results\": [", "HTTP_PROTOCOL_ERROR", "expected 1000"),
+    (CUT_HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"res", "HTTP_PROTOCOL_ERROR", "incomplete chunked read"),
+    (b"HTTP/1.1 2OO OK\r\n\r\n", "HTTP_PROTOCOL_ERROR", "malformed"),
+    (CUT_HEAD + b"Content-Encoding: br\r\nContent-Length: 2\r\n\r\n{}", "CONTENT_ENCODING_UNSUPPORTED", "br"),
+    (CUT_HEAD + b"Content-Length: 8\r\n\r\n\x00\xff bad \xfe", "WEB_SEARCH_FAILED", "not JSON"),
+    (CUT_HEAD + b"Content-Length: 17\r\n\r\n{\"results\": null}", "WEB_SEARCH_FAILED", "no 'results' list"),
+    (CUT_HEAD + b"Content-Length: 2\r\n\r\n[]", "WEB_SEARCH_FAILED", "no 'results' list"),
+    (b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n", "WEB_SEARCH_FAILED",
+     "answered 307 Temporary Redirect"),  # (an endpoint the operator chose: a redirect is not followed)
+])
+async def test_a_broken_answer_is_refused_with_a_code_naming_the_backend(web_server: WebServer, answer: bytes, code: str,
+                                                                         words: str) -> None:
+    web_server.raw("/api/search", answer)
+    r = await call(tool(web_server.url("/api")), "web_search", {"query": "q"})
+    assert r.is_error and r.error_code == code, text_of(r)
+    assert text_of(r).startswith(f"{code}: the search backend") and words in text_of(r), text_of(r)
+    assert [q.path for q in web_server.requests] == ["/api/search"]
