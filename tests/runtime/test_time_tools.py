@@ -299,3 +299,22 @@ def test_a_zone_counting_leap_seconds_still_names_the_instant_of_unix_ms(tz, off
     fields = time_fields(1_700_000_000_123 * 1_000_000)
     assert fields["utc"] == "2023-11-14T22:13:20Z" and fields["local"].endswith(offset)
     check_one_instant(fields)
+
+
+@pytest.mark.parametrize("tz, utc, local", [
+    ("America/New_York", "2024-03-10T06:59:59Z", "2024-03-10T01:59:59-05:00"),  # the last second before the gap
+    ("America/New_York", "2024-03-10T07:00:00Z", "2024-03-10T03:00:00-04:00"),  # 02:xx is never shown
+    ("America/New_York", "2024-11-03T05:59:59Z", "2024-11-03T01:59:59-04:00"),  # the fold: 01:xx twice,
+    ("America/New_York", "2024-11-03T06:00:00Z", "2024-11-03T01:00:00-05:00"),  # told apart by the offset
+    ("Australia/Lord_Howe", "2024-04-06T14:59:59Z", "2024-04-07T01:59:59+11:00"),  # a half-hour change
+    ("Australia/Lord_Howe", "2024-04-06T15:00:00Z", "2024-04-07T01:30:00+10:30"),
+    ("Pacific/Chatham", "2024-02-29T00:00:00Z", "2024-02-29T13:45:00+13:45"),  # a leap day, at +13:45
+    ("Pacific/Apia", "2011-12-30T10:00:00Z", "2011-12-31T00:00:00+14:00"),  # the day Samoa skipped
+    ("Pacific/Apia", "2011-12-30T09:59:59Z", "2011-12-29T23:59:59-10:00"),
+])
+def test_daylight_saving_edges_and_a_leap_day_are_one_instant(tz, utc, local, zone):
+    zone(tz)
+    unix_ms = int(datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()) * 1000 + 999
+    fields = time_fields(unix_ms * 1_000_000)
+    assert (fields["utc"], fields["local"]) == (utc, local)
+    check_one_instant(fields)
