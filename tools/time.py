@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import trio
@@ -22,25 +22,63 @@ def _no_extra(args: dict[str, Any], allowed: set[str], tool: str) -> None:
 
 
 def time_fields(unix_ns: int) -> dict[str, Any]:
-    """The three renderings of one instant.
+    """The three renderings of one instant, or ``SYSTEM_TIME_UNREPRESENTABLE``.
+
+    ``utc`` is the instant's Unix time read as POSIX reads it (every day 86,400 seconds), so it
+    always names the instant ``unix_ms`` does, whatever the zone (glibc's ``gmtime`` under a
+    ``right/`` zone counts leap seconds, 27 seconds behind since 2017).
 
     ``local`` is in the process's time zone with its offset to the minute: ``±HH:mm`` cannot
     carry the seconds of an offset such as a historical local mean time (Monrovia's -00:44:30
     until 1972) or a POSIX ``TZ`` that names seconds, so such an offset is rounded to its nearest
-    minute and the wall-clock time is the instant's at that offset (the three still agree).
+    minute (at most 23:59) and the wall-clock time is the instant's at that offset (the three
+    still agree). An offset of 24 hours or more (POSIX ``TZ`` allows 24, glibc 167) and a year
+    outside 0001-9999 cannot be written at all: they are refused, not rendered wrong.
     """
     unix_ms = unix_ns // 1_000_000
     seconds = unix_ms // 1000
-    utc = datetime.fromtimestamp(seconds, timezone.utc)
-    offset = utc.astimezone().utcoffset() or timedelta(0)
-    minutes = round(offset.total_seconds() / 60)
-    local = utc.astimezone(timezone(timedelta(minutes=minutes)))
+    try:
+        utc = _EPOCH + timedelta(seconds=seconds)
+    except OverflowError:
+        raise ToolError("SYSTEM_TIME_UNREPRESENTABLE",
+                        f"the system clock (unix_ms {unix_ms}) is outside the years 0001 to 9999 "
+                        "YYYY-MM-DD can write") from None
+    try:
+        offset = time.localtime(seconds).tm_gmtoff
+    except (OverflowError, OSError, ValueError):
+        offset = 0  # (beyond the C library's time_t: no zone rule is known there)
+    if abs(offset) >= _DAY:
+        raise ToolError("SYSTEM_TIME_UNREPRESENTABLE",
+                        f"the process's time zone (TZ) is {_hms(offset)} from UTC, and an offset of "
+                        "24 hours or more cannot be written as ±HH:mm")
+    minutes = max(-_LAST_MINUTE, min(_LAST_MINUTE, round(offset / 60)))
+    try:
+        local = utc + timedelta(minutes=minutes)
+    except OverflowError:
+        raise ToolError("SYSTEM_TIME_UNREPRESENTABLE",
+                        f"the local time of unix_ms {unix_ms} is outside the years 0001 to 9999 "
+                        "YYYY-MM-DD can write") from None
     hours, mins = divmod(abs(minutes), 60)
     return {
         "unix_ms": unix_ms,
-        "utc": utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "local": local.strftime("%Y-%m-%dT%H:%M:%S") + f"{'-' if minutes < 0 else '+'}{hours:02d}:{mins:02d}",
+        "utc": _wall(utc) + "Z",
+        "local": _wall(local) + f"{'-' if minutes < 0 else '+'}{hours:02d}:{mins:02d}",
     }
+
+
+_EPOCH = datetime(1970, 1, 1)
+_DAY = 24 * 3600
+_LAST_MINUTE = 24 * 60 - 1  # +23:59, the largest offset ±HH:mm carries
+
+
+def _hms(offset: int) -> str:
+    hours, rest = divmod(abs(offset), 3600)
+    return f"{'-' if offset < 0 else '+'}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _wall(d: datetime) -> str:
+    """``YYYY-MM-DDTHH:mm:ss``, the year in four digits (``strftime``'s ``%Y`` writes 999 as ``999``)."""
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
 
 
 async def get_system_time(args: dict[str, Any], ctx: ToolContext) -> ToolResult:

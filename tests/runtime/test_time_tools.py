@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from datetime import datetime, timezone
 
 import pytest
@@ -216,3 +217,104 @@ def test_an_offset_with_seconds_is_rendered_to_its_minute_and_still_one_instant(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+@pytest.fixture
+def zone(monkeypatch):
+    """Sets the process's time zone (``TZ``) for one test and puts it back after."""
+    import time
+
+    def set_zone(tz: str) -> None:
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+
+    yield set_zone
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("tz, local", [
+    ("ABC-23:59:29", "2023-11-15T22:12:20+23:59"),  # the largest offset ±HH:mm carries, to its minute
+    ("ABC-23:59:59", "2023-11-15T22:12:20+23:59"),  # (rounded down: +24:00 is no offset)
+    ("ABC+23:59:59", "2023-11-13T22:14:20-23:59"),
+])
+async def test_an_offset_just_under_a_day_is_rendered_within_it(tz, local, zone):
+    zone(tz)
+    fields = time_fields(1_700_000_000_123 * 1_000_000)
+    assert fields["local"] == local
+    check_one_instant(fields)
+
+
+@pytest.mark.parametrize("tz, shown", [("ABC-24", "+24:00:00"), ("ABC+24", "-24:00:00"),
+                                       ("ABC-24:59:59", "+24:59:59"), ("ABC+167", "-24:00:00")])
+async def test_an_offset_of_a_day_or_more_is_refused_with_its_code(tz, shown, zone):
+    # POSIX lets TZ name offsets up to 24 hours (glibc reads 167 as 24): ±HH:mm cannot carry one
+    # of 24 hours or more, and datetime raised ValueError (a crash of the session's actor).
+    zone(tz)
+    res = await run("get_system_time", "{}")
+    assert res.is_error and res.error_code == "SYSTEM_TIME_UNREPRESENTABLE"
+    message = res.structured_content["error"]["message"]
+    assert "TZ" in message and "24 hours" in message and f" {shown} " in message, message
+
+
+async def test_an_offset_of_a_day_in_a_session_answers_the_model(rt, zone, autojump_clock):
+    zone("ABC-24")
+    rt.faux.script = [FauxTurn(when="time please", tool_calls=[FauxToolCall("get_system_time")])]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "time please")
+    finished = one(await rt.events(sid), "tool.finished", name="get_system_time").event
+    assert finished.status == "error" and finished.error_code == "SYSTEM_TIME_UNREPRESENTABLE"
+
+
+@pytest.mark.parametrize("unix_ms, utc", [
+    (-62_135_596_800_000, "0001-01-01T00:00:00Z"),  # the first second datetime holds
+    (-30_610_224_000_000, "1000-01-01T00:00:00Z"),
+    (-30_610_224_000_001, "0999-12-31T23:59:59Z"),  # four digits, as YYYY says (strftime wrote "999")
+    (253_402_300_799_999, "9999-12-31T23:59:59Z"),
+    (951_782_400_000, "2000-02-29T00:00:00Z"),  # a leap day
+])
+def test_every_year_datetime_holds_is_written_in_four_digits(unix_ms, utc, zone):
+    zone("UTC")
+    fields = time_fields(unix_ms * 1_000_000)
+    assert fields["utc"] == utc and fields["local"] == utc[:-1] + "+00:00"
+
+
+@pytest.mark.parametrize("unix_ms", [253_402_300_800_000, -62_135_596_800_001])
+async def test_a_clock_past_year_9999_or_before_year_1_is_refused_with_its_code(unix_ms, zone, monkeypatch):
+    import time
+
+    zone("UTC")
+    monkeypatch.setattr(time, "time_ns", lambda: unix_ms * 1_000_000)
+    res = await run("get_system_time", "{}")
+    assert res.is_error and res.error_code == "SYSTEM_TIME_UNREPRESENTABLE"
+    assert "year" in res.structured_content["error"]["message"]
+
+
+@pytest.mark.skipif(not Path("/usr/share/zoneinfo/right/UTC").exists(), reason="no leap-second zones installed")
+@pytest.mark.parametrize("tz, offset", [("right/UTC", "+00:00"), ("right/Europe/Paris", "+01:00")])
+def test_a_zone_counting_leap_seconds_still_names_the_instant_of_unix_ms(tz, offset, zone):
+    # glibc's gmtime under a right/ zone counts leap seconds: utc was 2023-11-14T22:12:53Z for
+    # unix_ms 1700000000123 (27 seconds behind), so utc and unix_ms named two instants.
+    zone(tz)
+    fields = time_fields(1_700_000_000_123 * 1_000_000)
+    assert fields["utc"] == "2023-11-14T22:13:20Z" and fields["local"].endswith(offset)
+    check_one_instant(fields)
+
+
+@pytest.mark.parametrize("tz, utc, local", [
+    ("America/New_York", "2024-03-10T06:59:59Z", "2024-03-10T01:59:59-05:00"),  # the last second before the gap
+    ("America/New_York", "2024-03-10T07:00:00Z", "2024-03-10T03:00:00-04:00"),  # 02:xx is never shown
+    ("America/New_York", "2024-11-03T05:59:59Z", "2024-11-03T01:59:59-04:00"),  # the fold: 01:xx twice,
+    ("America/New_York", "2024-11-03T06:00:00Z", "2024-11-03T01:00:00-05:00"),  # told apart by the offset
+    ("Australia/Lord_Howe", "2024-04-06T14:59:59Z", "2024-04-07T01:59:59+11:00"),  # a half-hour change
+    ("Australia/Lord_Howe", "2024-04-06T15:00:00Z", "2024-04-07T01:30:00+10:30"),
+    ("Pacific/Chatham", "2024-02-29T00:00:00Z", "2024-02-29T13:45:00+13:45"),  # a leap day, at +13:45
+    ("Pacific/Apia", "2011-12-30T10:00:00Z", "2011-12-31T00:00:00+14:00"),  # the day Samoa skipped
+    ("Pacific/Apia", "2011-12-30T09:59:59Z", "2011-12-29T23:59:59-10:00"),
+])
+def test_daylight_saving_edges_and_a_leap_day_are_one_instant(tz, utc, local, zone):
+    zone(tz)
+    unix_ms = int(datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()) * 1000 + 999
+    fields = time_fields(unix_ms * 1_000_000)
+    assert (fields["utc"], fields["local"]) == (utc, local)
+    check_one_instant(fields)

@@ -563,6 +563,28 @@ async def test_invalid_arguments(public_only: ToolRegistry, args: dict) -> None:
     assert r.error_code == "INVALID_ARGUMENT", text_of(r)
 
 
+@pytest.mark.parametrize("args, said", [
+    ({"url": None}, "url must be a string, got null"), ({"url": 5}, "url must be a string, got 5"),
+    ({"url": ["http://x.example/"]}, 'url must be a string, got ["http://x.example/"]'),
+    ({"format": None}, "format must be one of markdown, text, html, got null"),
+    ({"format": "MARKDOWN"}, 'format must be one of markdown, text, html, got "MARKDOWN"'),
+    ({"timeout": True}, "timeout must be a number of seconds above 0 and at most 120, got true"),
+    ({"timeout": None}, "timeout must be a number of seconds above 0 and at most 120, got null"),
+    ({"timeout": "30"}, 'timeout must be a number of seconds above 0 and at most 120, got "30"'),
+    ({"timeout": 120.5}, "timeout must be a number of seconds above 0 and at most 120, got 120.5"),
+])
+async def test_a_refusal_quotes_the_value_as_json(public_only: ToolRegistry, args: dict, said: str) -> None:
+    # As web_search's do: a model reads and writes JSON, and "got None", "got True", "got '30'" or
+    # "got NoneType" (Python's spellings) named nothing it sent.
+    r = await call(public_only, "web_fetch", {"url": "http://x.example/", **args})
+    assert r.error_code == "INVALID_ARGUMENT" and text_of(r) == f"INVALID_ARGUMENT: {said}", text_of(r)
+
+
+async def test_a_long_bad_value_is_quoted_short(public_only: ToolRegistry) -> None:
+    r = await call(public_only, "web_fetch", {"url": "http://x.example/", "format": "f" * 5000})
+    assert r.error_code == "INVALID_ARGUMENT" and len(text_of(r)) < 200 and text_of(r).endswith("…"), text_of(r)
+
+
 async def test_timeout_edges_are_accepted(full: ToolRegistry, web_server: WebServer) -> None:
     url = web_server.reply("/t", "ok", "text/plain")
     for timeout in (120, 0.5, 1):

@@ -80,3 +80,21 @@ async def test_plain_http_to_a_tls_port_is_a_protocol_error(tls_server: tuple[We
     server, _ = tls_server
     r = await call(trusting(certificate[0], artifacts), "web_fetch", {"url": f"http://localhost:{server.port}/p"})
     assert r.error_code == "HTTP_PROTOCOL_ERROR", text_of(r)
+
+
+async def test_web_search_over_https_checks_its_backends_certificate(tls_server: tuple[WebServer, list[str]],
+                                                                     certificate: tuple[Path, Path]) -> None:
+    # The backend is exempt from web_fetch's address rule (an operator's endpoint), not from TLS:
+    # an untrusted certificate is TLS_FAILED and no query is sent; a trusted one answers.
+    from tools.web import web_search_tool
+
+    server, _ = tls_server
+    server.reply("/search", b'{"results": [{"url": "https://tls.example/"}]}', "application/json")
+    base = f"https://localhost:{server.port}"
+    untrusted = ToolRegistry([web_search_tool(base, None)])
+    r = await call(untrusted, "web_search", {"query": "q"})
+    assert r.error_code == "TLS_FAILED" and text_of(r).startswith("TLS_FAILED: the search backend"), text_of(r)
+    assert server.requests == []
+    trusted = ToolRegistry([web_search_tool(base, None, tls=ssl.create_default_context(cafile=str(certificate[0])))])
+    r = await call(trusted, "web_search", {"query": "q"})
+    assert not r.is_error and r.structured_content["results"][0]["url"] == "https://tls.example/", text_of(r)

@@ -39,7 +39,7 @@ import trio
 from events import types as t
 from events.secrets import Secrets
 from runtime.atomicfile import why_not_written
-from runtime.errors import shortened_names  # (imports nothing: no cycle)
+from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 
 from ..artifacts import ArtifactStore, reads_as_text
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
@@ -85,14 +85,14 @@ def check_arguments(args: dict[str, Any]) -> tuple[str, str, float]:
     if "url" not in args:
         raise ToolError("INVALID_ARGUMENT", "web_fetch needs 'url'")
     if not isinstance(args["url"], str):
-        raise ToolError("INVALID_ARGUMENT", f"url must be a string, got {type(args['url']).__name__}")
+        raise ToolError("INVALID_ARGUMENT", f"url must be a string, got {shortened_json(args['url'])}")
     fmt = args.get("format", "markdown")
     if fmt not in FORMATS:
-        raise ToolError("INVALID_ARGUMENT", f"format must be one of {', '.join(FORMATS)}, got {fmt!r}"[:300])
+        raise ToolError("INVALID_ARGUMENT", f"format must be one of {', '.join(FORMATS)}, got {shortened_json(fmt)}")
     timeout = args.get("timeout", DEFAULT_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
         raise ToolError("INVALID_ARGUMENT",
-                        f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT}, got {timeout!r}"[:300])
+                        f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT}, got {shortened_json(timeout)}")
     return args["url"], fmt, float(timeout)
 
 

@@ -18,7 +18,9 @@ unset: ``WEB_SEARCH_NOT_CONFIGURED``. The whole call, DNS to the last byte, has
 The backend is an endpoint the operator chose, not a URL from the model: it is not held to
 ``web_fetch``'s public-address rule (a search service on the local network is fine).
 
-At most ``num_results`` results are shown, whatever the backend sends.
+At most ``num_results`` results are shown, whatever the backend sends, each URL once (the first
+result of it), each field but the page text on one line (line breaks in a title could show the
+model a result the backend never sent).
 ``context_max_characters`` bounds the page text in the answer: each result's text is cut so
 that all of them together hold at most that many characters (titles and URLs are always shown).
 The other fields a backend sends are bounded too (:data:`FIELD_LIMITS`), so that no answer is
@@ -165,7 +167,7 @@ def web_search_tool(base_url: str | None, api_key_env: str | None, *, environ: M
             raise ToolError("WEB_SEARCH_FAILED", _scrub(
                 f"the search backend answered {resp.status} {resp.reason}".rstrip() + (f": {excerpt}" if excerpt else ""),
                 key))
-        results = _results(resp.body)[:a["num_results"]]  # (a backend may send more than asked)
+        results = _distinct(_results(resp.body))[:a["num_results"]]  # (a backend may send more than asked)
         text, listed = render(a["query"], results, a["context_max_characters"], ctx.secrets)
         return ToolResult.text(text, {"query": a["query"], "results": listed})
 
@@ -218,10 +220,34 @@ def _field(r: dict[str, Any], name: str) -> str | None:
         return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def _bounded(r: dict[str, Any], name: str, notes: dict[str, str]) -> str | None:
-    """``_field`` held to :data:`FIELD_LIMITS`: past it a URL is left out, anything else cut with
-    ``…``; either is told in ``notes`` (the structured result's name of the field -> a line)."""
+def _one_line(r: dict[str, Any], name: str) -> str | None:
+    """``_field`` on one line: each run of whitespace, line breaks included (``\r``, U+2028…), is
+    one space. A title, URL, date or author is shown on a line of its own, so a line break in one
+    (a page's title is the page's to write) could show a result heading or a URL line the backend
+    never sent."""
     value = _field(r, name)
+    return None if value is None else " ".join(value.split())
+
+
+def _distinct(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results`` with each URL once (the first): another would spend ``num_results`` and the
+    page-text budget on a page already shown. Results without a URL are all kept."""
+    seen: set[str] = set()
+    out = []
+    for r in results:
+        url = _one_line(r, "url")
+        if url is not None:
+            if url in seen:
+                continue
+            seen.add(url)
+        out.append(r)
+    return out
+
+
+def _bounded(r: dict[str, Any], name: str, notes: dict[str, str]) -> str | None:
+    """``_one_line`` held to :data:`FIELD_LIMITS`: past it a URL is left out, anything else cut
+    with ``…``; either is told in ``notes`` (the structured result's name of the field -> a line)."""
+    value = _one_line(r, name)
     limit = FIELD_LIMITS[name]
     if value is None or len(value) <= limit:
         return value
