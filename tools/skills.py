@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
@@ -606,18 +607,31 @@ def _named_otherwise(skills: list[Skill], name: str) -> str:
 
 def _named_in_another_case(skills: list[Skill], name: str) -> str:
     """What a failed load by ``name`` adds when skills are listed under that name in another
-    case: skill names are case-sensitive, and the message says which names differ only so."""
+    case (or with blanks around it, look-alike or invisible characters: :func:`_other_case`)."""
     return _other_case([s.name for s in skills], name, "listed")
+
+
+def _name_key(name: str) -> str:
+    """``name`` as a reader would take it: compatibility forms unified (full-width letters), format
+    characters (a zero-width space) dropped, blanks around it stripped, case folded."""
+    text = "".join(c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf")
+    return text.strip().casefold()
 
 
 def _other_case(names: Iterable[str], name: str, how: str) -> str:
     """`` (skill names are case-sensitive: <how> as 'Review')`` when ``names`` holds ``name`` in
-    another case only, else ``""``: for a load, the names listed; for an unload, those loaded."""
-    folded = name.casefold()
-    others = list(dict.fromkeys(n for n in names if n != name and n.casefold() == folded))
+    another case only; `` (skill names are matched exactly, character for character: <how> as
+    'review')`` when it differs otherwise only by what :func:`_name_key` sets aside (blanks around
+    it, full-width or invisible characters); else ``""``. For a load, the names listed; for an
+    unload, those loaded. Names stay exact: the hint loads or unloads nothing."""
+    key = _name_key(name)
+    others = list(dict.fromkeys(n for n in names if n != name and _name_key(n) == key))
     if not others:
         return ""
-    return f" (skill names are case-sensitive: {how} as {', '.join(repr(o) for o in others[:5])})"
+    shown = ", ".join(repr(o) for o in others[:5])
+    if all(o.casefold() == name.casefold() for o in others):
+        return f" (skill names are case-sensitive: {how} as {shown})"
+    return f" (skill names are matched exactly, character for character: {how} as {shown})"
 
 
 def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secrets | None = None) -> ToolSpec:

@@ -1,0 +1,36 @@
+"""A third black-box pass over workspace skills and ``capability_search`` (F-TOOL-3, F-TOOL-4,
+F-TOOL-6): a daemon on loopback port 0, the real executor, the ``faux`` provider calling the tools."""
+
+from __future__ import annotations
+
+from .conftest import error_of, run_tool
+from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
+
+REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS\n"
+
+
+async def test_a_skill_name_differing_by_blanks_or_look_alike_characters_names_the_listed_one(daemon_factory):
+    # `skill {"name": " review"}` (or full-width letters, a zero-width space inside) answered "no
+    # skill named ' review'; available: review", leaving the reader to spot what differs; an unload
+    # by such a name said only "not loaded". Names stay exact: nothing is loaded or unloaded by them.
+    d = await daemon_factory(config=CONFIG)
+    token, _, sid = await _session(d, {"review": REVIEW, "two": TWO})
+    for i, name in enumerate((" review", "review ", "review\n", "\uff52\uff45\uff56\uff49\uff45\uff57", "revie\u200bw")):
+        result = await run_tool(d, token, sid, f"l{i}", "skill", {"name": name})
+        text = result["content"][0]["text"]
+        assert result["error_code"] == "SKILL_NOT_FOUND", result
+        assert text == (f"SKILL_NOT_FOUND: no skill named {name!r} (skill names are matched exactly, character "
+                        "for character: listed as 'review'); available: review, two"), text
+    result = await run_tool(d, token, sid, "l9", "skill", {"name": "re\u0301view"})  # (another letter: no hint)
+    assert result["content"][0]["text"] == "SKILL_NOT_FOUND: no skill named 're\u0301view'; available: review, two"
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "/skill:\uff52eview go"})
+    assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND", r.text
+    assert "matched exactly, character for character: listed as 'review'" in r.json()["error"]["message"], r.text
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
+
+    await run_tool(d, token, sid, "load", "skill", {"name": "review"})
+    result = await run_tool(d, token, sid, "u1", "skill", {"name": "review ", "unload": True})
+    assert result["structured_content"]["status"] == "not_loaded", result
+    assert result["content"][0]["text"] == ("Skill \"review \" is not loaded (skill names are matched exactly, "
+                                            "character for character: loaded as 'review'); nothing to unload.")
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.unloaded"]
