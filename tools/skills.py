@@ -73,13 +73,15 @@ class FrontMatterError(ValueError):
 
 _KEY_RE = re.compile(r"([A-Za-z0-9_](?:[A-Za-z0-9_. -]*[A-Za-z0-9_.-])?)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
 _BLOCK_MARKS = ("|", "|-", "|+", ">", ">-", ">+")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # YAML's line breaks
 
 
 def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[str, str], str]:
     """``(fields, body)`` of a SKILL.md text; no front matter gives ``({}, text)``.
 
-    The front matter starts at the first line when it is ``---`` (trailing blanks allowed, as
-    YAML does) and ends at the next line that is ``---`` (or ``...``). Inside: ``key: value``
+    Lines end at ``\r\n``, ``\r`` or ``\n``, as YAML's do (the body keeps its own). The front
+    matter starts at the first line when it is ``---`` (trailing blanks allowed, as YAML does)
+    and ends at the next line that is ``---`` (or ``...``). Inside: ``key: value``
     lines (a key may hold blanks: ``allowed tools``); blank lines and ``#`` lines are skipped; a value may be double-quoted (JSON escapes), single-quoted (``''`` for a quote)
     or plain (a `` #`` comment after it is dropped; indented lines after it continue it, joined
     by spaces); ``|`` / ``>`` start a block of indented lines (kept / folded); an empty value
@@ -91,7 +93,7 @@ def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[
     secrets = secrets or _NO_SECRETS
     if text.startswith("\ufeff"):
         text = text[1:]
-    lines = text.split("\n")
+    lines = _LINE_BREAK.split(text)  # (as YAML reads them; the body keeps its own line ends)
     if lines[0].rstrip() != "---":
         return {}, text
     end = next((i for i in range(1, len(lines)) if lines[i].rstrip("\r").rstrip() in ("---", "...")), None)
@@ -165,7 +167,8 @@ def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[
             mode = "plain"
             fields[key] = re.split(r"[ \t]#", raw, maxsplit=1)[0].rstrip()
     finish()
-    body = "\n".join(lines[end + 1:])
+    starts = [0, *(m.end() for m in _LINE_BREAK.finditer(text))]  # (where each of ``lines`` starts)
+    body = text[starts[end + 1]:] if end + 1 < len(starts) else ""
     return fields, body
 
 

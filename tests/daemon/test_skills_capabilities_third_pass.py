@@ -34,3 +34,20 @@ async def test_a_skill_name_differing_by_blanks_or_look_alike_characters_names_t
     assert result["content"][0]["text"] == ("Skill \"review \" is not loaded (skill names are matched exactly, "
                                             "character for character: loaded as 'review'); nothing to unload.")
     assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.unloaded"]
+
+
+async def test_front_matter_with_carriage_return_line_ends_is_read_as_yaml_reads_it(daemon_factory):
+    # YAML ends a line at "\r\n", "\r" or "\n". A SKILL.md saved with lone "\r" line ends (classic
+    # Mac) had its front matter taken for instructions: the skill was named by its directory and
+    # the model was sent "---\rname: …" as the skill's text.
+    d = await daemon_factory(config=CONFIG)
+    token, _, sid = await _session(d, {"mac": "---\rname: classic\rdescription: Old line ends\r---\rMAC-BODY\rsecond\r"})
+    listing = await run_tool(d, token, sid, "l1", "skill", {})
+    [skill] = listing["structured_content"]["skills"]
+    assert (skill["name"], skill["description"], skill["base_dir"]) == ("classic", "Old line ends", "skills/mac"), skill
+    assert "problem" not in skill
+    result = await run_tool(d, token, sid, "l2", "skill", {"name": "classic"})
+    assert result["structured_content"]["status"] == "loaded", result
+    [loaded] = [e["body"] for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
+    assert loaded["instructions"].endswith("\n\nMAC-BODY\rsecond"), loaded["instructions"]  # (its own line ends kept)
+    assert "name:" not in loaded["instructions"]
