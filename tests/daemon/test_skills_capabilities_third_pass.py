@@ -51,3 +51,33 @@ async def test_front_matter_with_carriage_return_line_ends_is_read_as_yaml_reads
     [loaded] = [e["body"] for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
     assert loaded["instructions"].endswith("\n\nMAC-BODY\rsecond"), loaded["instructions"]  # (its own line ends kept)
     assert "name:" not in loaded["instructions"]
+
+
+DEFERRED = {**CONFIG, "tools": {"deferred": ["get_system_time", "sleep_milliseconds"]}}
+
+
+async def test_a_capability_search_says_how_many_more_match_past_its_limit(daemon_factory):
+    # "milliseconds time" matches both deferred tools at one score. With `limit: 1` the answer
+    # showed one and said nothing of the other, so a model took the search as exhausted.
+    d = await daemon_factory(config=DEFERRED)
+    token, _, sid = await _session(d, {})
+    query = "milliseconds time"
+    result = await run_tool(d, token, sid, "c1", "capability_search", {"query": query, "limit": 1, "load": False})
+    assert result["structured_content"]["more"] == 1, result
+    assert result["content"][0]["text"].endswith(
+        "Not loaded (load: false). 1 more match past the limit of 1; a higher limit (at most 20) shows it."), result
+    result = await run_tool(d, token, sid, "c2", "capability_search", {"query": query, "limit": 2, "load": False})
+    assert result["structured_content"]["more"] == 0, result  # (the limit at the number of matches: no note)
+    assert result["content"][0]["text"].endswith("Not loaded (load: false).")
+    result = await run_tool(d, token, sid, "c3", "capability_search", {"query": query, "limit": 1})
+    assert result["structured_content"]["loaded"] == ["get_system_time"], result
+    assert result["structured_content"]["more"] == 1, result
+    assert result["content"][0]["text"].endswith(
+        "Loaded get_system_time: callable from your next request. 1 more match past the limit of 1, not loaded: "
+        "the same search again loads the next ones."), result
+    result = await run_tool(d, token, sid, "c4", "capability_search", {"query": query, "limit": 1})
+    assert result["structured_content"]["loaded"] == ["sleep_milliseconds"], result
+    assert result["structured_content"]["more"] == 0, result  # (the one past the limit is loaded already)
+    assert result["content"][0]["text"].endswith("Loaded sleep_milliseconds: callable from your next request.")
+    inv = (await d.get("/tools/inventory", token, params={"session": sid})).json()
+    assert (inv["loaded"], inv["searchable"]) == (["get_system_time", "sleep_milliseconds"], []), inv
