@@ -3,6 +3,8 @@ F-TOOL-6): a daemon on loopback port 0, the real executor, the ``faux`` provider
 
 from __future__ import annotations
 
+import json
+
 from .conftest import error_of, run_tool
 from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
 
@@ -81,3 +83,47 @@ async def test_a_capability_search_says_how_many_more_match_past_its_limit(daemo
     assert result["content"][0]["text"].endswith("Loaded sleep_milliseconds: callable from your next request.")
     inv = (await d.get("/tools/inventory", token, params={"session": sid})).json()
     assert (inv["loaded"], inv["searchable"]) == (["get_system_time", "sleep_milliseconds"], []), inv
+
+
+async def _subagent(d, token: str, sid: str, request_id: str, args: dict) -> dict:
+    """Have the main agent start a subagent; return the main agent's ``tool.finished`` body for it
+    (the subagent's own calls are recorded under its agent id)."""
+    await d.submit(token, sid, request_id, f"/tool subagent {json.dumps(args)}")
+    await d.wait_idle(token, sid)
+    return [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished" and e["agent_id"] == "main"][-1]
+
+
+async def test_skill_and_capability_loads_belong_to_the_agent_that_made_them_and_a_fork_keeps_them(daemon_factory):
+    d = await daemon_factory(config=DEFERRED)
+    token, _, sid = await _session(d, {"review": REVIEW})
+    # A subagent's skill and capability loads are its own: recorded under its id, shown by the
+    # inventory for that agent, and the main agent's listing and inventory still say not loaded.
+    body = await _subagent(d, token, sid, "s1", {"prompt": '/tool skill {"name": "review"}'})
+    assert body["status"] == "ok", body
+    body = await _subagent(d, token, sid, "s2", {"prompt": '/tool capability_search {"query": "time", "limit": 1}'})
+    assert body["status"] == "ok", body
+    events = await d.events(token, sid)
+    [skill_load] = [e for e in events if e["kind"] == "skill.loaded"]
+    [capability_load] = [e for e in events if e["kind"] == "capability.loaded"]
+    assert skill_load["agent_id"].startswith("sub_") and capability_load["agent_id"].startswith("sub_")
+    r = await d.get("/tools/inventory", token, params={"session": sid, "agent": capability_load["agent_id"]})
+    assert r.status_code == 200 and r.json()["loaded"] == ["get_system_time"], r.text
+    r = await d.get("/tools/inventory", token, params={"session": sid})
+    assert r.json()["loaded"] == [] and r.json()["searchable"] == ["get_system_time", "sleep_milliseconds"], r.text
+    listing = await run_tool(d, token, sid, "l1", "skill", {})
+    assert [(s["name"], s["loaded"]) for s in listing["structured_content"]["skills"]] == [("review", False)]
+    # The main agent's load appends its own copy; a fork made after it has it loaded and appends nothing.
+    result = await run_tool(d, token, sid, "l2", "skill", {"name": "review"})
+    assert result["structured_content"]["status"] == "loaded", result
+    await run_tool(d, token, sid, "c1", "capability_search", {"query": "time", "limit": 1})
+    last = (await d.events(token, sid))[-1]["seq"]
+    r = await d.post(f"/sessions/{sid}/fork", token, {"seq": last})
+    assert r.status_code == 201, r.text
+    fork = r.json()["id"]
+    result = await run_tool(d, token, fork, "f1", "skill", {"name": "review"})
+    assert result["structured_content"]["status"] == "already_loaded", result
+    assert not [e for e in await d.events(token, fork) if e["kind"] == "skill.loaded"]
+    r = await d.get("/tools/inventory", token, params={"session": fork})
+    assert r.json()["loaded"] == ["get_system_time"] and r.json()["searchable"] == ["sleep_milliseconds"], r.text
+    result = await run_tool(d, token, fork, "f2", "get_system_time", {})
+    assert result["status"] == "ok", result
