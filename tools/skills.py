@@ -603,9 +603,26 @@ def _named_otherwise(skills: list[Skill], name: str) -> str:
     held = next((s for s in skills if s.base_dir.rpartition("/")[2] == name and (s.declared or s.name) != name),
                 None)
     if held is None:
-        return _named_in_another_case(skills, name)
+        return _named_by_path(skills, name) or _named_in_another_case(skills, name)
     cannot = f" (it cannot be loaded: {held.problem})" if held.problem else ""
     return f" ({held.base_dir}/ holds the skill named {held.declared or held.name!r}, its front matter's name{cannot})"
+
+
+def _named_by_path(skills: list[Skill], name: str) -> str:
+    """What a failed load by ``name`` adds when it is a skill's path rather than its name: its
+    directory (``skills/review``, ``./skills/review/``, ``review/``) or its ``SKILL.md`` (as the
+    system prompt lists it). A skill is loaded by its name only."""
+    path = name.strip()
+    if "/" not in path:
+        return ""
+    path = path.removeprefix("./").rstrip("/")
+    path = path.removesuffix(f"/{SKILL_FILE}") if path != SKILL_FILE else ""
+    at = next((s for s in skills if path and (s.base_dir == path or s.base_dir.rpartition("/")[2] == path)), None)
+    if at is None:
+        return ""
+    cannot = f"; it cannot be loaded: {at.problem}" if at.problem else ""
+    return (f" ({at.base_dir}/ holds the skill named {at.declared or at.name!r}: a skill is loaded by its name, not its "
+            f"path{cannot})")
 
 
 def _named_in_another_case(skills: list[Skill], name: str) -> str:

@@ -127,3 +127,23 @@ async def test_skill_and_capability_loads_belong_to_the_agent_that_made_them_and
     assert r.json()["loaded"] == ["get_system_time"] and r.json()["searchable"] == ["sleep_milliseconds"], r.text
     result = await run_tool(d, token, fork, "f2", "get_system_time", {})
     assert result["status"] == "ok", result
+
+
+async def test_a_skill_asked_for_by_its_path_names_the_skill_there(daemon_factory):
+    # The system prompt lists each skill with its SKILL.md path; a model that passed the path (or
+    # the directory with a slash) was told only "no skill named 'skills/review'; available: …".
+    d = await daemon_factory(config=CONFIG)
+    token, _, sid = await _session(d, {"review": REVIEW, "dir": "---\nname: other\n---\nBODY\n"})
+    for i, (name, base_dir, held) in enumerate((("skills/review", "skills/review", "review"),
+                                                 ("skills/review/SKILL.md", "skills/review", "review"),
+                                                 ("./skills/review/", "skills/review", "review"),
+                                                 ("review/", "skills/review", "review"),
+                                                 ("skills/dir/SKILL.md", "skills/dir", "other"))):
+        result = await run_tool(d, token, sid, f"p{i}", "skill", {"name": name})
+        assert result["error_code"] == "SKILL_NOT_FOUND", result
+        assert result["content"][0]["text"] == (
+            f"SKILL_NOT_FOUND: no skill named {name!r} ({base_dir}/ holds the skill named {held!r}: a skill is "
+            "loaded by its name, not its path); available: other, review"), result
+    result = await run_tool(d, token, sid, "p9", "skill", {"name": "../review"})  # (no skill's path)
+    assert result["content"][0]["text"] == "SKILL_NOT_FOUND: no skill named '../review'; available: other, review"
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
