@@ -491,6 +491,11 @@ class ToolCatalog:
                 return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{spec.name} cannot be called from a program: "
                                         f"{_WHY_NOT_FROM_PROGRAMS[spec.name]}; call it directly (a tool call "
                                         f"of your own, outside {PTC})")
+            if native is not None and spec.name not in native and spec.name in NOT_FROM_PROGRAMS:
+                # (only a fixed nativeCapabilities list leaves such a tool out: reachable from nowhere)
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is left out of your tools by "
+                                        f"localPtc.nativeCapabilities, and a program cannot call it "
+                                        f"({_WHY_NOT_FROM_PROGRAMS[spec.name]}): it cannot be called here")
             if native is not None and spec.name not in native:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is called through {PTC}: call it from "
                                         f"a program ({spec.name}(...) in the code you pass to {PTC})")

@@ -147,3 +147,21 @@ async def test_a_skill_asked_for_by_its_path_names_the_skill_there(daemon_factor
     result = await run_tool(d, token, sid, "p9", "skill", {"name": "../review"})  # (no skill's path)
     assert result["content"][0]["text"] == "SKILL_NOT_FOUND: no skill named '../review'; available: other, review"
     assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
+
+
+async def test_a_tool_a_fixed_native_list_leaves_out_and_no_program_can_call_is_not_sent_to_a_program(daemon_factory):
+    # With `localPtc.nativeCapabilities: []` a native call of `skill` answered TOOL_NOT_NATIVE "call
+    # it from a program", where a program's call of it is refused (PTC_TOOL_NOT_ALLOWED): the
+    # advice cost the model a program run for nothing. The code stays; the message says so.
+    d = await daemon_factory(config={**CONFIG, "localPtc": {"nativeCapabilities": []}})
+    token, _, sid = await _session(d, {"review": REVIEW})
+    for i, (name, args) in enumerate((("skill", {"name": "review"}), ("ask_user", {"questions": []}))):
+        result = await run_tool(d, token, sid, f"n{i}", name, args)
+        assert result["error_code"] == "TOOL_NOT_NATIVE", result
+        text = result["content"][0]["text"]
+        assert text.startswith(f"TOOL_NOT_NATIVE: {name} is left out of your tools by localPtc.nativeCapabilities, and a "
+                               f"program cannot call it ("), text
+        assert "call it from a program" not in text, text
+    result = await run_tool(d, token, sid, "n9", "get_system_time", {})  # (one a program can call: sent there)
+    assert result["error_code"] == "TOOL_NOT_NATIVE" and "call it from a program" in result["content"][0]["text"]
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
