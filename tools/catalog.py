@@ -491,6 +491,11 @@ class ToolCatalog:
                 return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{spec.name} cannot be called from a program: "
                                         f"{_WHY_NOT_FROM_PROGRAMS[spec.name]}; call it directly (a tool call "
                                         f"of your own, outside {PTC})")
+            if native is not None and spec.name not in native and spec.name in NOT_FROM_PROGRAMS:
+                # (only a fixed nativeCapabilities list leaves such a tool out: reachable from nowhere)
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is left out of your tools by "
+                                        f"localPtc.nativeCapabilities, and a program cannot call it "
+                                        f"({_WHY_NOT_FROM_PROGRAMS[spec.name]}): it cannot be called here")
             if native is not None and spec.name not in native:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is called through {PTC}: call it from "
                                         f"a program ({spec.name}(...) in the code you pass to {PTC})")
@@ -561,6 +566,17 @@ def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str],
     return f"{spec.name} cannot be loaded", True  # (not reached: every other case is ranked)
 
 
+def _more_past(more: int, limit: int, load: bool) -> str:
+    """What a search says of the ``more`` matches past its ``limit`` that are not loaded (the
+    search again loads them: tools not loaded rank first at equal scores)."""
+    if load:
+        return f"{more} more match past the limit of {limit}, not loaded: the same search again loads the next ones."
+    it = "it" if more == 1 else "them"
+    how = (f"a higher limit (at most {MAX_LIMIT}) shows {it}" if limit < MAX_LIMIT
+           else f"narrower words show {it}")
+    return f"{more} more match past the limit of {limit}; {how}."
+
+
 def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         unknown = set(args) - {"query", "limit", "load"}
@@ -612,9 +628,12 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
                 if final:
                     return ToolResult.text(f"No deferred capability matches {json.dumps(query, ensure_ascii=False)}: "
                                            f"{why}. Nothing was loaded.",
-                                           {"matches": [], "loaded": [], "searchable": len(searchable)})
+                                           {"matches": [], "loaded": [], "searchable": len(searchable), "more": 0})
                 note = why
-        top = sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))[:limit]
+        ordered = sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))
+        top = ordered[:limit]
+        # (the matches past the limit that are not loaded: the next ones a search again would load)
+        more = sum(1 for _score, s in ordered[limit:] if s.name not in have)
         new = [s.name for _score, s in top if s.name not in have] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,
                     "loaded": s.name in have or s.name in new,
@@ -628,11 +647,13 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
                      for m in matches]
             tail = (f"Loaded {', '.join(new)}: callable from your next request." if new
                     else "Nothing new was loaded." if load else "Not loaded (load: false).")
+            if more:
+                tail += f" {_more_past(more, limit, load)}"
             text = "\n".join([*lines, tail])
         if note:
             text = f"{note}. {text}" if not matches else f"{note}.\n{text}"
         events: list[t._Event] = [t.CapabilityLoaded(capability_ids=new, call_id=ctx.call_id)] if new else []
-        return ToolResult.text(text, {"matches": matches, "loaded": new, "searchable": len(searchable)},
+        return ToolResult.text(text, {"matches": matches, "loaded": new, "searchable": len(searchable), "more": more},
                                events=events)
 
     return ToolSpec(

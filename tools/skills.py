@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
@@ -72,13 +73,15 @@ class FrontMatterError(ValueError):
 
 _KEY_RE = re.compile(r"([A-Za-z0-9_](?:[A-Za-z0-9_. -]*[A-Za-z0-9_.-])?)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
 _BLOCK_MARKS = ("|", "|-", "|+", ">", ">-", ">+")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # YAML's line breaks
 
 
 def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[str, str], str]:
     """``(fields, body)`` of a SKILL.md text; no front matter gives ``({}, text)``.
 
-    The front matter starts at the first line when it is ``---`` (trailing blanks allowed, as
-    YAML does) and ends at the next line that is ``---`` (or ``...``). Inside: ``key: value``
+    Lines end at ``\r\n``, ``\r`` or ``\n``, as YAML's do (the body keeps its own). The front
+    matter starts at the first line when it is ``---`` (trailing blanks allowed, as YAML does)
+    and ends at the next line that is ``---`` (or ``...``). Inside: ``key: value``
     lines (a key may hold blanks: ``allowed tools``); blank lines and ``#`` lines are skipped; a value may be double-quoted (JSON escapes), single-quoted (``''`` for a quote)
     or plain (a `` #`` comment after it is dropped; indented lines after it continue it, joined
     by spaces); ``|`` / ``>`` start a block of indented lines (kept / folded); an empty value
@@ -90,7 +93,7 @@ def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[
     secrets = secrets or _NO_SECRETS
     if text.startswith("\ufeff"):
         text = text[1:]
-    lines = text.split("\n")
+    lines = _LINE_BREAK.split(text)  # (as YAML reads them; the body keeps its own line ends)
     if lines[0].rstrip() != "---":
         return {}, text
     end = next((i for i in range(1, len(lines)) if lines[i].rstrip("\r").rstrip() in ("---", "...")), None)
@@ -164,7 +167,8 @@ def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[
             mode = "plain"
             fields[key] = re.split(r"[ \t]#", raw, maxsplit=1)[0].rstrip()
     finish()
-    body = "\n".join(lines[end + 1:])
+    starts = [0, *(m.end() for m in _LINE_BREAK.finditer(text))]  # (where each of ``lines`` starts)
+    body = text[starts[end + 1]:] if end + 1 < len(starts) else ""
     return fields, body
 
 
@@ -599,25 +603,55 @@ def _named_otherwise(skills: list[Skill], name: str) -> str:
     held = next((s for s in skills if s.base_dir.rpartition("/")[2] == name and (s.declared or s.name) != name),
                 None)
     if held is None:
-        return _named_in_another_case(skills, name)
+        return _named_by_path(skills, name) or _named_in_another_case(skills, name)
     cannot = f" (it cannot be loaded: {held.problem})" if held.problem else ""
     return f" ({held.base_dir}/ holds the skill named {held.declared or held.name!r}, its front matter's name{cannot})"
 
 
+def _named_by_path(skills: list[Skill], name: str) -> str:
+    """What a failed load by ``name`` adds when it is a skill's path rather than its name: its
+    directory (``skills/review``, ``./skills/review/``, ``review/``) or its ``SKILL.md`` (as the
+    system prompt lists it). A skill is loaded by its name only."""
+    path = name.strip()
+    if "/" not in path:
+        return ""
+    path = path.removeprefix("./").rstrip("/")
+    path = path.removesuffix(f"/{SKILL_FILE}") if path != SKILL_FILE else ""
+    at = next((s for s in skills if path and (s.base_dir == path or s.base_dir.rpartition("/")[2] == path)), None)
+    if at is None:
+        return ""
+    cannot = f"; it cannot be loaded: {at.problem}" if at.problem else ""
+    return (f" ({at.base_dir}/ holds the skill named {at.declared or at.name!r}: a skill is loaded by its name, not its "
+            f"path{cannot})")
+
+
 def _named_in_another_case(skills: list[Skill], name: str) -> str:
     """What a failed load by ``name`` adds when skills are listed under that name in another
-    case: skill names are case-sensitive, and the message says which names differ only so."""
+    case (or with blanks around it, look-alike or invisible characters: :func:`_other_case`)."""
     return _other_case([s.name for s in skills], name, "listed")
+
+
+def _name_key(name: str) -> str:
+    """``name`` as a reader would take it: compatibility forms unified (full-width letters), format
+    characters (a zero-width space) dropped, blanks around it stripped, case folded."""
+    text = "".join(c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf")
+    return text.strip().casefold()
 
 
 def _other_case(names: Iterable[str], name: str, how: str) -> str:
     """`` (skill names are case-sensitive: <how> as 'Review')`` when ``names`` holds ``name`` in
-    another case only, else ``""``: for a load, the names listed; for an unload, those loaded."""
-    folded = name.casefold()
-    others = list(dict.fromkeys(n for n in names if n != name and n.casefold() == folded))
+    another case only; `` (skill names are matched exactly, character for character: <how> as
+    'review')`` when it differs otherwise only by what :func:`_name_key` sets aside (blanks around
+    it, full-width or invisible characters); else ``""``. For a load, the names listed; for an
+    unload, those loaded. Names stay exact: the hint loads or unloads nothing."""
+    key = _name_key(name)
+    others = list(dict.fromkeys(n for n in names if n != name and _name_key(n) == key))
     if not others:
         return ""
-    return f" (skill names are case-sensitive: {how} as {', '.join(repr(o) for o in others[:5])})"
+    shown = ", ".join(repr(o) for o in others[:5])
+    if all(o.casefold() == name.casefold() for o in others):
+        return f" (skill names are case-sensitive: {how} as {shown})"
+    return f" (skill names are matched exactly, character for character: {how} as {shown})"
 
 
 def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secrets | None = None) -> ToolSpec:

@@ -106,3 +106,11 @@ def test_yaml_shapes_once_refused_or_misread() -> None:
         parse_front_matter("---\nname: x\n- stray\n---\nB")  # (a sequence item after a value)
     # CRLF: the body keeps its own line ends but not a trailing carriage return
     assert _skill_of("skills/x", "x", "---\r\nname: x\r\n---\r\nA\r\nB\r\n").body == "A\r\nB"
+
+
+def test_lone_carriage_returns_end_lines_as_in_yaml() -> None:
+    # (classic Mac line ends: the front matter was taken for instructions)
+    fields, body = parse_front_matter("---\rname: mac\rdescription: |\r  kept\r---\rA\rB\r")
+    assert fields == {"name": "mac", "description": "kept"} and body == "A\rB\r"
+    assert parse_front_matter("---\r\nname: x\r\n---\r\nA\r\n") == ({"name": "x"}, "A\r\n")  # (CRLF as before)
+    assert parse_front_matter("---\nname: x\n---") == ({"name": "x"}, "")

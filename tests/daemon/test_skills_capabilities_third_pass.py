@@ -1,0 +1,167 @@
+"""A third black-box pass over workspace skills and ``capability_search`` (F-TOOL-3, F-TOOL-4,
+F-TOOL-6): a daemon on loopback port 0, the real executor, the ``faux`` provider calling the tools."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import error_of, run_tool
+from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
+
+REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS\n"
+
+
+async def test_a_skill_name_differing_by_blanks_or_look_alike_characters_names_the_listed_one(daemon_factory):
+    # `skill {"name": " review"}` (or full-width letters, a zero-width space inside) answered "no
+    # skill named ' review'; available: review", leaving the reader to spot what differs; an unload
+    # by such a name said only "not loaded". Names stay exact: nothing is loaded or unloaded by them.
+    d = await daemon_factory(config=CONFIG)
+    token, _, sid = await _session(d, {"review": REVIEW, "two": TWO})
+    for i, name in enumerate((" review", "review ", "review\n", "\uff52\uff45\uff56\uff49\uff45\uff57", "revie\u200bw")):
+        result = await run_tool(d, token, sid, f"l{i}", "skill", {"name": name})
+        text = result["content"][0]["text"]
+        assert result["error_code"] == "SKILL_NOT_FOUND", result
+        assert text == (f"SKILL_NOT_FOUND: no skill named {name!r} (skill names are matched exactly, character "
+                        "for character: listed as 'review'); available: review, two"), text
+    result = await run_tool(d, token, sid, "l9", "skill", {"name": "re\u0301view"})  # (another letter: no hint)
+    assert result["content"][0]["text"] == "SKILL_NOT_FOUND: no skill named 're\u0301view'; available: review, two"
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "/skill:\uff52eview go"})
+    assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND", r.text
+    assert "matched exactly, character for character: listed as 'review'" in r.json()["error"]["message"], r.text
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
+
+    await run_tool(d, token, sid, "load", "skill", {"name": "review"})
+    result = await run_tool(d, token, sid, "u1", "skill", {"name": "review ", "unload": True})
+    assert result["structured_content"]["status"] == "not_loaded", result
+    assert result["content"][0]["text"] == ("Skill \"review \" is not loaded (skill names are matched exactly, "
+                                            "character for character: loaded as 'review'); nothing to unload.")
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.unloaded"]
+
+
+async def test_front_matter_with_carriage_return_line_ends_is_read_as_yaml_reads_it(daemon_factory):
+    # YAML ends a line at "\r\n", "\r" or "\n". A SKILL.md saved with lone "\r" line ends (classic
+    # Mac) had its front matter taken for instructions: the skill was named by its directory and
+    # the model was sent "---\rname: …" as the skill's text.
+    d = await daemon_factory(config=CONFIG)
+    token, _, sid = await _session(d, {"mac": "---\rname: classic\rdescription: Old line ends\r---\rMAC-BODY\rsecond\r"})
+    listing = await run_tool(d, token, sid, "l1", "skill", {})
+    [skill] = listing["structured_content"]["skills"]
+    assert (skill["name"], skill["description"], skill["base_dir"]) == ("classic", "Old line ends", "skills/mac"), skill
+    assert "problem" not in skill
+    result = await run_tool(d, token, sid, "l2", "skill", {"name": "classic"})
+    assert result["structured_content"]["status"] == "loaded", result
+    [loaded] = [e["body"] for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
+    assert loaded["instructions"].endswith("\n\nMAC-BODY\rsecond"), loaded["instructions"]  # (its own line ends kept)
+    assert "name:" not in loaded["instructions"]
+
+
+DEFERRED = {**CONFIG, "tools": {"deferred": ["get_system_time", "sleep_milliseconds"]}}
+
+
+async def test_a_capability_search_says_how_many_more_match_past_its_limit(daemon_factory):
+    # "milliseconds time" matches both deferred tools at one score. With `limit: 1` the answer
+    # showed one and said nothing of the other, so a model took the search as exhausted.
+    d = await daemon_factory(config=DEFERRED)
+    token, _, sid = await _session(d, {})
+    query = "milliseconds time"
+    result = await run_tool(d, token, sid, "c1", "capability_search", {"query": query, "limit": 1, "load": False})
+    assert result["structured_content"]["more"] == 1, result
+    assert result["content"][0]["text"].endswith(
+        "Not loaded (load: false). 1 more match past the limit of 1; a higher limit (at most 20) shows it."), result
+    result = await run_tool(d, token, sid, "c2", "capability_search", {"query": query, "limit": 2, "load": False})
+    assert result["structured_content"]["more"] == 0, result  # (the limit at the number of matches: no note)
+    assert result["content"][0]["text"].endswith("Not loaded (load: false).")
+    result = await run_tool(d, token, sid, "c3", "capability_search", {"query": query, "limit": 1})
+    assert result["structured_content"]["loaded"] == ["get_system_time"], result
+    assert result["structured_content"]["more"] == 1, result
+    assert result["content"][0]["text"].endswith(
+        "Loaded get_system_time: callable from your next request. 1 more match past the limit of 1, not loaded: "
+        "the same search again loads the next ones."), result
+    result = await run_tool(d, token, sid, "c4", "capability_search", {"query": query, "limit": 1})
+    assert result["structured_content"]["loaded"] == ["sleep_milliseconds"], result
+    assert result["structured_content"]["more"] == 0, result  # (the one past the limit is loaded already)
+    assert result["content"][0]["text"].endswith("Loaded sleep_milliseconds: callable from your next request.")
+    inv = (await d.get("/tools/inventory", token, params={"session": sid})).json()
+    assert (inv["loaded"], inv["searchable"]) == (["get_system_time", "sleep_milliseconds"], []), inv
+
+
+async def _subagent(d, token: str, sid: str, request_id: str, args: dict) -> dict:
+    """Have the main agent start a subagent; return the main agent's ``tool.finished`` body for it
+    (the subagent's own calls are recorded under its agent id)."""
+    await d.submit(token, sid, request_id, f"/tool subagent {json.dumps(args)}")
+    await d.wait_idle(token, sid)
+    return [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished" and e["agent_id"] == "main"][-1]
+
+
+async def test_skill_and_capability_loads_belong_to_the_agent_that_made_them_and_a_fork_keeps_them(daemon_factory):
+    d = await daemon_factory(config=DEFERRED)
+    token, _, sid = await _session(d, {"review": REVIEW})
+    # A subagent's skill and capability loads are its own: recorded under its id, shown by the
+    # inventory for that agent, and the main agent's listing and inventory still say not loaded.
+    body = await _subagent(d, token, sid, "s1", {"prompt": '/tool skill {"name": "review"}'})
+    assert body["status"] == "ok", body
+    body = await _subagent(d, token, sid, "s2", {"prompt": '/tool capability_search {"query": "time", "limit": 1}'})
+    assert body["status"] == "ok", body
+    events = await d.events(token, sid)
+    [skill_load] = [e for e in events if e["kind"] == "skill.loaded"]
+    [capability_load] = [e for e in events if e["kind"] == "capability.loaded"]
+    assert skill_load["agent_id"].startswith("sub_") and capability_load["agent_id"].startswith("sub_")
+    r = await d.get("/tools/inventory", token, params={"session": sid, "agent": capability_load["agent_id"]})
+    assert r.status_code == 200 and r.json()["loaded"] == ["get_system_time"], r.text
+    r = await d.get("/tools/inventory", token, params={"session": sid})
+    assert r.json()["loaded"] == [] and r.json()["searchable"] == ["get_system_time", "sleep_milliseconds"], r.text
+    listing = await run_tool(d, token, sid, "l1", "skill", {})
+    assert [(s["name"], s["loaded"]) for s in listing["structured_content"]["skills"]] == [("review", False)]
+    # The main agent's load appends its own copy; a fork made after it has it loaded and appends nothing.
+    result = await run_tool(d, token, sid, "l2", "skill", {"name": "review"})
+    assert result["structured_content"]["status"] == "loaded", result
+    await run_tool(d, token, sid, "c1", "capability_search", {"query": "time", "limit": 1})
+    last = (await d.events(token, sid))[-1]["seq"]
+    r = await d.post(f"/sessions/{sid}/fork", token, {"seq": last})
+    assert r.status_code == 201, r.text
+    fork = r.json()["id"]
+    result = await run_tool(d, token, fork, "f1", "skill", {"name": "review"})
+    assert result["structured_content"]["status"] == "already_loaded", result
+    assert not [e for e in await d.events(token, fork) if e["kind"] == "skill.loaded"]
+    r = await d.get("/tools/inventory", token, params={"session": fork})
+    assert r.json()["loaded"] == ["get_system_time"] and r.json()["searchable"] == ["sleep_milliseconds"], r.text
+    result = await run_tool(d, token, fork, "f2", "get_system_time", {})
+    assert result["status"] == "ok", result
+
+
+async def test_a_skill_asked_for_by_its_path_names_the_skill_there(daemon_factory):
+    # The system prompt lists each skill with its SKILL.md path; a model that passed the path (or
+    # the directory with a slash) was told only "no skill named 'skills/review'; available: …".
+    d = await daemon_factory(config=CONFIG)
+    token, _, sid = await _session(d, {"review": REVIEW, "dir": "---\nname: other\n---\nBODY\n"})
+    for i, (name, base_dir, held) in enumerate((("skills/review", "skills/review", "review"),
+                                                 ("skills/review/SKILL.md", "skills/review", "review"),
+                                                 ("./skills/review/", "skills/review", "review"),
+                                                 ("review/", "skills/review", "review"),
+                                                 ("skills/dir/SKILL.md", "skills/dir", "other"))):
+        result = await run_tool(d, token, sid, f"p{i}", "skill", {"name": name})
+        assert result["error_code"] == "SKILL_NOT_FOUND", result
+        assert result["content"][0]["text"] == (
+            f"SKILL_NOT_FOUND: no skill named {name!r} ({base_dir}/ holds the skill named {held!r}: a skill is "
+            "loaded by its name, not its path); available: other, review"), result
+    result = await run_tool(d, token, sid, "p9", "skill", {"name": "../review"})  # (no skill's path)
+    assert result["content"][0]["text"] == "SKILL_NOT_FOUND: no skill named '../review'; available: other, review"
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
+
+
+async def test_a_tool_a_fixed_native_list_leaves_out_and_no_program_can_call_is_not_sent_to_a_program(daemon_factory):
+    # With `localPtc.nativeCapabilities: []` a native call of `skill` answered TOOL_NOT_NATIVE "call
+    # it from a program", where a program's call of it is refused (PTC_TOOL_NOT_ALLOWED): the
+    # advice cost the model a program run for nothing. The code stays; the message says so.
+    d = await daemon_factory(config={**CONFIG, "localPtc": {"nativeCapabilities": []}})
+    token, _, sid = await _session(d, {"review": REVIEW})
+    for i, (name, args) in enumerate((("skill", {"name": "review"}), ("ask_user", {"questions": []}))):
+        result = await run_tool(d, token, sid, f"n{i}", name, args)
+        assert result["error_code"] == "TOOL_NOT_NATIVE", result
+        text = result["content"][0]["text"]
+        assert text.startswith(f"TOOL_NOT_NATIVE: {name} is left out of your tools by localPtc.nativeCapabilities, and a "
+                               f"program cannot call it ("), text
+        assert "call it from a program" not in text, text
+    result = await run_tool(d, token, sid, "n9", "get_system_time", {})  # (one a program can call: sent there)
+    assert result["error_code"] == "TOOL_NOT_NATIVE" and "call it from a program" in result["content"][0]["text"]
+    assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
