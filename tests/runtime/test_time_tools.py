@@ -36,6 +36,20 @@ def check_one_instant(fields: dict) -> None:
     assert int(local.timestamp()) == seconds
 
 
+@pytest.fixture
+def zone(monkeypatch):
+    """Sets the process's time zone (``TZ``) for one test and puts it back after."""
+    import time
+
+    def set_zone(tz: str) -> None:
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+
+    yield set_zone
+    monkeypatch.undo()
+    time.tzset()
+
+
 async def test_get_system_time_renders_one_instant():
     res = await run("get_system_time", "{}")
     assert not res.is_error
@@ -129,18 +143,11 @@ async def test_time_tools_in_a_session(rt, autojump_clock):
 
 
 @pytest.mark.parametrize("tz, offset", [("Asia/Kolkata", "+05:30"), ("America/St_Johns", "-03:30"), ("UTC", "+00:00")])
-def test_local_time_carries_the_zone_offset(tz, offset, monkeypatch):
-    import time
-
-    monkeypatch.setenv("TZ", tz)
-    time.tzset()
-    try:
-        fields = time_fields(1_700_000_000_123 * 1_000_000)  # November: no daylight saving
-        assert fields["local"].endswith(offset)
-        check_one_instant(fields)
-    finally:
-        monkeypatch.undo()
-        time.tzset()
+def test_local_time_carries_the_zone_offset(tz, offset, zone):
+    zone(tz)
+    fields = time_fields(1_700_000_000_123 * 1_000_000)  # November: no daylight saving
+    assert fields["local"].endswith(offset)
+    check_one_instant(fields)
 
 
 @pytest.mark.parametrize("tool, arguments", [
@@ -203,34 +210,13 @@ async def test_sleep_takes_a_number_with_a_zero_fraction_as_its_integer(argument
     ("ABC-5:30:15", 1_700_000_000_123, "2023-11-15T03:43:20+05:30"),  # a POSIX TZ naming seconds
     ("UTC", -1_000_000_000_000, "1938-04-24T22:13:20+00:00"),
 ])
-def test_an_offset_with_seconds_is_rendered_to_its_minute_and_still_one_instant(tz, unix_ms, local, monkeypatch):
+def test_an_offset_with_seconds_is_rendered_to_its_minute_and_still_one_instant(tz, unix_ms, local, zone):
     # ±HH:mm cannot carry an offset's seconds (it was "-00:4430"): the offset is rounded to the
     # minute and the wall-clock time is the instant's at that offset.
-    import time
-
-    monkeypatch.setenv("TZ", tz)
-    time.tzset()
-    try:
-        fields = time_fields(unix_ms * 1_000_000)
-        assert fields["local"] == local
-        check_one_instant(fields)
-    finally:
-        monkeypatch.undo()
-        time.tzset()
-
-
-@pytest.fixture
-def zone(monkeypatch):
-    """Sets the process's time zone (``TZ``) for one test and puts it back after."""
-    import time
-
-    def set_zone(tz: str) -> None:
-        monkeypatch.setenv("TZ", tz)
-        time.tzset()
-
-    yield set_zone
-    monkeypatch.undo()
-    time.tzset()
+    zone(tz)
+    fields = time_fields(unix_ms * 1_000_000)
+    assert fields["local"] == local
+    check_one_instant(fields)
 
 
 @pytest.mark.parametrize("tz, local", [
