@@ -304,3 +304,26 @@ def test_daylight_saving_edges_and_a_leap_day_are_one_instant(tz, utc, local, zo
     fields = time_fields(unix_ms * 1_000_000)
     assert (fields["utc"], fields["local"]) == (utc, local)
     check_one_instant(fields)
+
+
+@pytest.mark.skipif(not Path("/usr/share/zoneinfo/right/Europe/Paris").exists(), reason="no leap-second zones installed")
+@pytest.mark.parametrize("utc, local", [
+    ("2024-03-31T00:59:59Z", "2024-03-31T01:59:59+01:00"),  # the last second before spring's gap
+    ("2024-03-31T01:00:00Z", "2024-03-31T03:00:00+02:00"),  # the change instant
+    ("2024-03-31T01:00:26Z", "2024-03-31T03:00:26+02:00"),  # 26 s after (it answered 02:00:26+01:00)
+    ("2024-03-31T01:00:27Z", "2024-03-31T03:00:27+02:00"),
+    ("2024-10-27T00:59:59Z", "2024-10-27T02:59:59+02:00"),  # the last second before autumn's fold
+    ("2024-10-27T01:00:00Z", "2024-10-27T02:00:00+01:00"),
+    ("2024-10-27T01:00:26Z", "2024-10-27T02:00:26+01:00"),
+    ("2024-10-27T01:00:27Z", "2024-10-27T02:00:27+01:00"),
+])
+@pytest.mark.parametrize("tz", ["Europe/Paris", "right/Europe/Paris"])
+def test_a_zone_counting_leap_seconds_changes_its_offset_at_the_instant_its_rules_say(tz, utc, local, zone):
+    # time.localtime reads its argument under a right/ zone as a count that includes leap
+    # seconds: local kept the old offset for the 27 seconds after each change (02:00:xx+01:00,
+    # inside spring's gap). A right/ zone answers as its plain zone does.
+    zone(tz)
+    unix_ms = int(datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()) * 1000 + 999
+    fields = time_fields(unix_ms * 1_000_000)
+    assert (fields["utc"], fields["local"]) == (utc, local)
+    check_one_instant(fields)
