@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from runtime.errors import shortened, shortened_names  # (imports nothing: no cycle)
+from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
@@ -101,7 +101,7 @@ async def sleep_milliseconds(args: dict[str, Any], ctx: ToolContext) -> ToolResu
     if isinstance(ms, bool) or not isinstance(ms, int):
         raise ToolError(
             "INVALID_ARGUMENT",
-            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {type(ms).__name__} {shortened(repr(ms))}",
+            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {shortened_json(ms)}",
         )
     if not 0 <= ms <= MAX_SLEEP_MS:
         raise ToolError("INVALID_ARGUMENT", f"milliseconds must be from 0 to {MAX_SLEEP_MS}, got {ms}")

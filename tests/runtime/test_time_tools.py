@@ -327,3 +327,13 @@ def test_a_zone_counting_leap_seconds_changes_its_offset_at_the_instant_its_rule
     fields = time_fields(unix_ms * 1_000_000)
     assert (fields["utc"], fields["local"]) == (utc, local)
     check_one_instant(fields)
+
+
+@pytest.mark.parametrize("sent, shown", [("null", "null"), ('"5"', '"5"'), ("true", "true"), ("[5]", "[5]"),
+                                         ('{"ms": 5}', '{"ms": 5}'), ("5.5", "5.5"), ('"a\\u00e9"', '"aé"')])
+async def test_sleep_quotes_a_value_it_refuses_as_json(sent, shown, autojump_clock):
+    # The model reads and writes JSON: "got NoneType None", "got str '5'" and "got bool True"
+    # were Python's spellings, as run_command, skill, web_search and web_fetch no longer write.
+    res = await run("sleep_milliseconds", f'{{"milliseconds": {sent}}}')
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT"
+    assert res.structured_content["error"]["message"] == f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {shown}"
