@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import calendar
 import time
 from datetime import datetime, timedelta
 from typing import Any
 
 import trio
 
-from runtime.errors import shortened, shortened_names  # (imports nothing: no cycle)
+from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 
@@ -28,7 +29,8 @@ def time_fields(unix_ns: int) -> dict[str, Any]:
     always names the instant ``unix_ms`` does, whatever the zone (glibc's ``gmtime`` under a
     ``right/`` zone counts leap seconds, 27 seconds behind since 2017).
 
-    ``local`` is in the process's time zone with its offset to the minute: ``±HH:mm`` cannot
+    ``local`` is in the process's time zone with its offset to the minute (the offset in force
+    at that instant, a ``right/`` zone's too): ``±HH:mm`` cannot
     carry the seconds of an offset such as a historical local mean time (Monrovia's -00:44:30
     until 1972) or a POSIX ``TZ`` that names seconds, so such an offset is rounded to its nearest
     minute (at most 23:59) and the wall-clock time is the instant's at that offset (the three
@@ -44,7 +46,11 @@ def time_fields(unix_ns: int) -> dict[str, Any]:
                         f"the system clock (unix_ms {unix_ms}) is outside the years 0001 to 9999 "
                         "YYYY-MM-DD can write") from None
     try:
-        offset = time.localtime(seconds).tm_gmtoff
+        # (under a right/ zone the C library reads a time_t as a count that includes leap
+        # seconds: the instant ``seconds`` names is that count plus the leap seconds before it,
+        # else the offset changes 27 seconds late; elsewhere ``leap`` is 0)
+        leap = seconds - calendar.timegm(time.gmtime(seconds))
+        offset = time.localtime(seconds + leap).tm_gmtoff
     except (OverflowError, OSError, ValueError):
         offset = 0  # (beyond the C library's time_t: no zone rule is known there)
     if abs(offset) >= _DAY:
@@ -95,7 +101,7 @@ async def sleep_milliseconds(args: dict[str, Any], ctx: ToolContext) -> ToolResu
     if isinstance(ms, bool) or not isinstance(ms, int):
         raise ToolError(
             "INVALID_ARGUMENT",
-            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {type(ms).__name__} {shortened(repr(ms))}",
+            f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {shortened_json(ms)}",
         )
     if not 0 <= ms <= MAX_SLEEP_MS:
         raise ToolError("INVALID_ARGUMENT", f"milliseconds must be from 0 to {MAX_SLEEP_MS}, got {ms}")

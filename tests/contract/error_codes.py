@@ -132,9 +132,14 @@ def produced_codes() -> dict[str, list[str]]:
     return found
 
 
+def documented_rows() -> list[str]:
+    """The code of each row of the table in docs/errors.md, in the table's order."""
+    return _ROW.findall(DOC.read_text(encoding="utf-8"))
+
+
 def documented_codes() -> dict[str, int]:
     """The codes of the table in docs/errors.md -> how many rows name each."""
     counts: dict[str, int] = {}
-    for code in _ROW.findall(DOC.read_text(encoding="utf-8")):
+    for code in documented_rows():
         counts[code] = counts.get(code, 0) + 1
     return counts

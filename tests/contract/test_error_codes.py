@@ -21,7 +21,7 @@ from runtime.http_parts import STATUS
 from runtime.errors import LensError
 from events.errors import LogError
 
-from .error_codes import DOC, PACKAGES, ROOT, documented_codes, produced_codes, source_files
+from .error_codes import DOC, PACKAGES, ROOT, documented_codes, documented_rows, produced_codes, source_files
 
 # Retired codes: each had a meaning another code already had (docs/errors.md names the one kept).
 RETIRED = ("TOOL_ARGUMENTS_INVALID", "UNKNOWN_TOOL", "CANNOT_LISTEN", "PATH_INVALID", "LENS_ERROR", "LOG_ERROR",
@@ -58,6 +58,12 @@ def test_every_documented_code_is_produced_and_has_one_row() -> None:
     assert len(documented) > 150  # (the table was read: a broken pattern would find none)
     assert not [c for c in documented if c not in produced], "documented codes nothing produces"
     assert not {c: n for c, n in documented.items() if n != 1}, "codes with more than one row"
+
+
+def test_the_documented_codes_are_in_alphabetical_order() -> None:
+    # (a reader finds a code by its place: SYSTEM_TIME_UNREPRESENTABLE came before SYMLINK_…)
+    rows = documented_rows()
+    assert not [(a, b) for a, b in zip(rows, rows[1:]) if a > b], f"rows out of order in {DOC.relative_to(ROOT)}"
 
 
 def test_every_error_class_has_a_documented_code_of_its_own() -> None:

@@ -36,6 +36,20 @@ def check_one_instant(fields: dict) -> None:
     assert int(local.timestamp()) == seconds
 
 
+@pytest.fixture
+def zone(monkeypatch):
+    """Sets the process's time zone (``TZ``) for one test and puts it back after."""
+    import time
+
+    def set_zone(tz: str) -> None:
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+
+    yield set_zone
+    monkeypatch.undo()
+    time.tzset()
+
+
 async def test_get_system_time_renders_one_instant():
     res = await run("get_system_time", "{}")
     assert not res.is_error
@@ -129,18 +143,11 @@ async def test_time_tools_in_a_session(rt, autojump_clock):
 
 
 @pytest.mark.parametrize("tz, offset", [("Asia/Kolkata", "+05:30"), ("America/St_Johns", "-03:30"), ("UTC", "+00:00")])
-def test_local_time_carries_the_zone_offset(tz, offset, monkeypatch):
-    import time
-
-    monkeypatch.setenv("TZ", tz)
-    time.tzset()
-    try:
-        fields = time_fields(1_700_000_000_123 * 1_000_000)  # November: no daylight saving
-        assert fields["local"].endswith(offset)
-        check_one_instant(fields)
-    finally:
-        monkeypatch.undo()
-        time.tzset()
+def test_local_time_carries_the_zone_offset(tz, offset, zone):
+    zone(tz)
+    fields = time_fields(1_700_000_000_123 * 1_000_000)  # November: no daylight saving
+    assert fields["local"].endswith(offset)
+    check_one_instant(fields)
 
 
 @pytest.mark.parametrize("tool, arguments", [
@@ -203,34 +210,13 @@ async def test_sleep_takes_a_number_with_a_zero_fraction_as_its_integer(argument
     ("ABC-5:30:15", 1_700_000_000_123, "2023-11-15T03:43:20+05:30"),  # a POSIX TZ naming seconds
     ("UTC", -1_000_000_000_000, "1938-04-24T22:13:20+00:00"),
 ])
-def test_an_offset_with_seconds_is_rendered_to_its_minute_and_still_one_instant(tz, unix_ms, local, monkeypatch):
+def test_an_offset_with_seconds_is_rendered_to_its_minute_and_still_one_instant(tz, unix_ms, local, zone):
     # ±HH:mm cannot carry an offset's seconds (it was "-00:4430"): the offset is rounded to the
     # minute and the wall-clock time is the instant's at that offset.
-    import time
-
-    monkeypatch.setenv("TZ", tz)
-    time.tzset()
-    try:
-        fields = time_fields(unix_ms * 1_000_000)
-        assert fields["local"] == local
-        check_one_instant(fields)
-    finally:
-        monkeypatch.undo()
-        time.tzset()
-
-
-@pytest.fixture
-def zone(monkeypatch):
-    """Sets the process's time zone (``TZ``) for one test and puts it back after."""
-    import time
-
-    def set_zone(tz: str) -> None:
-        monkeypatch.setenv("TZ", tz)
-        time.tzset()
-
-    yield set_zone
-    monkeypatch.undo()
-    time.tzset()
+    zone(tz)
+    fields = time_fields(unix_ms * 1_000_000)
+    assert fields["local"] == local
+    check_one_instant(fields)
 
 
 @pytest.mark.parametrize("tz, local", [
@@ -318,3 +304,36 @@ def test_daylight_saving_edges_and_a_leap_day_are_one_instant(tz, utc, local, zo
     fields = time_fields(unix_ms * 1_000_000)
     assert (fields["utc"], fields["local"]) == (utc, local)
     check_one_instant(fields)
+
+
+@pytest.mark.skipif(not Path("/usr/share/zoneinfo/right/Europe/Paris").exists(), reason="no leap-second zones installed")
+@pytest.mark.parametrize("utc, local", [
+    ("2024-03-31T00:59:59Z", "2024-03-31T01:59:59+01:00"),  # the last second before spring's gap
+    ("2024-03-31T01:00:00Z", "2024-03-31T03:00:00+02:00"),  # the change instant
+    ("2024-03-31T01:00:26Z", "2024-03-31T03:00:26+02:00"),  # 26 s after (it answered 02:00:26+01:00)
+    ("2024-03-31T01:00:27Z", "2024-03-31T03:00:27+02:00"),
+    ("2024-10-27T00:59:59Z", "2024-10-27T02:59:59+02:00"),  # the last second before autumn's fold
+    ("2024-10-27T01:00:00Z", "2024-10-27T02:00:00+01:00"),
+    ("2024-10-27T01:00:26Z", "2024-10-27T02:00:26+01:00"),
+    ("2024-10-27T01:00:27Z", "2024-10-27T02:00:27+01:00"),
+])
+@pytest.mark.parametrize("tz", ["Europe/Paris", "right/Europe/Paris"])
+def test_a_zone_counting_leap_seconds_changes_its_offset_at_the_instant_its_rules_say(tz, utc, local, zone):
+    # time.localtime reads its argument under a right/ zone as a count that includes leap
+    # seconds: local kept the old offset for the 27 seconds after each change (02:00:xx+01:00,
+    # inside spring's gap). A right/ zone answers as its plain zone does.
+    zone(tz)
+    unix_ms = int(datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()) * 1000 + 999
+    fields = time_fields(unix_ms * 1_000_000)
+    assert (fields["utc"], fields["local"]) == (utc, local)
+    check_one_instant(fields)
+
+
+@pytest.mark.parametrize("sent, shown", [("null", "null"), ('"5"', '"5"'), ("true", "true"), ("[5]", "[5]"),
+                                         ('{"ms": 5}', '{"ms": 5}'), ("5.5", "5.5"), ('"a\\u00e9"', '"aé"')])
+async def test_sleep_quotes_a_value_it_refuses_as_json(sent, shown, autojump_clock):
+    # The model reads and writes JSON: "got NoneType None", "got str '5'" and "got bool True"
+    # were Python's spellings, as run_command, skill, web_search and web_fetch no longer write.
+    res = await run("sleep_milliseconds", f'{{"milliseconds": {sent}}}')
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT"
+    assert res.structured_content["error"]["message"] == f"milliseconds must be an integer from 0 to {MAX_SLEEP_MS}, got {shown}"

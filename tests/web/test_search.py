@@ -334,3 +334,26 @@ async def test_a_broken_answer_is_refused_with_a_code_naming_the_backend(web_ser
     assert r.is_error and r.error_code == code, text_of(r)
     assert text_of(r).startswith(f"{code}: the search backend") and words in text_of(r), text_of(r)
     assert [q.path for q in web_server.requests] == ["/api/search"]
+
+
+@pytest.mark.parametrize("space", [" ", "\u00a0", "\n", "\t", "\r\n", "\u2028", "\u3000", "\x85"])
+async def test_a_url_with_white_space_inside_is_left_out_not_rewritten(web_server: WebServer, space: str) -> None:
+    # "https://x.example/a\u00a0b" was shown as "https://x.example/a b", another page, and a
+    # result sending "https://x.example/a b" was then dropped as its repeat. Such a URL is left out
+    # with a note, as a URL past its bound is; repeats are judged on the URL as sent.
+    inside = f"https://x.example/a{space}b"
+    results = [{"title": "inside", "url": f" {inside} ", "text": "one"},
+               {"title": "spaced", "url": "https://x.example/a b", "text": "two"},
+               {"title": "again", "url": inside, "text": "three"},
+               {"title": "plain", "url": "https://x.example/ab", "text": "four"}]
+    r = await call(tool(backend(web_server, results)), "web_search", {"query": "q"})
+    assert not r.is_error, text_of(r)
+    listed = r.structured_content["results"]
+    expected = ["inside", "plain"] if space == " " else ["inside", "spaced", "plain"]
+    assert [x["title"] for x in listed] == expected
+    assert [x["url"] for x in listed] == [None] * (len(expected) - 1) + ["https://x.example/ab"]
+    assert [x.get("cut") for x in listed] == [["url"]] * (len(expected) - 1) + [None]
+    shown = f"U+{ord(space[0]):04X}"
+    assert text_of(r).startswith(f"## 1. inside\n[URL left out: it holds white space ({shown}) inside]\n\none"), text_of(r)
+    assert "URL: https://x.example/a" not in text_of(r).replace("URL: https://x.example/ab\n", "")
+    assert "\n\nthree" not in text_of(r)

@@ -19,13 +19,14 @@ The backend is an endpoint the operator chose, not a URL from the model: it is n
 ``web_fetch``'s public-address rule (a search service on the local network is fine).
 
 At most ``num_results`` results are shown, whatever the backend sends, each URL once (the first
-result of it), each field but the page text on one line (line breaks in a title could show the
-model a result the backend never sent).
+result of it, the URL as sent), its title, date and author each on one line (line breaks in a
+title could show the model a result the backend never sent).
 ``context_max_characters`` bounds the page text in the answer: each result's text is cut so
 that all of them together hold at most that many characters (titles and URLs are always shown).
 The other fields a backend sends are bounded too (:data:`FIELD_LIMITS`), so that no answer is
 too large for the log to record: a title, author or date past its bound is cut (``…``), a URL
-past its bound is left out (a cut URL names another page); the text says so after the result's
+past its bound is left out (a cut URL names another page), and so is a URL with white space
+inside (rewritten to one line it would name another page); the text says so after the result's
 heading, and its structured result lists the fields in ``cut`` (present only then).
 """
 
@@ -222,11 +223,16 @@ def _field(r: dict[str, Any], name: str) -> str | None:
 
 def _one_line(r: dict[str, Any], name: str) -> str | None:
     """``_field`` on one line: each run of whitespace, line breaks included (``\r``, U+2028…), is
-    one space. A title, URL, date or author is shown on a line of its own, so a line break in one
-    (a page's title is the page's to write) could show a result heading or a URL line the backend
-    never sent."""
+    one space. A title, date or author is shown on a line of its own, so a line break in one (a
+    page's title is the page's to write) could show a result heading or a URL line the backend
+    never sent. (A URL is never rewritten so: see :func:`_bounded`.)"""
     value = _field(r, name)
     return None if value is None else " ".join(value.split())
+
+
+def _space_inside(url: str) -> str | None:
+    """The first white space character inside ``url`` as ``U+XXXX``, or ``None``."""
+    return next((f"U+{ord(c):04X}" for c in url if c.isspace()), None)
 
 
 def _distinct(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -235,7 +241,7 @@ def _distinct(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     seen: set[str] = set()
     out = []
     for r in results:
-        url = _one_line(r, "url")
+        url = _field(r, "url")  # (as sent, trimmed: a URL with white space inside is left out later)
         if url is not None:
             if url in seen:
                 continue
@@ -246,7 +252,12 @@ def _distinct(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _bounded(r: dict[str, Any], name: str, notes: dict[str, str]) -> str | None:
     """``_one_line`` held to :data:`FIELD_LIMITS`: past it a URL is left out, anything else cut
-    with ``…``; either is told in ``notes`` (the structured result's name of the field -> a line)."""
+    with ``…``; either is told in ``notes`` (the structured result's name of the field -> a line).
+    A URL with white space inside is left out too: rewritten to one line it would name another
+    page (``a``, U+00A0, ``b`` is not ``a b``); ``_distinct`` judged it as sent."""
+    if name == "url" and (url := _field(r, "url")) is not None and (space := _space_inside(url)):
+        notes["url"] = f"[URL left out: it holds white space ({space}) inside]"
+        return None
     value = _one_line(r, name)
     limit = FIELD_LIMITS[name]
     if value is None or len(value) <= limit:
