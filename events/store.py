@@ -708,18 +708,25 @@ class EventStore:
         log holds it; None when it does not, or they carry none, several or one that cannot be
         stored."""
         with_request = [d for d in drafts if d.request_id is not None]
-        if len(with_request) != 1 or with_request[0].session_id is None:
+        if len(with_request) != 1:
             return None
         d = with_request[0]
+        if d.session_id is None or d.request_id is None:
+            return None
         try:
             _check_envelope(d)
         except AppendRejected:
             return None
+        return await self.recorded(d.session_id, d.request_id)
+
+    async def recorded(self, session_id: str, request_id: str) -> AppendResult | None:
+        """The original answer (``duplicate``) for ``request_id`` if the session recorded it (a
+        look-up only, read off the trio thread); None when it did not."""
 
         def read() -> list[tuple[int, int | None, int]]:
             return self._get_reader().conn.execute(
                 "SELECT seq, session_seq, ts FROM events WHERE session_id = ? AND request_id = ?",
-                (d.session_id, d.request_id)).fetchall()
+                (session_id, request_id)).fetchall()
 
         rows = await trio.to_thread.run_sync(read, limiter=self._read_limiter)
         if not rows:
