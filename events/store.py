@@ -90,6 +90,10 @@ QUEUE_DEPTH = 4096
 AUTO_DICTIONARY_AFTER = 10_000
 AUTO_DICTIONARY_SAMPLES = 5000
 AUTO_DICTIONARY_SIZE = 16 * 1024
+# A dictionary is for small events: a training's samples are events of at most this many raw
+# bytes (picked by ``raw_size`` before any is decompressed), together at most the second bound.
+DICTIONARY_SAMPLE_MAX_BYTES = 64 * 1024
+DICTIONARY_SAMPLES_MAX_BYTES = 16 * 1024 * 1024
 # Decoded body bytes (``raw_size``) one ``read_events`` page holds at most, besides its ``limit``
 # of events: a page of events near ``max_event_bytes`` stays a few events, not gigabytes.
 READ_BYTES = 16 * 1024 * 1024
@@ -205,6 +209,14 @@ class _Pending:
         self.task: trio.lowlevel.Task | None = None
         self.result: AppendResult | None = None
         self.error: LogError | None = None
+
+
+def _declared_size(body: bytes) -> int:
+    """The content size a stored body's zstd frame declares (-1: none, or no frame)."""
+    try:
+        return zstandard.frame_content_size(body)
+    except zstandard.ZstdError:
+        return -1
 
 
 def _compressed(batch: list[_Pending]) -> bool:
@@ -708,18 +720,25 @@ class EventStore:
         log holds it; None when it does not, or they carry none, several or one that cannot be
         stored."""
         with_request = [d for d in drafts if d.request_id is not None]
-        if len(with_request) != 1 or with_request[0].session_id is None:
+        if len(with_request) != 1:
             return None
         d = with_request[0]
+        if d.session_id is None or d.request_id is None:
+            return None
         try:
             _check_envelope(d)
         except AppendRejected:
             return None
+        return await self.recorded(d.session_id, d.request_id)
+
+    async def recorded(self, session_id: str, request_id: str) -> AppendResult | None:
+        """The original answer (``duplicate``) for ``request_id`` if the session recorded it (a
+        look-up only, read off the trio thread); None when it did not."""
 
         def read() -> list[tuple[int, int | None, int]]:
             return self._get_reader().conn.execute(
                 "SELECT seq, session_seq, ts FROM events WHERE session_id = ? AND request_id = ?",
-                (d.session_id, d.request_id)).fetchall()
+                (session_id, request_id)).fetchall()
 
         rows = await trio.to_thread.run_sync(read, limiter=self._read_limiter)
         if not rows:
@@ -1203,16 +1222,26 @@ class EventStore:
         return self._record_dictionary(dict_id, data, len(samples))
 
     def _samples(self, conn: apsw.Connection, max_samples: int) -> list[bytes]:
-        """The raw MessagePack of the log's latest ``max_samples`` events."""
+        """The raw MessagePack of the small events among the log's latest ``max_samples``, in
+        ``seq`` order: each at most :data:`DICTIONARY_SAMPLE_MAX_BYTES`, the latest first up to
+        :data:`DICTIONARY_SAMPLES_MAX_BYTES` together. Rows are picked by ``raw_size`` and by the
+        size their frame declares, before anything is decompressed (a larger frame is left out)."""
         last = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0]
         decompress = self.codec.decompress
-        return [
-            decompress(body, dict_id)
-            for body, dict_id in conn.execute(
-                "SELECT body, dict_id FROM events WHERE seq > ? ORDER BY seq",
-                (max(0, last - max_samples),),
-            )
-        ]
+        out: list[bytes] = []
+        total = 0
+        for body, dict_id, raw_size in conn.execute(
+            "SELECT body, dict_id, raw_size FROM events WHERE seq > ? AND raw_size BETWEEN 1 AND ? ORDER BY seq DESC",
+            (max(0, last - max_samples), DICTIONARY_SAMPLE_MAX_BYTES),
+        ):
+            if total + raw_size > DICTIONARY_SAMPLES_MAX_BYTES:
+                break
+            if type(body) is not bytes or _declared_size(body) != raw_size:
+                continue  # (damage: `lens log verify` reports the row)
+            out.append(decompress(body, dict_id))
+            total += raw_size
+        out.reverse()
+        return out
 
     def _record_dictionary(self, dict_id: int, data: bytes, sample_count: int) -> int:
         """Store the trained dictionary and compress new rows with it; returns its id (another

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterator, Sequence
@@ -688,11 +689,12 @@ class SessionActor:
             # (a quarantined session runs nothing: it is only marked deleted, so it leaves the list)
             await self._emit([d.Scoped(t.SessionDeleted())])
             return {"deleted": True}
-        if isinstance(cmd, Submit) and s.created and cmd.request_id in s.inputs:
+        retry = isinstance(cmd, Submit) and s.created and await self._is_retry(cmd.request_id)
+        if retry:
             # A retry of an input already recorded is answered as its first try was (F-LOG-4),
             # also once the session was deleted or quarantined: a 409 would tell the client its
             # input never landed, though the log holds it. The store writes nothing.
-            return await self._record_input(cmd)
+            return await self._record_input(cmd, retry=True)
         self._require_live()
         if isinstance(cmd, wc.EditContext):
             return await self.context.edit(cmd)
@@ -712,16 +714,16 @@ class SessionActor:
             if waiting is not None:  # a repeat of a /skill: input whose read is pending: its answer
                 waiting.append(env)
                 return _DEFERRED
-            if cmd.request_id not in s.inputs:
-                if cmd.refused is not None:
-                    raise cmd.refused
-                if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
-                    raise InvalidCommand("content must not be empty or only white space")
-                self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
-                skill = self._skills.command_name(cmd.content)  # (/skill:<name> args)
-                if skill is not None:
-                    return self._submit_skill_input(cmd, skill, env)
-            return await self._record_input(cmd)
+            # (a new input: a retry was answered above)
+            if cmd.refused is not None:
+                raise cmd.refused
+            if not cmd.content or not any(isinstance(p, t.ImagePart) or p.text.strip() for p in cmd.content):
+                raise InvalidCommand("content must not be empty or only white space")
+            self.deps.catalog.check(s.model)  # PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED before queueing
+            skill = self._skills.command_name(cmd.content)  # (/skill:<name> args)
+            if skill is not None:
+                return self._submit_skill_input(cmd, skill, env)
+            return await self._record_input(cmd, retry=False)
         if isinstance(cmd, (Withdraw, Steer)) and cmd.request_id in self._skill_inputs:
             # Its /skill: input is still being checked: the session holds it (a repeat waits for its
             # answer), so "unknown" would be wrong, and the input would run after a withdraw. Both
@@ -1171,10 +1173,19 @@ class SessionActor:
         self._nursery.start_soon(run)
         return _DEFERRED
 
-    async def _record_input(self, cmd: Submit) -> dict[str, Any]:
+    async def _is_retry(self, request_id: str) -> bool:
+        """Whether the session recorded an input under ``request_id``. An input recorded without
+        an id of its own (a job's report whose id a client took) is filed as ``seq:<n>``, which
+        is also a client's id: under that name only the log says whether it was a request id."""
+        if request_id not in self.state.inputs:
+            return False
+        if not _UNNAMED_INPUT.fullmatch(request_id):
+            return True
+        return await self.deps.store.recorded(self.session_id, request_id) is not None
+
+    async def _record_input(self, cmd: Submit, *, retry: bool) -> dict[str, Any]:
         """Record ``cmd``'s ``input.submitted`` (a request id recorded already writes nothing and
-        is answered as a duplicate) and start the runner."""
-        retry = cmd.request_id in self.state.inputs
+        is answered as a duplicate) and start the runner; ``retry``: the session recorded it."""
 
         def decide() -> list[d.Scoped]:
             if not retry:  # (a retry is the store's duplicate, live or not)
@@ -1218,7 +1229,7 @@ class SessionActor:
                 await before.wait()
                 while self._holding_inputs:  # (an abort or deletion begun meanwhile is one step)
                     await self._inputs_released.wait()
-                answer(await self._record_input(cmd))
+                answer(await self._record_input(cmd, retry=False))
             except (LensError, AppendRejected) as exc:
                 answer(error=exc)
             except BaseException:
@@ -1508,6 +1519,8 @@ class SessionActor:
 
 
 _DEFERRED = object()
+# The name the fold files an input recorded without a request id under (``seq:<its seq>``).
+_UNNAMED_INPUT = re.compile(r"seq:[0-9]+")
 
 # Events of a program's call that the actor records as the call returns (not with the program's
 # result): the workspace changes (edits and reverts) and the artifacts holding what they replaced.

@@ -26,7 +26,8 @@ from events.errors import CorruptEvent, LogError
 from events.secrets import Secrets
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
-from .actor import RESULT_RECORDS, ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor
+from .actor import (RESULT_RECORDS, ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor,
+                    Submit)
 from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, SessionGone, SessionNotFound,
                      SessionQuarantined)
 from .working_context import DescribeContext
@@ -257,6 +258,13 @@ class Supervisor:
                     return await (await self._quarantined_reader(session_id)).context.describe(command.agent_id)
                 if isinstance(command, Delete):
                     return await self._delete_quarantined(session_id)
+                if isinstance(command, Submit):
+                    # A retry of an input the log holds is answered as its first try was (F-LOG-4),
+                    # as a live actor answers one of a deleted or quarantined session: from the
+                    # store, whose rows' columns are read, not the bodies that may be damaged.
+                    original = await self.deps.store.recorded(session_id, command.request_id)
+                    if original is not None:
+                        return {"requestId": command.request_id, "seq": original.seq, "duplicate": True}
                 if await self._was_deleted(session_id):  # (as the actor answers a deleted session)
                     raise SessionGone.of(session_id)
                 raise SessionQuarantined.of(session_id, self._quarantined[session_id])

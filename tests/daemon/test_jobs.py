@@ -372,6 +372,38 @@ async def test_a_report_whose_request_id_a_client_took_is_still_written(daemon: 
     assert r.status_code == 200 and r.json()["text"].startswith(f"[background job {job_id} "), r.text
 
 
+async def test_a_request_id_naming_a_report_without_an_id_is_no_retry_of_it(daemon: Daemon):
+    # The report written without an id of its own is filed as "seq:<n>"; a client's submit of that
+    # very id was taken for a retry of a recorded input, so the checks of a new input were skipped
+    # (and a deleted session's) while the store, holding no such request id, wrote it: a blank
+    # input was recorded. The id names no request the session recorded: it is a new input, and
+    # once the client recorded it, a repeat is its duplicate, after a deletion too.
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r1", "exec sleep 600")
+    await daemon.wait_idle(token, sid)
+    await daemon.submit(token, sid, f"job:{job_id}", "my own input of that id")
+    await daemon.wait_idle(token, sid)
+    r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+    assert r.status_code == 200, r.text
+    await report_answered(daemon, token, sid, job_id)
+    [report] = [e for e in await log_of(daemon, token, sid) if e["kind"] == "input.submitted"
+                and e["request_id"] is None]
+    rid = f"seq:{report['seq']}"
+    before = await log_of(daemon, token, sid)
+    r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": rid, "content": " "})
+    assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT"), r.text
+    assert await log_of(daemon, token, sid) == before
+    first = await daemon.submit(token, sid, rid, "my own input of that id too")
+    assert first["duplicate"] is False and first["seq"] > report["seq"]
+    await daemon.wait_idle(token, sid)
+    assert await daemon.submit(token, sid, rid, "again") == {**first, "duplicate": True}
+    r = await daemon.request("DELETE", f"/sessions/{sid}", token)
+    assert r.status_code == 200, r.text
+    before = await log_of(daemon, token, sid)
+    assert await daemon.submit(token, sid, rid, "after the deletion") == {**first, "duplicate": True}
+    assert await log_of(daemon, token, sid) == before
+
+
 async def test_a_job_whose_output_passed_the_executors_cap_says_so(daemon: Daemon):
     token, sid = await setup(daemon)
     # 16 MiB is what the executor passes on of one command; one byte more is dropped

@@ -9,7 +9,7 @@ from typing import Any
 from events.store import Draft, open_store
 from events.types import SessionQuarantined
 
-from ..rawlog import edit_log
+from ..rawlog import edit_log, log_rows
 from .conftest import error_of, stop_daemon, wait_until
 
 CONFIG = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "m1", "contextWindow": 50000}],
@@ -146,3 +146,31 @@ async def test_a_deleted_quarantined_session_whose_log_cannot_be_read_is_viewed_
         # still no change taken: a deleted session refuses them
         r = await daemon.post(f"/sessions/{sid}/compact", token)
         assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED"), r.text
+
+
+async def test_a_retry_to_a_session_quarantined_for_a_damaged_event_is_its_duplicate(daemon_factory):
+    # F-LOG-4: a recorded request id is answered with the original, "also ... when its session
+    # has since been deleted or quarantined" (storage-format.md). A session quarantined in this
+    # run (its replay fails) answered every submit 409, so a client retrying an input the log
+    # holds was told it never landed. A new request id is still 409; nothing is written.
+    d, d2, token, reader, _project_id, sid, bad = await _with_a_damaged_answer(daemon_factory)
+
+    async def quarantined():
+        r = await d2.get(f"/sessions/{sid}", reader)
+        return r if r.status_code == 409 else None
+
+    await wait_until(quarantined, what="the session quarantined")
+    [(first,)] = log_rows(d.data_dir, "SELECT seq FROM events WHERE session_id = ? AND request_id = 'r1'", (sid,))
+    last = (await d2.get("/health")).json()["lastSeq"]
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "another text"})
+    assert r.status_code == 202, r.text
+    assert r.json() == {"requestId": "r1", "seq": first, "duplicate": True}, r.text
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "hello"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+    r = await d2.request("DELETE", f"/sessions/{sid}", token)
+    assert r.status_code == 200, r.text
+    again = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "after the deletion"})
+    assert (again.status_code, again.json()) == (202, {"requestId": "r1", "seq": first, "duplicate": True}), again.text
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r3", "content": "hello"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED"), r.text
+    assert (await d2.get("/health")).json()["lastSeq"] == last + 1  # the session.deleted alone

@@ -12,7 +12,8 @@ import zstandard
 
 from events.codec import free_dictionary_id, train_dictionary
 from events.reader import LogReader
-from events.store import Draft, EventStore, open_store
+from events.store import (DICTIONARY_SAMPLE_MAX_BYTES, DICTIONARY_SAMPLES_MAX_BYTES, Draft, EventStore,
+                          open_store)
 from events.types import InstructionAppended
 
 WORDS = "alpha beta gamma delta event store codec frame replay session commit durable".split()
@@ -139,3 +140,65 @@ async def test_a_store_closed_while_its_dictionary_trains_waits_for_the_trainer(
     for t in trainers:
         t.join(10.0)
     assert not left, "the dictionary trainer outlived the closed store"
+
+
+def sampled_by(monkeypatch) -> list[list[bytes]]:  # type: ignore[no-untyped-def]
+    """The samples each training hands to zstd (the training itself runs as it is)."""
+    seen: list[list[bytes]] = []
+    real = zstandard.train_dictionary
+
+    def recording(size, samples, **kw):  # type: ignore[no-untyped-def]
+        seen.append(list(samples))
+        return real(size, samples, **kw)
+
+    monkeypatch.setattr(zstandard, "train_dictionary", recording)
+    return seen
+
+
+async def test_a_dictionary_is_trained_on_the_small_events_without_reading_the_large_ones(
+        data_dir: Path, monkeypatch) -> None:
+    # A command's output of 1 MiB of one line repeated is a few KB in the log; training read every
+    # one of the latest 5,000 events whole: 2,000 such events made the trainer hold 512 MB and
+    # work 12 s (1 GB peak), the daemon's background trainer the same at 10,000 events. A
+    # dictionary is for small events: only events of at most DICTIONARY_SAMPLE_MAX_BYTES are
+    # samples, chosen by their recorded size before any is decompressed.
+    seen = sampled_by(monkeypatch)
+    large = "build step ok: compiling module\n" * (1024 * 1024 // 32)
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
+        small = []
+        for i in range(60):
+            r = await store.append(Draft(InstructionAppended(text=text(i)), session_id="s1"))
+            small.extend(r.seqs)
+            await store.append(Draft(InstructionAppended(text=f"{large}{i}"), session_id="s1"))
+        edge = "x" * (DICTIONARY_SAMPLE_MAX_BYTES - 64)
+        at_limit = None
+        for pad in range(64):  # one event of exactly the limit, one byte past it
+            raw = store.codec.pack_checked(InstructionAppended(text=edge + "y" * pad))
+            if len(raw) == DICTIONARY_SAMPLE_MAX_BYTES:
+                at_limit = edge + "y" * pad
+                break
+        assert at_limit is not None
+        await store.append(Draft(InstructionAppended(text=at_limit), session_id="s1"))
+        await store.append(Draft(InstructionAppended(text=at_limit + "y"), session_id="s1"))
+        dict_id = await _train(store)
+        assert dict_id and store.codec.active_dict_id == dict_id
+    [samples] = seen
+    assert max(map(len, samples)) == DICTIONARY_SAMPLE_MAX_BYTES
+    assert len(samples) == len(small) + 1  # the small ones and the one at the limit, in seq order
+    assert [s for s in samples if len(s) < DICTIONARY_SAMPLE_MAX_BYTES] == [
+        store.codec.pack_checked(InstructionAppended(text=text(i))) for i in range(60)]
+
+
+async def test_the_samples_of_a_dictionary_are_the_latest_events_up_to_a_total(data_dir: Path, monkeypatch) -> None:
+    seen = sampled_by(monkeypatch)
+    n = DICTIONARY_SAMPLES_MAX_BYTES // DICTIONARY_SAMPLE_MAX_BYTES + 20
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
+        for i in range(n):
+            body = f"{i:06d} " + text(i) * (DICTIONARY_SAMPLE_MAX_BYTES // len(text(i)) - 1)
+            await store.append(Draft(InstructionAppended(text=body), session_id="s1"))
+        await _train(store)
+    [samples] = seen
+    assert sum(map(len, samples)) <= DICTIONARY_SAMPLES_MAX_BYTES
+    assert sum(map(len, samples)) > DICTIONARY_SAMPLES_MAX_BYTES - DICTIONARY_SAMPLE_MAX_BYTES
+    firsts = [int(store.codec.decode_raw("instruction.appended", s).text[:6]) for s in samples]  # the latest, in seq order
+    assert firsts == list(range(n - len(samples), n))
