@@ -73,6 +73,9 @@ class ProjectFile:
     text: str
     unusable: str = ""  # why the file's text is left out (its note replaces the text), or ""
     not_read: str = ""  # a file not read this time: this note replaces the text, or ""
+    # The read stopped at READ_LIMIT_BYTES, so the file may go on past ``text``: judged on the text
+    # as read (the daemon's keys replaced in it can make it longer or shorter).
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def _body(f: ProjectFile) -> str:
         return _note(f.unusable)
     if f.not_read:
         return f"[{f.not_read}]"
-    return _clip(_shown(f.text).strip(), f.label, cut=len(f.text.encode()) >= READ_LIMIT_BYTES - 3)
+    return _clip(_shown(f.text).strip(), f.label, cut=f.cut)
 
 
 def _clip(text: str, label: str, *, cut: bool) -> str:
@@ -171,7 +174,7 @@ async def load_project_files(read_text: ReadText, *, workspace: str | None, home
         elif isinstance(text, NotRead):
             out.append(ProjectFile(label, "", not_read=text.note))
         elif text is not None:
-            out.append(ProjectFile(label, text))
+            out.append(ProjectFile(label, text, cut=len(text.encode()) >= READ_LIMIT_BYTES - 3))
     return out
 
 
@@ -191,8 +194,7 @@ async def build_system_prompt(
     :data:`MAX_PROJECT_FILE_CHARS` (a key across the cut is replaced whole); a file the read cut
     at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
     secrets = secrets or Secrets()
-    files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=len(f.text.encode()) >= READ_LIMIT_BYTES - 3),
-                         f.unusable, f.not_read)
+    files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=f.cut), f.unusable, f.not_read, f.cut)
              for f in await load_project_files(read_text, workspace=workspace, home=home)]
     text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills), cwd if cwd is not None else workspace))
     return [text]
