@@ -20,6 +20,7 @@ another process holds ``projections.db`` are said on stderr after any of these s
 
 from __future__ import annotations
 
+import codecs
 import fcntl
 import logging
 import os
@@ -65,7 +66,7 @@ from .atomicfile import why_not_written
 from .config import Config, ConfigError, pair_file_path
 from .credentials import config_secrets, executor_hidden_env
 from .errors import LensError, ModelUnavailable
-from .executors import DomainBusy, ExecutorPool, RemoteExecutor
+from .executors import DomainBusy, Executor, ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
 from .guard import Guard
@@ -500,10 +501,10 @@ def read_home_agents_md(path: str) -> str | Unusable | None:
     finally:
         os.close(fd)
     try:
-        return data.decode("utf-8")
+        # (a file the cap cut may end in a character cut in two: left out, as a later page would
+        # complete it; a byte that can begin no character is not UTF-8, wherever it is)
+        return codecs.getincrementaldecoder("utf-8")().decode(data, final=len(data) < READ_LIMIT_BYTES)
     except UnicodeDecodeError as exc:
-        if len(data) == READ_LIMIT_BYTES and exc.start >= len(data) - 3:  # a character cut by the cap
-            return data[:exc.start].decode("utf-8")
         log.warning("%s is not UTF-8 (byte %d); left out of the system prompt", path, exc.start)
         return Unusable(f"it is not UTF-8 text (byte {exc.start})")
 
@@ -531,7 +532,13 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str, *,
         text, offset = "", 0
         async with ex.lock.read(wait=wait):
             while len(text.encode()) < READ_LIMIT_BYTES:
-                out = await ex.client.call("read_file", {"path": "AGENTS.md", "offset": offset})
+                try:
+                    out = await ex.client.call("read_file", {"path": "AGENTS.md", "offset": offset})
+                except LensError as exc:
+                    rest = await _up_to_the_limit(ex, exc, offset) if exc.code == "NOT_UTF8" else None
+                    if rest is None:
+                        raise
+                    return text + rest
                 if out.result.get("kind") != "file":
                     log.warning("project %s: AGENTS.md is not a file; left out of the system prompt", project_id)
                     return None
@@ -550,6 +557,24 @@ async def read_workspace_agents_md(executors: ExecutorPool, project_id: str, *,
         if exc.code in AGENTS_MD_REFUSALS:
             return Unusable(f"the executor does not read it ({exc.code}: {exc.message})")
         return None
+
+
+async def _up_to_the_limit(ex: Executor, failed: LensError, offset: int) -> str | None:
+    """The file's text from ``offset`` up to :data:`READ_LIMIT_BYTES`, when the page from there
+    was not UTF-8 (``failed``) only past that limit: ``read_file``'s pages end at whole lines, so
+    one can reach past it, and what lies past it is never read (as for the user's own file).
+    ``browse_read`` reads those bytes exactly (a character the limit cuts in two left out).
+    ``None``: the byte ``failed`` names is within the limit, or that read failed."""
+    at = re.search(r"\(byte (\d+)\)", failed.message)
+    if at is None or int(at.group(1)) < READ_LIMIT_BYTES or offset >= READ_LIMIT_BYTES:
+        return None
+    try:
+        out = await ex.client.call("browse_read", {"path": "AGENTS.md", "offset": offset,
+                                                   "limit": READ_LIMIT_BYTES - offset})
+    except LensError:
+        return None
+    text = out.result.get("text")
+    return text if isinstance(text, str) else None
 
 
 def _print_line(line: str) -> None:

@@ -19,7 +19,7 @@ are not part of this prompt: they are context items at their real position in hi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
 import trio
@@ -73,6 +73,9 @@ class ProjectFile:
     text: str
     unusable: str = ""  # why the file's text is left out (its note replaces the text), or ""
     not_read: str = ""  # a file not read this time: this note replaces the text, or ""
+    # The read stopped at READ_LIMIT_BYTES, so the file may go on past ``text``: judged on the text
+    # as read (the daemon's keys replaced in it can make it longer or shorter).
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,9 @@ class PromptInputs:
     project_files: Sequence[ProjectFile] = ()
     skills: Sequence[SkillMeta] = ()
     cwd: str | None = None
+    # The daemon's keys, already replaced in the files' texts: a marker a file's cut would split
+    # is left out whole (Secrets.cut, as every text cut to a limit).
+    secrets: Secrets = field(default_factory=Secrets)
 
 
 def sections(inputs: PromptInputs) -> list[tuple[str, str]]:
@@ -101,7 +107,7 @@ def sections(inputs: PromptInputs) -> list[tuple[str, str]]:
         out.append(("rules", "# Rules\n" + "\n".join(f"- {r}" for r in rules)))
     files = [f for f in inputs.project_files if _shown(f.text).strip() or f.unusable or f.not_read]
     if files:
-        body = "\n\n".join(f"## {f.label}\n{_body(f)}" for f in files)
+        body = "\n\n".join(f"## {f.label}\n{_body(f, inputs.secrets)}" for f in files)
         out.append(("project_context", "# Project context\nInstructions from AGENTS.md files (user-level first, "
                                         "then the workspace's; the later one wins where they conflict).\n\n" + body))
     if inputs.skills:
@@ -131,23 +137,23 @@ def _shown(text: str) -> str:
     return text.removeprefix("\ufeff").replace("\r\n", "\n")
 
 
-def _body(f: ProjectFile) -> str:
+def _body(f: ProjectFile, secrets: Secrets) -> str:
     if f.unusable:
         return _note(f.unusable)
     if f.not_read:
         return f"[{f.not_read}]"
-    return _clip(_shown(f.text).strip(), f.label, cut=len(f.text.encode()) >= READ_LIMIT_BYTES - 3)
+    return _clip(_shown(f.text).strip(), f.label, cut=f.cut, secrets=secrets)
 
 
-def _clip(text: str, label: str, *, cut: bool) -> str:
-    """``text`` up to :data:`MAX_PROJECT_FILE_CHARS`; ``cut``: the read stopped at
-    :data:`READ_LIMIT_BYTES` (the file may be longer than what was read)."""
+def _clip(text: str, label: str, *, cut: bool, secrets: Secrets) -> str:
+    """``text`` up to :data:`MAX_PROJECT_FILE_CHARS` (less a key's marker the limit would split);
+    ``cut``: the read stopped at :data:`READ_LIMIT_BYTES` (the file may be longer than what was read)."""
     if len(text) <= MAX_PROJECT_FILE_CHARS:
         return text
     size = f"at least {len(text)}" if cut else str(len(text))
     # The workspace's file can be read with the file tools; the user's own lies outside any workspace.
     rest = "the rest is not shown" if label == HOME_AGENTS else "read it for the rest"
-    return text[:MAX_PROJECT_FILE_CHARS] + f"\n[… truncated: the file has {size} characters; {rest}]"
+    return secrets.cut(text, MAX_PROJECT_FILE_CHARS, f"\n[… truncated: the file has {size} characters; {rest}]")
 
 
 def _note(reason: str) -> str:
@@ -171,7 +177,7 @@ async def load_project_files(read_text: ReadText, *, workspace: str | None, home
         elif isinstance(text, NotRead):
             out.append(ProjectFile(label, "", not_read=text.note))
         elif text is not None:
-            out.append(ProjectFile(label, text))
+            out.append(ProjectFile(label, text, cut=len(text.encode()) >= READ_LIMIT_BYTES - 3))
     return out
 
 
@@ -188,13 +194,14 @@ async def build_system_prompt(
 ) -> list[str]:
     """The ``ModelRequest.system`` list for one agent: one string, the assembled prompt. The
     project files are scrubbed of ``secrets`` before they are cut to
-    :data:`MAX_PROJECT_FILE_CHARS` (a key across the cut is replaced whole); a file the read cut
+    :data:`MAX_PROJECT_FILE_CHARS` (a key across the cut is replaced whole, and a marker the cut
+    would split left out whole); a file the read cut
     at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
     secrets = secrets or Secrets()
-    files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=len(f.text.encode()) >= READ_LIMIT_BYTES - 3),
-                         f.unusable, f.not_read)
+    files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=f.cut), f.unusable, f.not_read, f.cut)
              for f in await load_project_files(read_text, workspace=workspace, home=home)]
-    text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills), cwd if cwd is not None else workspace))
+    text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills),
+                                 cwd if cwd is not None else workspace, secrets))
     return [text]
 
 

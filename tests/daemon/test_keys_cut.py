@@ -168,7 +168,8 @@ async def test_command_output_cut_inside_a_key_shows_no_piece_of_it_when_another
 async def test_a_project_file_cut_for_the_prompt_sends_no_piece_of_a_key(
         daemon_factory: DaemonFactory, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch) -> None:
     # <workspace>/AGENTS.md is cut at MAX_PROJECT_FILE_CHARS for the system prompt, 10
-    # characters into the key; the provider's request holds no piece of it.
+    # characters into the key; the provider's request holds no piece of it, and the key's marker
+    # the cut would split is left out whole (as Secrets.cut does; it ended "[redacted L").
     monkeypatch.setenv(NAME, KEY)
     loop = ScriptedServer()
     url = await loop.start(nursery)
@@ -183,7 +184,8 @@ async def test_a_project_file_cut_for_the_prompt_sends_no_piece_of_a_key(
     assert view["status"] == "idle", view
     sent = json.dumps(loop.bodies)
     assert not leaks("the request to the model", sent, [KEY]), sent[-2000:]
-    assert "r" * 100 + MARK[:INTO] + "\\n[\\u2026 truncated" in sent or "r" * 100 + MARK[:INTO] + "\\n[… truncated" in sent, sent[-2000:]
+    assert "r" * 100 + "\\n[\\u2026 truncated" in sent or "r" * 100 + "\\n[… truncated" in sent, sent[-2000:]
+    assert MARK[:INTO] not in sent, sent[-2000:]
 
 
 async def test_a_program_cutting_a_tool_result_shows_no_piece_of_a_key(

@@ -26,3 +26,16 @@ async def test_an_agents_md_written_with_a_byte_order_mark_or_crlf_endings_reads
     assert "~/.agents/AGENTS.md" not in text, repr(text)
     assert "## <workspace>/AGENTS.md\nWS-RULE one\nWS-RULE two" in text, repr(text)
     assert "\ufeff" not in text and "\r" not in text, repr(text)
+
+
+async def test_a_workspace_agents_md_not_utf8_only_past_the_read_limit_is_shown_cut(
+        daemon_factory, nursery, tmp_path, monkeypatch):
+    # The workspace's file is read in whole-line pages of the executor's read_file, so its last
+    # page reached past the 256 KiB the prompt reads: a byte there that was not UTF-8 left the
+    # whole file out ("not UTF-8 text (byte 270000)"), where the same file in ~/.agents was shown.
+    home_md, prompt = await agents_md_prompts(daemon_factory, nursery, tmp_path, monkeypatch)
+    data = b"WS-RULE first\n" + b"y" * 99 + b"\n" + (b"z" * 99 + b"\n") * 2_699 + b"\xff latin-1\n"
+    text = await prompt("bad-past-limit", data)
+    assert "## <workspace>/AGENTS.md\nWS-RULE first\n" + "y" * 99 + "\n" in text, text[:2000]
+    assert "[… truncated: the file has at least 262144 characters; read it for the rest]" in text, text[-400:]
+    assert "left out" not in text, text[-400:]

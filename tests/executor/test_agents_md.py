@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runtime.daemon import read_home_agents_md, read_workspace_agents_md
-from runtime.prompt import Unusable, build_system_prompt
+from runtime.prompt import READ_LIMIT_BYTES, Unusable, build_system_prompt
 
 from .conftest import running_pool
 
@@ -77,3 +77,31 @@ async def test_an_agents_md_with_a_byte_order_mark_and_crlf_endings_reads_as_its
         (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
         assert "## ~/.agents/AGENTS.md\nHOME-RULE one\nHOME-RULE two\n\n# Environment" in prompt, repr(prompt)
         assert "<workspace>/AGENTS.md" not in prompt and "\ufeff" not in prompt and "\r" not in prompt, repr(prompt)
+
+
+async def test_only_the_first_256_kib_of_an_agents_md_are_judged_utf8_in_either_file(tmp_path: Path) -> None:
+    """Both readers stop at READ_LIMIT_BYTES: a byte that is not UTF-8 past it is never read, so the
+    file is its first 256 KiB, cut; one at the limit's last byte, even within the last three bytes
+    (where a character the cap cut could begin), is in what was read and leaves the file out."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    home = tmp_path / "home.md"
+    line = b"y" * 99 + b"\n"  # (100-byte lines: the executor's pages of 2000 lines end at 200,000)
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        for at, usable in ((READ_LIMIT_BYTES + 7_856, True), (READ_LIMIT_BYTES, True),
+                           (READ_LIMIT_BYTES - 1, False), (READ_LIMIT_BYTES - 3, False)):
+            data = (line * 2_700)[:at] + b"\xff tail\n"
+            (ws / "AGENTS.md").write_bytes(data)
+            home.write_bytes(data)
+            for name, got in (("workspace", await read_workspace_agents_md(pool, "p")),
+                              ("home", read_home_agents_md(str(home)))):
+                if usable:  # (was: the workspace's, read past the limit, "not UTF-8 text (byte 270000)")
+                    assert isinstance(got, str) and got.encode() == data[:READ_LIMIT_BYTES], (name, at, got)
+                else:  # (was: the user's, "\xff" in the last 3 bytes taken for a cut character and dropped)
+                    assert got == Unusable(f"it is not UTF-8 text (byte {at})"), (name, at, got)
+        # a character the limit cuts in two is left out whole, and the file still reads
+        data = line * 2_621 + b"y" * 42 + "€".encode() + b"\xff"
+        (ws / "AGENTS.md").write_bytes(data)
+        home.write_bytes(data)
+        for got in (await read_workspace_agents_md(pool, "p"), read_home_agents_md(str(home))):
+            assert isinstance(got, str) and got.encode() == data[:READ_LIMIT_BYTES - 2], got[-5:]

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tools.files.browse import list_tree
+from tools.files.confine import Root
 from tools.files.gitignore import Rules, parse, parse_line
 
 
@@ -218,3 +220,35 @@ def test_groups_of_patterns_answer_as_the_patterns_one_at_a_time(top: list[str],
     for r in (rules(("", "\n".join(top))), rules(("", "\n".join(top)), ("sub", "\n".join(nested)))):
         for path, is_dir in paths:
             assert r.ignored(path, is_dir) == _one_at_a_time(r, path, is_dir), (path, is_dir)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_names_and_patterns_beyond_ascii_match_byte_for_byte_as_git_matches_them(tmp_path: Path):
+    # git's wildmatch compares bytes: "?" is one byte (so not "é", two bytes in UTF-8), a class
+    # holds bytes ("[é]x" is no "éx"), and a line of a .gitignore that is not UTF-8 names the file
+    # of those very bytes. They were matched as characters: "?" hid "é", "[é]x" hid "éx", and a
+    # Latin-1 line ("caf\xe9.txt", its byte read as U+FFFD) never hid the file it names.
+    import os
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    text = "?\n[é]x\n???.md\nz[!a]\nw[à-á]\n".encode() + b"caf\xe9.txt\nn\xc3\n"
+    (repo / ".gitignore").write_bytes(text)
+    names = [n.encode() for n in ("é", "a", "éx", "ex", "abc.md", "été.md", "ét.md", "zé", "zb", "wà", "wá", "wâ")]
+    names += [b"caf\xe9.txt", "café.txt".encode(), b"n\xc3", "nÃ".encode()]
+    for name in names:
+        fd = os.open(os.fsencode(repo) + b"/" + name, os.O_CREAT | os.O_WRONLY)
+        os.close(fd)
+    out = subprocess.run(["git", "-c", "core.excludesFile=", "check-ignore", "--no-index", "-z", "--stdin"],
+                         cwd=repo, input=b"\0".join(names) + b"\0", capture_output=True)
+    assert out.returncode in (0, 1), out.stderr
+    by_git = set(out.stdout.split(b"\0")) - {b""}
+    assert b"a" in by_git and "é".encode() not in by_git and b"caf\xe9.txt" in by_git  # (what git does)
+    r = rules(("", text.decode("utf-8", "surrogateescape")))
+    ours = {n for n in names if ignored(r, os.fsdecode(n))}  # (a name as os.scandir gives it)
+    assert ours == by_git, {"only ours": sorted(ours - by_git), "only git": sorted(by_git - ours)}
+    # and as a listing reads the .gitignore and the names (a name not UTF-8 shown with U+FFFD)
+    listed = list_tree(Root(repo), ".", include_ignored=True)["entries"]
+    shown = {os.fsencode(n).decode("utf-8", "replace"): n for n in names}
+    assert {shown[e["name"]] for e in listed if e["ignored"]} == by_git, listed

@@ -68,3 +68,25 @@ async def test_missing_files_and_oversized_ones():
     assert "Current working directory: /repo/src" in system
     none = FakeFs({})
     assert await load_project_files(none, workspace=None, home=None) == [] and none.asked == []
+
+
+async def test_whether_a_file_was_cut_is_judged_on_its_text_as_read_not_as_scrubbed():
+    # The note says "at least N" when the read stopped at READ_LIMIT_BYTES. It was judged on the
+    # text after the daemon's keys were replaced: a read cut in the middle of a key (whose start is
+    # then left out) or a key longer than its marker made a cut file's count an exact size, and
+    # markers longer than their keys made a file read whole "at least" its size.
+    from events.secrets import Secrets
+    from runtime.prompt import READ_LIMIT_BYTES
+
+    key = "sk-live-" + "k" * 56  # (64 characters; its marker, "[redacted LENS_K]", is 17)
+    secrets = Secrets({key: "LENS_K"})
+    for name, text in (("a key's start at the end", "y" * (READ_LIMIT_BYTES - 20) + key[:20]),
+                       ("a key inside", key + "y" * (READ_LIMIT_BYTES - len(key)))):
+        fs = FakeFs({"/repo/AGENTS.md": text})
+        note = (await build_system_prompt(fs, workspace="/repo", home=None, secrets=secrets))[0]
+        assert "the file has at least " in note and key[:8] not in note, (name, note[-200:])
+    short = Secrets({"sk-12345": "A_VERY_LONG_VARIABLE_NAME_FOR_ITS_MARKER"})
+    whole = "sk-12345 " * ((READ_LIMIT_BYTES - 100) // 9)  # (read whole: shorter than the limit)
+    fs = FakeFs({"/repo/AGENTS.md": whole})
+    note = (await build_system_prompt(fs, workspace="/repo", home=None, secrets=short))[0]
+    assert "the file has at least" not in note and "truncated: the file has " in note, note[-200:]

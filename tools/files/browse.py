@@ -105,7 +105,7 @@ def _ignore_file(dir_fd: int, name: str, base: str, cache: IgnoreCache | None) -
     if not data:
         return None
     if cache is None:
-        return IgnoreFile(base, data.decode("utf-8", "replace"))
+        return IgnoreFile(base, data.decode("utf-8", "surrogateescape"))  # (matched as its bytes)
     return cache.get(base, data)
 
 

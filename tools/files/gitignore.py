@@ -15,6 +15,10 @@ A small stdlib implementation: each pattern is translated to a regular expressio
   trailing lone backslash make the line match nothing (git abandons such a pattern);
   ``**/`` at the start or ``/**/`` in the middle matches zero or more directories, a trailing
   ``/**`` everything inside; other ``**`` are ``*``.
+* Bytes, as git's wildmatch: a pattern and a path are matched as their UTF-8 bytes (a name's bytes
+  that are not UTF-8, which ``os`` holds as surrogates, are those bytes again; so are a line's
+  when the file is decoded with ``surrogateescape``): ``?`` and a class match one byte, so ``?``
+  is no ``é`` (two bytes), and a line that is not UTF-8 names the file of those very bytes.
 * Precedence: the last matching pattern wins; files deeper in the tree come after (override)
   those above them; ``.git/info/exclude`` comes before every ``.gitignore``. Matching is
   case-sensitive (git's default on Linux).
@@ -41,6 +45,10 @@ class Pattern:
     def matches(self, path: str) -> bool:
         """Whether workspace-relative ``path`` matches this line (whatever its kind: the caller
         checks ``dir_only``), relative to the directory of its ``.gitignore``."""
+        return self._matches(_octets(path))
+
+    def _matches(self, path: str) -> bool:
+        """:meth:`matches` of a path already given as its bytes (:func:`_octets`)."""
         if self.base:
             if not path.startswith(self.base + "/"):
                 return False
@@ -55,7 +63,17 @@ _POSIX = {
     "punct": "".join(re.escape(c) for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"),
     "space": " \\t\\n\\r", "upper": "A-Z", "xdigit": "0-9A-Fa-f",
 }
-_NEVER = "(?!)"  # a pattern git abandons (an unclosed class, an unknown [:name:]) matches nothing
+_NEVER = "(?!)"
+
+
+def _octets(text: str) -> str:
+    """``text`` as its UTF-8 bytes, one character each (Latin-1): what the expressions match, so
+    that they match bytes as git does. A name's bytes that are not UTF-8 (surrogates from ``os``)
+    are those bytes again; any other lone surrogate is encoded as it stands."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("latin-1")  # a pattern git abandons (an unclosed class, an unknown [:name:]) matches nothing
 
 
 def _class(body: str, i: int) -> tuple[str, int] | None:
@@ -162,6 +180,11 @@ def _translate(body: str) -> str:
 
 def parse_line(line: str, base: str = "") -> Pattern | None:
     """One line of a .gitignore in directory ``base`` (workspace-relative, "" for the root)."""
+    return _parse_line(_octets(line), _octets(base))
+
+
+def _parse_line(line: str, base: str) -> Pattern | None:
+    """:func:`parse_line` of a line and a base already given as their bytes (:func:`_octets`)."""
     text = line[:-1] if line.endswith("\n") else line
     text = text[:-1] if text.endswith("\r") else text  # (one "\r" before the newline, as git drops)
     if not text or text.startswith("#"):
@@ -187,15 +210,16 @@ def parse_line(line: str, base: str = "") -> Pattern | None:
         return None
     rx = _translate(body)
     regex = re.compile(("" if anchored else "(?:.*/)?") + rx, re.S)
-    return Pattern(base, regex, negated, dir_only, text)
+    return Pattern(base, regex, negated, dir_only, text.encode("latin-1").decode("utf-8", "surrogateescape"))
 
 
 def parse(text: str, base: str = "") -> list[Pattern]:
     """The patterns of an ignore file's text, read as git reads it: a UTF-8 byte-order mark at
     the start skipped, lines split at "\\n" alone (a form feed, a lone "\\r", U+0085 or U+2028
     is a character of its line, not a line break)."""
-    text = text.removeprefix("\ufeff")
-    return [p for p in (parse_line(line, base) for line in text.split("\n")) if p is not None]
+    text = _octets(text).removeprefix("\xef\xbb\xbf")  # (the mark's UTF-8 bytes)
+    at = _octets(base)
+    return [p for p in (_parse_line(line, at) for line in text.split("\n")) if p is not None]
 
 
 class IgnoreFile:
@@ -264,11 +288,12 @@ class Rules:
         """Whether workspace-relative ``path`` is ignored (``parent_ignored``: a directory above it is)."""
         if parent_ignored:
             return True
+        path = _octets(path)
         for combined, part in reversed(self._groups_for(is_dir)):
             if combined.fullmatch(path) is None:
                 continue
             for p in reversed(part):
-                if p.matches(path):
+                if p._matches(path):
                     return not p.negated
         return False
 

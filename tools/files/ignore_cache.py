@@ -74,7 +74,7 @@ class IgnoreCache:
             making.wait()  # another thread compiles this one; then look again
         compiled: IgnoreFile | None = None
         try:
-            compiled = IgnoreFile(base, data.decode("utf-8", "replace"))
+            compiled = IgnoreFile(base, data.decode("utf-8", "surrogateescape"))  # (matched as its bytes)
             return compiled
         finally:
             with self._lock:
