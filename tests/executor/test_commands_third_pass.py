@@ -1,0 +1,56 @@
+"""Commands and the execution-domain lock as a stranger tries them, a third time: through a
+real executor process (and the Core tools over the pool where the model's view matters)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.executor_client import ExecutorClient
+
+from .conftest import wait_group_gone
+from .test_commands import collect, reaping
+from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
+
+
+@pytest.mark.parametrize("command", [
+    "echo $$; sleep 30 & echo started",                       # (the job holds the output pipe)
+    "echo $$; (sleep 30 >/dev/null 2>&1 &); echo started",    # (the job holds nothing of it)
+    "echo $$; setsid sleep 30 & echo started",                # (the job left the group)
+])
+async def test_a_shell_done_within_a_short_timeout_is_not_said_timed_out_for_its_leftovers(
+        client: ExecutorClient, command: str) -> None:
+    # Before: with a timeout shorter than the half second a finished shell's leftovers are given,
+    # a shell that exited at once was reported `timed_out` (with its own exit 0).
+    with reaping() as groups:
+        out, _, ex = await collect(client, command, timeout_ms=300)
+        groups.append(int(out.split()[0]))
+        assert out.split()[1:] == [b"started"]
+        assert ex.exit_code == 0 and not ex.timed_out, ex
+        assert wait_group_gone(groups[-1]) == []  # what it left is ended all the same
+
+
+async def test_a_shell_done_within_its_timeout_reads_as_an_exit_to_the_model(core: CoreTools, sub: str) -> None:
+    _, res = await core.run("run_command", {"command": "sleep 30 & echo started", "timeout_ms": 300, "cwd": sub})
+    assert not res.is_error, res.content
+    assert res.content[0].text == "started\n\n[exit 0]"
+    assert res.structured_content["timed_out"] is False
+
+
+async def test_a_shell_still_running_at_its_timeout_is_timed_out(client: ExecutorClient) -> None:
+    # (the other side of the same line: a leftover does not hide the shell's own overrun)
+    with reaping() as groups:
+        out, _, ex = await collect(client, "echo $$; sleep 30 & sleep 30", timeout_ms=300)
+        groups.append(int(out.split()[0]))
+        assert ex.timed_out and ex.exit_code == -15, ex
+        assert wait_group_gone(groups[-1]) == []
+
+
+async def test_a_leftover_ignoring_sigterm_of_a_shell_done_in_time_is_killed_not_timed_out(
+        client: ExecutorClient) -> None:
+    # (the reaper's SIGKILL, 2 s after its SIGTERM, ends it; the command is still the shell's exit)
+    with reaping() as groups:
+        out, _, ex = await collect(client, "echo $$; (trap '' TERM; sleep 30) & exit 3", timeout_ms=200)
+        groups.append(int(out.split()[0]))
+        assert ex.exit_code == 3 and not ex.timed_out, ex
+        assert ex.duration_ms < 4_000, ex
+        assert wait_group_gone(groups[-1]) == []
