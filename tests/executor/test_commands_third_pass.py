@@ -3,6 +3,8 @@ real executor process (and the Core tools over the pool where the model's view m
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from runtime.executor_client import ExecutorClient
@@ -54,3 +56,28 @@ async def test_a_leftover_ignoring_sigterm_of_a_shell_done_in_time_is_killed_not
         assert ex.exit_code == 3 and not ex.timed_out, ex
         assert ex.duration_ms < 4_000, ex
         assert wait_group_gone(groups[-1]) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"timeout_ms": 3_600_001}, "timeout_ms must be an integer from 0 to 3600000, got 3600001"),
+    ({"timeout_ms": -1}, "timeout_ms must be an integer from 0 to 3600000, got -1"),
+    ({"timeout_ms": 1.5}, "timeout_ms must be an integer from 0 to 3600000, got 1.5"),
+    ({"timeout_ms": "100"}, 'timeout_ms must be an integer from 0 to 3600000, got "100"'),
+    ({"timeout_ms": True}, "timeout_ms must be an integer from 0 to 3600000, got true"),
+    ({"timeout_ms": None}, "timeout_ms must be an integer from 0 to 3600000, got null"),
+    ({"timeout_ms": 10 ** 30}, "timeout_ms must be an integer from 0 to 3600000, got 1000000000000000000000000000000"),
+    ({"max_output_bytes": 16 * 1024 * 1024 + 1}, "max_output_bytes must be an integer from 0 to 16777216, got 16777217"),
+])
+async def test_a_refused_timeout_or_cap_is_named_with_the_value_received(core: CoreTools, sub: str, workspace: Path,
+                                                                           args: dict, says: str) -> None:
+    # Before: the range alone, whatever was sent (web_search and capability_search name the value).
+    _, res = await core.run("run_command", {"command": "touch ran", "cwd": sub, **args})
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT"
+    assert res.content[0].text == f"INVALID_ARGUMENT: {says}", res.content
+    assert not (workspace / sub / "ran").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("timeout_ms", [3_600_000, 0])
+async def test_a_timeout_at_its_most_or_zero_runs(core: CoreTools, sub: str, timeout_ms: int) -> None:
+    _, res = await core.run("run_command", {"command": "echo ran", "timeout_ms": timeout_ms, "cwd": sub})
+    assert not res.is_error and res.content[0].text == "ran\n\n[exit 0]", res.content
