@@ -81,3 +81,23 @@ async def test_a_refused_timeout_or_cap_is_named_with_the_value_received(core: C
 async def test_a_timeout_at_its_most_or_zero_runs(core: CoreTools, sub: str, timeout_ms: int) -> None:
     _, res = await core.run("run_command", {"command": "echo ran", "timeout_ms": timeout_ms, "cwd": sub})
     assert not res.is_error and res.content[0].text == "ran\n\n[exit 0]", res.content
+
+
+@pytest.mark.parametrize("command, timeout_ms, timed_out, code", [
+    ("echo $$; kill -STOP $PPID; exit 0", 300, False, 0),       # (the shell exits in time, its parent stopped)
+    ("echo $$; kill -STOP $PPID; exit 0", 60_000, False, 0),    # (... and is not held to its timeout)
+    ("echo $$; kill -STOP $PPID; sleep 30 & exit 3", 60_000, False, 3),  # (nor by what it left)
+    ("echo $$; kill -STOP $PPID; yes & exit 4", 60_000, False, 4),  # (what it left writing on)
+    ("echo $$; kill -STOP $PPID; sleep 30", 300, True, -15),    # (the shell runs past its timeout)
+])
+async def test_a_command_that_stops_its_parent_ends_as_its_shell_did_promptly(
+        client: ExecutorClient, command: str, timeout_ms: int, timed_out: bool, code: int) -> None:
+    # The shell's parent (the reaper) reaps it and reports its end. Before: a command that stopped
+    # it (SIGSTOP) held its end until the reaper was killed outright, 7 s past the timeout, and was
+    # reported killed by SIGKILL whatever had ended the shell.
+    with reaping() as groups:
+        out, _, ex = await collect(client, command, timeout_ms=timeout_ms)
+        groups.append(int(out.split()[0]))
+        assert (ex.timed_out, ex.exit_code) == (timed_out, code), ex
+        assert ex.duration_ms < 2_500, ex
+        assert wait_group_gone(groups[-1]) == []

@@ -69,6 +69,15 @@ class Exit:
     stopped: bool = False  # ended by ``Stop`` (see .runs); False: it had exited by itself
 
 
+def _continue_reaper(proc: subprocess.Popen[bytes]) -> None:
+    """SIGCONT to the shell's parent, the reaper (in a group of its own): a command can stop it
+    (``kill -STOP $PPID``), and a stopped reaper neither reaps the shell nor reports its end."""
+    try:
+        os.kill(proc.pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
     """SIGTERM, then SIGKILL, to the shell's group ``pgid``, until ``proc`` (its reaper, which ends
     what left the group once the shell is gone) has exited; the reaper is killed last if it has not."""
@@ -81,6 +90,7 @@ def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
                 os.killpg(pgid, signal.SIGCONT)
         except ProcessLookupError:
             pass  # (the group is gone; the reaper may still be ending what left it)
+        _continue_reaper(proc)
         try:
             proc.wait(timeout=wait)
             return
@@ -268,6 +278,7 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
         if shell_ended or _shell_alive(pgid):
             return True
         shell_ended = True
+        _continue_reaper(proc)  # (to reap the shell and end what it left, if it was stopped)
         deadline = time.monotonic() + LEFTOVERS_END_S
         return False
 
@@ -305,6 +316,7 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
                 shell_done_at = now
             if shell_done_at is not None and now - shell_done_at > DRAIN_GRACE_S:
                 break  # the shell is done; background jobs still hold its pipes (ended below)
+            _continue_reaper(proc)  # (a reaper the command stopped goes on: one syscall a round)
             ready = sel.select(timeout=min(remaining, 0.1))
             if stop is not None and stop.is_set():
                 # (a command whose shell had exited by itself is not said stopped, even when its
@@ -338,6 +350,7 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
                 timed_out = timed_out or not shell_ended
                 _kill_group(proc, pgid)
                 break
+            _continue_reaper(proc)
             try:
                 proc.wait(timeout=min(max(deadline - time.monotonic(), 0.01), 0.1))
             except subprocess.TimeoutExpired:
