@@ -3,13 +3,21 @@ real executor process (and the Core tools over the pool where the model's view m
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
+from typing import Callable
 
 import pytest
+import trio
 
 from runtime.executor_client import ExecutorClient
+from runtime.executors import RemoteExecutor
+from tools.artifacts import ArtifactStore
+from tools.base import ToolContext, ToolError, ToolSpec
+from tools.workspace_tools import workspace_tools
 
-from .conftest import wait_group_gone
+from .conftest import kill_group, running_pool, start_executor, stop_process, wait_group_gone
 from .test_commands import collect, reaping
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
@@ -101,3 +109,103 @@ async def test_a_command_that_stops_its_parent_ends_as_its_shell_did_promptly(
         assert (ex.timed_out, ex.exit_code) == (timed_out, code), ex
         assert ex.duration_ms < 2_500, ex
         assert wait_group_gone(groups[-1]) == []
+
+
+# ---------------------------------------------------------------------------- F-EXE-8 the domain lock
+
+
+def _ctx(call_id: str) -> ToolContext:
+    return ToolContext("p", "ses_lock3", "main", None, call_id, True)
+
+
+async def _outcome(spec: ToolSpec, args: dict, call_id: str) -> tuple[str | None, str]:
+    """A tool's end as (error code or None, text): a refusal raised before any result is one too."""
+    try:
+        res = await spec.run(args, _ctx(call_id))
+    except ToolError as exc:
+        return exc.code, exc.message
+    return res.error_code, res.content[0].text
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    with trio.fail_after(10):
+        while not condition():
+            await trio.sleep(0.01)
+
+
+async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_run(tmp_path: Path) -> None:
+    remote = start_executor(tmp_path / "remote")
+    ws = remote.workspace
+    (ws / "f.txt").write_text("f\n")
+    try:
+        async with running_pool(tmp_path / "executors", {"p": ws},
+                                remote=RemoteExecutor(remote.address, remote.token)) as pool:
+            tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+            ex = await pool.get("p")
+            ended: dict[str, tuple[str | None, str]] = {}
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    async def holder() -> None:
+                        ended["holder"] = await _outcome(tools["run_command"], {
+                            "command": "touch go; while [ ! -e release ]; do sleep 0.01; done"}, "c1")
+
+                    nursery.start_soon(holder)
+                    await _until((ws / "go").exists)
+                    scopes: list[trio.CancelScope] = []
+                    for name, args in [("read_file", {"path": "f.txt"}),
+                                       ("run_command", {"command": "touch ran"}),
+                                       ("edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})]:
+                        scope = trio.CancelScope()
+                        scopes.append(scope)
+
+                        async def waiter(scope: trio.CancelScope = scope, name: str = name, args: dict = args) -> None:
+                            with scope:
+                                ended[name] = await _outcome(tools[name], args, f"w_{name}")
+
+                        nursery.start_soon(waiter)
+                    await _until(lambda: ex.lock._writers_waiting == 2)  # (the command and the edit wait)
+                    for scope in scopes:
+                        scope.cancel()
+                    await _until(lambda: ex.lock._writers_waiting == 0)
+                    assert not ex.lock.idle  # (the holder's command still runs)
+                    (ws / "release").touch()
+            assert ended == {"holder": (None, "\n[exit 0]")}  # the waiters gave up, never ran
+            assert ex.lock.idle
+            assert not (ws / "ran").exists() and not (ws / "g.txt").exists()
+            assert await _outcome(tools["read_file"], {"path": "f.txt"}, "after") == (None, "f\n")
+    finally:
+        stop_process(remote.proc)
+
+
+async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every_waiter_is_told(
+        tmp_path: Path) -> None:
+    remote = start_executor(tmp_path / "remote")
+    ws = remote.workspace
+    try:
+        async with running_pool(tmp_path / "executors", {"p": ws},
+                                remote=RemoteExecutor(remote.address, remote.token)) as pool:
+            tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+            ex = await pool.get("p")
+            ended: dict[str, tuple[str | None, str]] = {}
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    async def run(name: str, args: dict) -> None:
+                        ended[name] = await _outcome(tools[name], args, f"k_{name}")
+
+                    nursery.start_soon(run, "run_command", {"command": "echo $$ > pg; exec sleep 30"})
+                    await _until(lambda: (ws / "pg").exists() and (ws / "pg").read_text().endswith("\n"))
+                    nursery.start_soon(run, "read_file", {"path": "."})
+                    nursery.start_soon(run, "edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})
+                    await _until(lambda: ex.lock._writers_waiting == 1)
+                    os.kill(remote.proc.pid, signal.SIGKILL)
+            pgid = int((ws / "pg").read_text())
+            kill_group(pgid)  # (a killed executor cannot end its command: docs/executor.md)
+            assert {name: code for name, (code, _) in ended.items()} == {
+                "run_command": "EXECUTOR_UNAVAILABLE", "read_file": "EXECUTOR_UNAVAILABLE",
+                "edit_file": "EXECUTOR_UNAVAILABLE"}, ended
+            assert ex.lock.idle and not (ws / "g.txt").exists()
+            with trio.fail_after(5):  # the next call is told at once, not held
+                assert (await _outcome(tools["run_command"], {"command": "true"}, "next"))[0] == "EXECUTOR_UNAVAILABLE"
+            assert ex.lock.idle
+    finally:
+        stop_process(remote.proc)
