@@ -71,11 +71,9 @@ class Exit:
 
 def _continue_reaper(proc: subprocess.Popen[bytes]) -> None:
     """SIGCONT to the shell's parent, the reaper (in a group of its own): a command can stop it
-    (``kill -STOP $PPID``), and a stopped reaper neither reaps the shell nor reports its end."""
-    try:
-        os.kill(proc.pid, signal.SIGCONT)
-    except ProcessLookupError:
-        pass
+    (``kill -STOP $PPID``), and a stopped reaper neither reaps the shell nor reports its end.
+    (``send_signal`` sends nothing once the reaper has been waited for: its pid may be reused.)"""
+    proc.send_signal(signal.SIGCONT)
 
 
 def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
