@@ -209,3 +209,24 @@ async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every
             assert ex.lock.idle
     finally:
         stop_process(remote.proc)
+
+
+@pytest.mark.parametrize("cwd, code", [
+    ("in/../out", "PATH_OUTSIDE_WORKSPACE"),   # (a link out reached after a `..`)
+    ("chain", "PATH_OUTSIDE_WORKSPACE"),       # (a link to a link out)
+    ("in/../../../x", "PATH_OUTSIDE_WORKSPACE"),  # (the sub directory, the root, above it)
+    ("dangling", "NOT_FOUND"),
+    ("loop", "TOO_MANY_LINKS"),
+])
+async def test_a_cwd_escaping_through_links_or_dots_runs_nothing(core: CoreTools, sub: str, workspace: Path,
+                                                                 cwd: str, code: str) -> None:
+    base = workspace / sub
+    (base / "in").mkdir()
+    (base / "out").symlink_to(workspace.parent)
+    (base / "chain").symlink_to("out")
+    (base / "dangling").symlink_to("nowhere")
+    (base / "loop").symlink_to("loop")
+    _, res = await core.run("run_command", {"command": "touch ran", "cwd": f"{sub}/{cwd}"})
+    assert res.is_error and res.error_code == code, res.content
+    assert f"{sub}/{cwd}" in res.content[0].text
+    assert not list(workspace.parent.glob("ran")) and not (base / "ran").exists()
