@@ -22,25 +22,33 @@ from .test_commands import collect, reaping
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
 
-@pytest.mark.parametrize("command", [
-    "echo $$; sleep 30 & echo started",                       # (the job holds the output pipe)
-    "echo $$; (sleep 30 >/dev/null 2>&1 &); echo started",    # (the job holds nothing of it)
-    "echo $$; setsid sleep 30 & echo started",                # (the job left the group)
+# What a shell leaves ignoring SIGTERM keeps the reaper 2.5 s past the shell's exit (its half
+# second, then SIGKILL 2 s after its SIGTERM): a timeout of 1 s falls in that time whenever the
+# shell ends within it, however loaded the host.
+IGNORING = "trap '' TERM; exec sleep 30"
+
+
+@pytest.mark.parametrize("command, code", [
+    (f"echo $$; ({IGNORING}) & echo started", 0),                        # (holding the output pipe)
+    (f"echo $$; (({IGNORING}) >/dev/null 2>&1 &); echo started", 0),     # (holding nothing of it)
+    (f"echo $$; setsid sh -c \"{IGNORING}\" & echo started; exit 3", 3),  # (out of the group)
 ])
-async def test_a_shell_done_within_a_short_timeout_is_not_said_timed_out_for_its_leftovers(
-        client: ExecutorClient, command: str) -> None:
-    # Before: with a timeout shorter than the half second a finished shell's leftovers are given,
-    # a shell that exited at once was reported `timed_out` (with its own exit 0).
+async def test_a_shell_done_within_its_timeout_is_not_said_timed_out_for_its_leftovers(
+        client: ExecutorClient, command: str, code: int) -> None:
+    # Before: a shell that exited at once was reported `timed_out` (beside its own exit) when
+    # the ending of what it left ran past the timeout.
     with reaping() as groups:
-        out, _, ex = await collect(client, command, timeout_ms=300)
+        out, _, ex = await collect(client, command, timeout_ms=1_000)
         groups.append(int(out.split()[0]))
         assert out.split()[1:] == [b"started"]
-        assert ex.exit_code == 0 and not ex.timed_out, ex
+        assert (ex.exit_code, ex.timed_out) == (code, False), ex
+        assert ex.duration_ms < 6_000, ex  # (its 2.5 s, with room for a loaded host)
         assert wait_group_gone(groups[-1]) == []  # what it left is ended all the same
 
 
 async def test_a_shell_done_within_its_timeout_reads_as_an_exit_to_the_model(core: CoreTools, sub: str) -> None:
-    _, res = await core.run("run_command", {"command": "sleep 30 & echo started", "timeout_ms": 300, "cwd": sub})
+    _, res = await core.run("run_command", {"command": f"({IGNORING}) & echo started", "timeout_ms": 1_000,
+                                            "cwd": sub})
     assert not res.is_error, res.content
     assert res.content[0].text == "started\n\n[exit 0]"
     assert res.structured_content["timed_out"] is False
@@ -49,20 +57,9 @@ async def test_a_shell_done_within_its_timeout_reads_as_an_exit_to_the_model(cor
 async def test_a_shell_still_running_at_its_timeout_is_timed_out(client: ExecutorClient) -> None:
     # (the other side of the same line: a leftover does not hide the shell's own overrun)
     with reaping() as groups:
-        out, _, ex = await collect(client, "echo $$; sleep 30 & sleep 30", timeout_ms=300)
+        out, _, ex = await collect(client, "echo $$; sleep 30 & sleep 30", timeout_ms=1_000)
         groups.append(int(out.split()[0]))
         assert ex.timed_out and ex.exit_code == -15, ex
-        assert wait_group_gone(groups[-1]) == []
-
-
-async def test_a_leftover_ignoring_sigterm_of_a_shell_done_in_time_is_killed_not_timed_out(
-        client: ExecutorClient) -> None:
-    # (the reaper's SIGKILL, 2 s after its SIGTERM, ends it; the command is still the shell's exit)
-    with reaping() as groups:
-        out, _, ex = await collect(client, "echo $$; (trap '' TERM; sleep 30) & exit 3", timeout_ms=200)
-        groups.append(int(out.split()[0]))
-        assert ex.exit_code == 3 and not ex.timed_out, ex
-        assert ex.duration_ms < 4_000, ex
         assert wait_group_gone(groups[-1]) == []
 
 
@@ -92,11 +89,11 @@ async def test_a_timeout_at_its_most_or_zero_runs(core: CoreTools, sub: str, tim
 
 
 @pytest.mark.parametrize("command, timeout_ms, timed_out, code", [
-    ("echo $$; kill -STOP $PPID; exit 0", 300, False, 0),       # (the shell exits in time, its parent stopped)
+    ("echo $$; kill -STOP $PPID; exit 0", 1_000, False, 0),     # (the shell exits in time, its parent stopped)
     ("echo $$; kill -STOP $PPID; exit 0", 60_000, False, 0),    # (... and is not held to its timeout)
     ("echo $$; kill -STOP $PPID; sleep 30 & exit 3", 60_000, False, 3),  # (nor by what it left)
     ("echo $$; kill -STOP $PPID; yes & exit 4", 60_000, False, 4),  # (what it left writing on)
-    ("echo $$; kill -STOP $PPID; sleep 30", 300, True, -15),    # (the shell runs past its timeout)
+    ("echo $$; kill -STOP $PPID; sleep 30", 1_000, True, -15),  # (the shell runs past its timeout)
 ])
 async def test_a_command_that_stops_its_parent_ends_as_its_shell_did_promptly(
         client: ExecutorClient, command: str, timeout_ms: int, timed_out: bool, code: int) -> None:
@@ -107,7 +104,7 @@ async def test_a_command_that_stops_its_parent_ends_as_its_shell_did_promptly(
         out, _, ex = await collect(client, command, timeout_ms=timeout_ms)
         groups.append(int(out.split()[0]))
         assert (ex.timed_out, ex.exit_code) == (timed_out, code), ex
-        assert ex.duration_ms < 2_500, ex
+        assert ex.duration_ms < 5_000, ex  # (before: 10 s, or the whole timeout)
         assert wait_group_gone(groups[-1]) == []
 
 
