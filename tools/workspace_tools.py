@@ -50,10 +50,11 @@ ABORT_STOP_ANSWER_WAIT_S = 4.0
 
 
 def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    """The integer argument ``name`` (``default`` when absent), from ``lo`` to ``hi``."""
+    """The integer argument ``name`` (``default`` when absent), from ``lo`` to ``hi``; the
+    refusal names the value received, as JSON (``got 1.5``, ``got "100"``)."""
     v = args.get(name, default)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from {lo} to {hi}")
+        raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from {lo} to {hi}, got {shortened_json(v)}")
     return v
 
 

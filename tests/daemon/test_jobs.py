@@ -185,19 +185,19 @@ async def test_run_command_and_job_start_name_their_bad_arguments(daemon: Daemon
     # The command tools check their integer arguments and their cwd with the same rules.
     token, sid = await setup(daemon)
     calls = [
-        ("run_command", {"command": "true", "timeout_ms": -1}, "timeout_ms must be an integer from 0 to 3600000"),
+        ("run_command", {"command": "true", "timeout_ms": -1}, "timeout_ms must be an integer from 0 to 3600000, got -1"),
         ("run_command", {"command": "true", "max_output_bytes": True},
-         "max_output_bytes must be an integer from 0 to 16777216"),
+         "max_output_bytes must be an integer from 0 to 16777216, got true"),
         ("run_command", {"command": "true", "timeout_ms": 3600001, "cwd": 5},
-         "timeout_ms must be an integer from 0 to 3600000"),
+         "timeout_ms must be an integer from 0 to 3600000, got 3600001"),
         ("run_command", {"command": "true", "cwd": 5}, "cwd must be a workspace-relative path"),
         ("run_command", {"command": "true", "cwd": "a\0b"}, "command and cwd cannot hold NUL characters"),
         ("job", {"action": "start", "command": "true", "timeout_ms": 0},
-         "timeout_ms must be an integer from 1 to 3600000"),
+         "timeout_ms must be an integer from 1 to 3600000, got 0"),
         ("job", {"action": "start", "command": "true", "cwd": ["."]}, "cwd must be a workspace-relative path"),
         ("job", {"action": "start", "command": "echo \0"}, "command and cwd cannot hold NUL characters"),
         ("job", {"action": "read", "job_id": "job_x", "max_bytes": 0},
-         "max_bytes must be an integer from 1 to 65536"),
+         "max_bytes must be an integer from 1 to 65536, got 0"),
     ]
     for i, (name, args, _) in enumerate(calls):
         await daemon.submit(token, sid, f"r{i}", f"/tool {name} " + json.dumps(args))

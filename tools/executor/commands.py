@@ -37,6 +37,10 @@ MAX_OUTPUT = 16 * 1024 * 1024
 KILL_GRACE_S = 2.0
 # After the shell exits, output still arriving (from its background jobs) is read this long.
 DRAIN_GRACE_S = 0.5
+# A shell that exited by itself before its timeout is not timed out by what it left behind
+# (``server &``): past the timeout, they are given this long to be ended by the reaper (its
+# DRAIN_GRACE_S, then SIGTERM and SIGKILL after its 2 s) before the group is ended from here.
+LEFTOVERS_END_S = DRAIN_GRACE_S + KILL_GRACE_S + 0.5
 # At most this many rounds of reads (of up to 64 KiB a pipe) of what a command wrote while its
 # timeout or a stop ended it.
 RESTS_READ = 64
@@ -65,6 +69,13 @@ class Exit:
     stopped: bool = False  # ended by ``Stop`` (see .runs); False: it had exited by itself
 
 
+def _continue_reaper(proc: subprocess.Popen[bytes]) -> None:
+    """SIGCONT to the shell's parent, the reaper (in a group of its own): a command can stop it
+    (``kill -STOP $PPID``), and a stopped reaper neither reaps the shell nor reports its end.
+    (``send_signal`` sends nothing once the reaper has been waited for: its pid may be reused.)"""
+    proc.send_signal(signal.SIGCONT)
+
+
 def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
     """SIGTERM, then SIGKILL, to the shell's group ``pgid``, until ``proc`` (its reaper, which ends
     what left the group once the shell is gone) has exited; the reaper is killed last if it has not."""
@@ -77,6 +88,7 @@ def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
                 os.killpg(pgid, signal.SIGCONT)
         except ProcessLookupError:
             pass  # (the group is gone; the reaper may still be ending what left it)
+        _continue_reaper(proc)
         try:
             proc.wait(timeout=wait)
             return
@@ -253,11 +265,29 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
         sel.register(stop, selectors.EVENT_READ, "stop")
     pipes = 2
     deadline = start + timeout_ms / 1000
+    shell_ended = False  # (the shell had exited by itself when the deadline came)
+
+    def at_deadline() -> bool:
+        """The deadline has come: whether to end the group now, the shell still running (a
+        timeout), or past the time its leftovers were given. A shell that had exited by itself
+        is not timed out: what it left (holding its pipes, or the reaper waiting for it) is given
+        :data:`LEFTOVERS_END_S`, as it would have been had the timeout been longer."""
+        nonlocal deadline, shell_ended
+        if shell_ended or _shell_alive(pgid):
+            return True
+        shell_ended = True
+        _continue_reaper(proc)  # (to reap the shell and end what it left, if it was stopped)
+        deadline = time.monotonic() + LEFTOVERS_END_S
+        return False
+
     # The deadline holds even while this generator is suspended (a caller that stops reading
-    # leaves it parked in a send): a timer thread ends the group then, whatever the reader does.
+    # leaves it parked in a send): a timer thread ends the group then, whatever the reader does
+    # (unless the shell has exited by itself: the reaper ends what it left).
     expired = threading.Event()
 
     def expire() -> None:
+        if not _shell_alive(pgid):
+            return
         expired.set()
         _kill_group(proc, pgid)
 
@@ -275,13 +305,16 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
-                timed_out = True
+                if not at_deadline():
+                    continue
+                timed_out = not shell_ended
                 _kill_group(proc, pgid)
                 break
             if shell_done_at is None and proc.poll() is not None:
                 shell_done_at = now
             if shell_done_at is not None and now - shell_done_at > DRAIN_GRACE_S:
                 break  # the shell is done; background jobs still hold its pipes (ended below)
+            _continue_reaper(proc)  # (a reaper the command stopped goes on: one syscall a round)
             ready = sel.select(timeout=min(remaining, 0.1))
             if stop is not None and stop.is_set():
                 # (a command whose shell had exited by itself is not said stopped, even when its
@@ -311,13 +344,13 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
                 stopped = not cancelled() and _shell_alive(pgid)
                 _kill_group(proc, pgid)
                 break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or timed_out:
-                timed_out = True
+            if timed_out or (deadline <= time.monotonic() and at_deadline()):
+                timed_out = timed_out or not shell_ended
                 _kill_group(proc, pgid)
                 break
+            _continue_reaper(proc)
             try:
-                proc.wait(timeout=min(remaining, 0.1))
+                proc.wait(timeout=min(max(deadline - time.monotonic(), 0.01), 0.1))
             except subprocess.TimeoutExpired:
                 pass
         timed_out = timed_out or expired.is_set()

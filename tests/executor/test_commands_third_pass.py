@@ -1,0 +1,229 @@
+"""Commands and the execution-domain lock as a stranger tries them, a third time: through a
+real executor process (and the Core tools over the pool where the model's view matters)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import trio
+
+from runtime.executor_client import ExecutorClient
+from runtime.executors import RemoteExecutor
+from tools.artifacts import ArtifactStore
+from tools.base import ToolContext, ToolError, ToolSpec
+from tools.workspace_tools import workspace_tools
+
+from .conftest import kill_group, running_pool, start_executor, stop_process, wait_group_gone
+from .test_commands import collect, reaping
+from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
+
+
+# What a shell leaves ignoring SIGTERM keeps the reaper 2.5 s past the shell's exit (its half
+# second, then SIGKILL 2 s after its SIGTERM): a timeout of 1 s falls in that time whenever the
+# shell ends within it, however loaded the host.
+IGNORING = "trap '' TERM; exec sleep 30"
+
+
+@pytest.mark.parametrize("command, code", [
+    (f"echo $$; ({IGNORING}) & echo started", 0),                        # (holding the output pipe)
+    (f"echo $$; (({IGNORING}) >/dev/null 2>&1 &); echo started", 0),     # (holding nothing of it)
+    (f"echo $$; setsid sh -c \"{IGNORING}\" & echo started; exit 3", 3),  # (out of the group)
+])
+async def test_a_shell_done_within_its_timeout_is_not_said_timed_out_for_its_leftovers(
+        client: ExecutorClient, command: str, code: int) -> None:
+    # Before: a shell that exited at once was reported `timed_out` (beside its own exit) when
+    # the ending of what it left ran past the timeout.
+    with reaping() as groups:
+        out, _, ex = await collect(client, command, timeout_ms=1_000)
+        groups.append(int(out.split()[0]))
+        assert out.split()[1:] == [b"started"]
+        assert (ex.exit_code, ex.timed_out) == (code, False), ex
+        assert ex.duration_ms < 6_000, ex  # (its 2.5 s, with room for a loaded host)
+        assert wait_group_gone(groups[-1]) == []  # what it left is ended all the same
+
+
+async def test_a_shell_done_within_its_timeout_reads_as_an_exit_to_the_model(core: CoreTools, sub: str) -> None:
+    _, res = await core.run("run_command", {"command": f"({IGNORING}) & echo started", "timeout_ms": 1_000,
+                                            "cwd": sub})
+    assert not res.is_error, res.content
+    assert res.content[0].text == "started\n\n[exit 0]"
+    assert res.structured_content["timed_out"] is False
+
+
+async def test_a_shell_still_running_at_its_timeout_is_timed_out(client: ExecutorClient) -> None:
+    # (the other side of the same line: a leftover does not hide the shell's own overrun)
+    with reaping() as groups:
+        out, _, ex = await collect(client, "echo $$; sleep 30 & sleep 30", timeout_ms=1_000)
+        groups.append(int(out.split()[0]))
+        assert ex.timed_out and ex.exit_code == -15, ex
+        assert wait_group_gone(groups[-1]) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"timeout_ms": 3_600_001}, "timeout_ms must be an integer from 0 to 3600000, got 3600001"),
+    ({"timeout_ms": -1}, "timeout_ms must be an integer from 0 to 3600000, got -1"),
+    ({"timeout_ms": 1.5}, "timeout_ms must be an integer from 0 to 3600000, got 1.5"),
+    ({"timeout_ms": "100"}, 'timeout_ms must be an integer from 0 to 3600000, got "100"'),
+    ({"timeout_ms": True}, "timeout_ms must be an integer from 0 to 3600000, got true"),
+    ({"timeout_ms": None}, "timeout_ms must be an integer from 0 to 3600000, got null"),
+    ({"timeout_ms": 10 ** 30}, "timeout_ms must be an integer from 0 to 3600000, got 1000000000000000000000000000000"),
+    ({"max_output_bytes": 16 * 1024 * 1024 + 1}, "max_output_bytes must be an integer from 0 to 16777216, got 16777217"),
+])
+async def test_a_refused_timeout_or_cap_is_named_with_the_value_received(core: CoreTools, sub: str, workspace: Path,
+                                                                           args: dict, says: str) -> None:
+    # Before: the range alone, whatever was sent (web_search and capability_search name the value).
+    _, res = await core.run("run_command", {"command": "touch ran", "cwd": sub, **args})
+    assert res.is_error and res.error_code == "INVALID_ARGUMENT"
+    assert res.content[0].text == f"INVALID_ARGUMENT: {says}", res.content
+    assert not (workspace / sub / "ran").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("timeout_ms", [3_600_000, 0])
+async def test_a_timeout_at_its_most_or_zero_runs(core: CoreTools, sub: str, timeout_ms: int) -> None:
+    _, res = await core.run("run_command", {"command": "echo ran", "timeout_ms": timeout_ms, "cwd": sub})
+    assert not res.is_error and res.content[0].text == "ran\n\n[exit 0]", res.content
+
+
+@pytest.mark.parametrize("command, timeout_ms, timed_out, code", [
+    ("echo $$; kill -STOP $PPID; exit 0", 1_000, False, 0),     # (the shell exits in time, its parent stopped)
+    ("echo $$; kill -STOP $PPID; exit 0", 60_000, False, 0),    # (... and is not held to its timeout)
+    ("echo $$; kill -STOP $PPID; sleep 30 & exit 3", 60_000, False, 3),  # (nor by what it left)
+    ("echo $$; kill -STOP $PPID; yes & exit 4", 60_000, False, 4),  # (what it left writing on)
+    ("echo $$; kill -STOP $PPID; sleep 30", 1_000, True, -15),  # (the shell runs past its timeout)
+])
+async def test_a_command_that_stops_its_parent_ends_as_its_shell_did_promptly(
+        client: ExecutorClient, command: str, timeout_ms: int, timed_out: bool, code: int) -> None:
+    # The shell's parent (the reaper) reaps it and reports its end. Before: a command that stopped
+    # it (SIGSTOP) held its end until the reaper was killed outright, 7 s past the timeout, and was
+    # reported killed by SIGKILL whatever had ended the shell.
+    with reaping() as groups:
+        out, _, ex = await collect(client, command, timeout_ms=timeout_ms)
+        groups.append(int(out.split()[0]))
+        assert (ex.timed_out, ex.exit_code) == (timed_out, code), ex
+        assert ex.duration_ms < 5_000, ex  # (before: 10 s, or the whole timeout)
+        assert wait_group_gone(groups[-1]) == []
+
+
+# ---------------------------------------------------------------------------- F-EXE-8 the domain lock
+
+
+def _ctx(call_id: str) -> ToolContext:
+    return ToolContext("p", "ses_lock3", "main", None, call_id, True)
+
+
+async def _outcome(spec: ToolSpec, args: dict, call_id: str) -> tuple[str | None, str]:
+    """A tool's end as (error code or None, text): a refusal raised before any result is one too."""
+    try:
+        res = await spec.run(args, _ctx(call_id))
+    except ToolError as exc:
+        return exc.code, exc.message
+    return res.error_code, res.content[0].text
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    with trio.fail_after(10):
+        while not condition():
+            await trio.sleep(0.01)
+
+
+async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_run(tmp_path: Path) -> None:
+    remote = start_executor(tmp_path / "remote")
+    ws = remote.workspace
+    (ws / "f.txt").write_text("f\n")
+    try:
+        async with running_pool(tmp_path / "executors", {"p": ws},
+                                remote=RemoteExecutor(remote.address, remote.token)) as pool:
+            tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+            ex = await pool.get("p")
+            ended: dict[str, tuple[str | None, str]] = {}
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    async def holder() -> None:
+                        ended["holder"] = await _outcome(tools["run_command"], {
+                            "command": "touch go; while [ ! -e release ]; do sleep 0.01; done"}, "c1")
+
+                    nursery.start_soon(holder)
+                    await _until((ws / "go").exists)
+                    scopes: list[trio.CancelScope] = []
+                    for name, args in [("read_file", {"path": "f.txt"}),
+                                       ("run_command", {"command": "touch ran"}),
+                                       ("edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})]:
+                        scope = trio.CancelScope()
+                        scopes.append(scope)
+
+                        async def waiter(scope: trio.CancelScope = scope, name: str = name, args: dict = args) -> None:
+                            with scope:
+                                ended[name] = await _outcome(tools[name], args, f"w_{name}")
+
+                        nursery.start_soon(waiter)
+                    await _until(lambda: ex.lock._writers_waiting == 2)  # (the command and the edit wait)
+                    for scope in scopes:
+                        scope.cancel()
+                    await _until(lambda: ex.lock._writers_waiting == 0)
+                    assert not ex.lock.idle  # (the holder's command still runs)
+                    (ws / "release").touch()
+            assert ended == {"holder": (None, "\n[exit 0]")}  # the waiters gave up, never ran
+            assert ex.lock.idle
+            assert not (ws / "ran").exists() and not (ws / "g.txt").exists()
+            assert await _outcome(tools["read_file"], {"path": "f.txt"}, "after") == (None, "f\n")
+    finally:
+        stop_process(remote.proc)
+
+
+async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every_waiter_is_told(
+        tmp_path: Path) -> None:
+    remote = start_executor(tmp_path / "remote")
+    ws = remote.workspace
+    try:
+        async with running_pool(tmp_path / "executors", {"p": ws},
+                                remote=RemoteExecutor(remote.address, remote.token)) as pool:
+            tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+            ex = await pool.get("p")
+            ended: dict[str, tuple[str | None, str]] = {}
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    async def run(name: str, args: dict) -> None:
+                        ended[name] = await _outcome(tools[name], args, f"k_{name}")
+
+                    nursery.start_soon(run, "run_command", {"command": "echo $$ > pg; exec sleep 30"})
+                    await _until(lambda: (ws / "pg").exists() and (ws / "pg").read_text().endswith("\n"))
+                    nursery.start_soon(run, "read_file", {"path": "."})
+                    nursery.start_soon(run, "edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})
+                    await _until(lambda: ex.lock._writers_waiting == 1)
+                    os.kill(remote.proc.pid, signal.SIGKILL)
+            pgid = int((ws / "pg").read_text())
+            kill_group(pgid)  # (a killed executor cannot end its command: docs/executor.md)
+            assert {name: code for name, (code, _) in ended.items()} == {
+                "run_command": "EXECUTOR_UNAVAILABLE", "read_file": "EXECUTOR_UNAVAILABLE",
+                "edit_file": "EXECUTOR_UNAVAILABLE"}, ended
+            assert ex.lock.idle and not (ws / "g.txt").exists()
+            with trio.fail_after(5):  # the next call is told at once, not held
+                assert (await _outcome(tools["run_command"], {"command": "true"}, "next"))[0] == "EXECUTOR_UNAVAILABLE"
+            assert ex.lock.idle
+    finally:
+        stop_process(remote.proc)
+
+
+@pytest.mark.parametrize("cwd, code", [
+    ("in/../out", "PATH_OUTSIDE_WORKSPACE"),   # (a link out reached after a `..`)
+    ("chain", "PATH_OUTSIDE_WORKSPACE"),       # (a link to a link out)
+    ("in/../../../x", "PATH_OUTSIDE_WORKSPACE"),  # (the sub directory, the root, above it)
+    ("dangling", "NOT_FOUND"),
+    ("loop", "TOO_MANY_LINKS"),
+])
+async def test_a_cwd_escaping_through_links_or_dots_runs_nothing(core: CoreTools, sub: str, workspace: Path,
+                                                                 cwd: str, code: str) -> None:
+    base = workspace / sub
+    (base / "in").mkdir()
+    (base / "out").symlink_to(workspace.parent)
+    (base / "chain").symlink_to("out")
+    (base / "dangling").symlink_to("nowhere")
+    (base / "loop").symlink_to("loop")
+    _, res = await core.run("run_command", {"command": "touch ran", "cwd": f"{sub}/{cwd}"})
+    assert res.is_error and res.error_code == code, res.content
+    assert f"{sub}/{cwd}" in res.content[0].text
+    assert not list(workspace.parent.glob("ran")) and not (base / "ran").exists()
