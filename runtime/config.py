@@ -72,6 +72,15 @@ class ModelConfig(_C):
     max_output_tokens: int | None = None
 
 
+def split_model_ref(ref: str) -> tuple[str, str]:
+    """A model reference ``<provider id>/<model id>`` as (provider id, model id), split at its
+    first ``/``: a provider id has none, a model id may (``openrouter/meta/llama``). A part
+    that is missing is ``""`` (``"faux"`` is ``("faux", "")``); each caller refuses such a
+    reference in its own words."""
+    provider_id, _, model_id = ref.partition("/")
+    return provider_id, model_id
+
+
 Protocol = Literal["openai-responses", "openai-chat", "anthropic", "faux"]
 
 
@@ -460,7 +469,7 @@ def check_config(cfg: Config, where: str) -> None:
     except PolicyError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if cfg.default_model is not None:  # ("" is no model: only null means "no default")
-        provider, _, model = cfg.default_model.partition("/")
+        provider, model = split_model_ref(cfg.default_model)
         if not provider or not model:
             raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>', not {cfg.default_model!r}")
 

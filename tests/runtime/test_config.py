@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from runtime.config import (ConfigError, check_config_file_mode, check_private_config_file, config_directories,
-                            config_directory_problem, parse_config)
+                            config_directory_problem, parse_config, split_model_ref)
 
 # (section, key, lowest, highest, step past the edge)
 RANGES = [
@@ -499,3 +499,16 @@ def test_the_config_directory_problem_is_the_first_loose_directory_its_own_then_
     folder, why = config_directory_problem(missing)
     assert folder == tmp_path / "gone"
     assert isinstance(why, FileNotFoundError)
+
+
+@pytest.mark.parametrize(("ref", "parts"), [
+    ("faux/faux-1", ("faux", "faux-1")),
+    ("openrouter/meta/llama-3", ("openrouter", "meta/llama-3")),  # a model id may hold '/'; a provider id has none
+    ("faux", ("faux", "")),
+    ("faux/", ("faux", "")),
+    ("/faux-1", ("", "faux-1")),
+    ("", ("", "")),
+])
+def test_a_model_reference_splits_at_its_first_slash_and_a_missing_part_is_empty(ref: str,
+                                                                                  parts: tuple[str, str]) -> None:
+    assert split_model_ref(ref) == parts
