@@ -72,6 +72,15 @@ class ModelConfig(_C):
     max_output_tokens: int | None = None
 
 
+def split_model_ref(ref: str) -> tuple[str, str]:
+    """A model reference ``<provider id>/<model id>`` as (provider id, model id), split at its
+    first ``/``: a provider id has none, a model id may (``openrouter/meta/llama``). A part
+    that is missing is ``""`` (``"faux"`` is ``("faux", "")``); each caller refuses such a
+    reference in its own words."""
+    provider_id, _, model_id = ref.partition("/")
+    return provider_id, model_id
+
+
 Protocol = Literal["openai-responses", "openai-chat", "anthropic", "faux"]
 
 
@@ -460,7 +469,7 @@ def check_config(cfg: Config, where: str) -> None:
     except PolicyError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if cfg.default_model is not None:  # ("" is no model: only null means "no default")
-        provider, _, model = cfg.default_model.partition("/")
+        provider, model = split_model_ref(cfg.default_model)
         if not provider or not model:
             raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>', not {cfg.default_model!r}")
 
@@ -601,18 +610,16 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
     (or a directory holding one) in the config's place. Readable by others is not refused (see
     the note about credentials it holds)."""
     check_private_config_file(path, st)
-    folders = list(dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]))
-    for folder in folders:
-        try:
-            why = others_can_change(os.stat(folder))
-        except OSError as exc:
-            raise ConfigError(f"cannot check the config directory {folder}: {exc.strerror}") from None
-        if why is not None:
-            raise ConfigError(f"the config directory {folder} is {why}, who could put a config of theirs in "
-                              f"place of {path.name} (and send the providers' keys to a server of theirs); "
-                              f"check what it holds, then {the_fix(why, folder, _DAEMON_USER)}, "
-                              f"or move the config to a directory of the daemon's user alone")
-    for folder in folders:
+    problem = config_directory_problem(path)
+    if problem is not None:
+        folder, why = problem
+        if isinstance(why, OSError):
+            raise ConfigError(f"cannot check the config directory {folder}: {why.strerror}")
+        raise ConfigError(f"the config directory {folder} is {why}, who could put a config of theirs in "
+                          f"place of {path.name} (and send the providers' keys to a server of theirs); "
+                          f"check what it holds, then {the_fix(why, folder, _DAEMON_USER)}, "
+                          f"or move the config to a directory of the daemon's user alone")
+    for folder in config_directories(path):
         try:
             above = loose_directory_above(folder)
         except OSError as exc:
@@ -623,6 +630,28 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
                               f"could put a directory of theirs, and a config in it, in place of {folder}; "
                               f"check what it holds, then {swap_fix(above[1], above[0])}, or move the config "
                               f"to a directory of the daemon's user alone")
+
+
+def config_directories(path: Path) -> list[Path]:
+    """The directories holding config ``path``: its own, then its link target's when that is
+    another one."""
+    return list(dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]))
+
+
+def config_directory_problem(path: Path) -> tuple[Path, str | OSError] | None:
+    """The first of :func:`config_directories` that a user other than the daemon's (or root)
+    can change, with why in words (:func:`~runtime.atomicfile.others_can_change`), or with the
+    :class:`OSError` that kept it from being checked; ``None`` when neither can be changed. The
+    start (:func:`check_private_config`) and a write through the config-file API each word
+    their own message from it."""
+    for folder in config_directories(path):
+        try:
+            why = others_can_change(os.stat(folder))
+        except OSError as exc:
+            return folder, exc
+        if why is not None:
+            return folder, why
+    return None
 
 
 def check_private_config_file(path: Path, st: os.stat_result) -> None:

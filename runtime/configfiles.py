@@ -29,9 +29,10 @@ import msgspec
 from events.secrets import Secrets
 
 from . import jsonc
-from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, others_can_change, read_regular_file, replace_atomically,
+from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
                          why_not_written)
-from .config import ConfigError, check_config_file_mode, check_size, parse_config, unknown_keys
+from .config import (ConfigError, check_config_file_mode, check_size, config_directory_problem, parse_config,
+                     unknown_keys)
 from .errors import LensError, shortened
 from .key_hints import unknown_keys_meant
 from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
@@ -296,18 +297,18 @@ class ConfigFiles:
         target's) another user can change, which the next start refuses. A daemon that started
         on its defaults, with no config file, never judged the directory. The message names the
         file and "its directory", not the directory's path, which the API's answers do not show."""
-        for folder in dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]):
-            try:
-                why = others_can_change(os.stat(folder))
-            except OSError as exc:
-                raise ConfigFileUnwritable(f"{name} cannot be written (its directory cannot be checked: "
-                                           f"{exc.strerror}); nothing was changed") from None
-            if why is not None:
-                fix = ("give it to the daemon's user (chown)" if why.startswith("owned")
-                       else "take the group's and others' write permission from it (chmod go-w)")
-                raise ConfigError(f"{name}: its directory is {why}, who could put a config of theirs in its "
-                                  f"place, and the next start would refuse it; check what the directory "
-                                  f"holds, then {fix}; nothing was changed")
+        problem = config_directory_problem(path)
+        if problem is None:
+            return
+        why = problem[1]
+        if isinstance(why, OSError):
+            raise ConfigFileUnwritable(f"{name} cannot be written (its directory cannot be checked: "
+                                       f"{why.strerror}); nothing was changed")
+        fix = ("give it to the daemon's user (chown)" if why.startswith("owned")
+               else "take the group's and others' write permission from it (chmod go-w)")
+        raise ConfigError(f"{name}: its directory is {why}, who could put a config of theirs in its "
+                          f"place, and the next start would refuse it; check what the directory "
+                          f"holds, then {fix}; nothing was changed")
 
     def _digest(self, path: Path, name: str) -> str | None:
         """The current file's digest as ``GET`` gives it; ``None`` when there is none. A file

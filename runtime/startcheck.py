@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import Config, ConfigError, data_dir_path, pair_file_path
+from .config import Config, ConfigError, data_dir_path, pair_file_path, split_model_ref
 from .providers.builtin import listed_models
 from .providers.faux import FauxProvider
 
@@ -48,7 +48,7 @@ def check_default_model(cfg: Config, where: str) -> None:
         return
     listed = {pid: [m.id for m in models] for pid, models in listed_models(cfg.providers).items()}
     ref = cfg.default_model
-    provider, _, model = ref.partition("/")
+    provider, model = split_model_ref(ref)
     if provider not in listed:
         raise ConfigError(f"{where}: defaultModel {ref[:200]!r} names no provider {provider[:100]!r} "
                           f"(providers: {', '.join(sorted(listed))})")

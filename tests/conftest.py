@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+import trio
 from hypothesis import HealthCheck, settings
 
 from events.reader import LogReader
 from events.store import EventStore, open_store
 from tests.procfs import CLOCK_TICKS, Proc, children, command_line
+from tests.rawlog import log_with_its_wal
 
 settings.register_profile(
     "lens",
@@ -98,6 +100,22 @@ async def store(store_harness: Any) -> Any:
 def data_dir(tmp_path: Path) -> Path:
     """A data directory path that does not exist yet (``EventStore.open`` creates it)."""
     return tmp_path / "data"
+
+
+@pytest.fixture(scope="session")
+def wal_of(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], bytes]:
+    """``wal_of(n)``: the ``events.db-wal`` of a log whose ``n`` commits are all still in it
+    (:func:`tests.rawlog.log_with_its_wal`), made once for each ``n`` a session asks for."""
+    made: dict[int, bytes] = {}
+
+    def wal(commits: int) -> bytes:
+        if commits not in made:
+            root = tmp_path_factory.mktemp(f"wal{commits}")
+            trio.run(log_with_its_wal, root / "writer", root / "copy", commits)
+            made[commits] = (root / "copy" / "events.db-wal").read_bytes()
+        return made[commits]
+
+    return wal
 
 
 # Leaks (a child still running, an unclosed pipe, socket or pidfd): ``filterwarnings = error``

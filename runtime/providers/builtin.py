@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from runtime.config import ModelConfig, ProviderConfig, check_base_url
+from runtime.config import ModelConfig, ProviderConfig, check_base_url, split_model_ref
 
 FAUX_DEFAULT_MODEL = "faux/faux-1"
 
@@ -65,7 +65,7 @@ def listed_models(configured: Sequence[ProviderConfig]) -> dict[str, list[ModelC
     listed = {p.id: list(p.models) for p in configured}
     for b in BUILTINS:
         listed.setdefault(b.id, _model_configs(b))
-    faux_provider, _, faux_model = FAUX_DEFAULT_MODEL.partition("/")
+    faux_provider, faux_model = split_model_ref(FAUX_DEFAULT_MODEL)
     listed.setdefault(faux_provider, [ModelConfig(id=faux_model)])
     if not listed[faux_provider] and any(p.id == faux_provider and p.protocol == "faux" for p in configured):
         listed[faux_provider] = [ModelConfig(id=faux_model)]

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from runtime.config import ConfigError, ModelConfig
+from runtime.config import ConfigError, ModelConfig, split_model_ref
 from runtime.errors import ModelUnavailable
 
 from . import caching
@@ -144,8 +144,8 @@ class ProviderCatalog:
         provider serves.
         """
         ref = model_ref or self.default_model
-        provider_id, sep, model_id = ref.partition("/")
-        if not sep or not provider_id or not model_id:
+        provider_id, model_id = split_model_ref(ref)
+        if not provider_id or not model_id:
             raise ModelUnavailable("MODEL_UNKNOWN", f"model {ref!r} is not of the form '<provider>/<model>'")
         if provider_id in self.unavailable:
             code, message = self.unavailable[provider_id]
@@ -167,7 +167,7 @@ class ProviderCatalog:
         if its provider lists models (as ``GET /models`` shows them: the built-in faux lists
         ``faux-1``) and not this one — a typo, most likely; a note (returned) if the provider
         lists none, so nothing can be checked; ``None`` when it is listed."""
-        provider_id, _, model_id = model_ref.partition("/")
+        provider_id, model_id = split_model_ref(model_ref)
         listed = [e.model for e in self.models() if e.provider == provider_id]
         if not listed:
             return (f"provider {provider_id!r} lists no models, so --model {model_ref} cannot be checked "
@@ -180,7 +180,7 @@ class ProviderCatalog:
     def model_config(self, model_ref: str | None) -> ModelConfig:
         """The configured model (context window, images…), or defaults for an unlisted one."""
         ref = model_ref or self.default_model
-        provider_id, _, model_id = ref.partition("/")
+        provider_id, model_id = split_model_ref(ref)
         for m in self._configs.get(provider_id, []):
             if m.id == model_id:
                 return m

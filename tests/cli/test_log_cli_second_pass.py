@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import apsw
 import pytest
@@ -24,7 +25,7 @@ import zstandard
 from events.store import Draft, open_store
 from events.types import InputSubmitted, ProjectCreated, SessionCreated, TextPart
 
-from tests.cli.lens_script import lens_script
+from tests.cli.lens_script import lens_script, refused, store_corrupt_said
 from tests.rawlog import log_rows, log_with_its_wal
 from tests.unwritable import unwritable
 
@@ -34,16 +35,6 @@ COMMANDS = ("decode", "verify", "stats", "rebuild")
 def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``lens ARGS`` run by the installed script; stdout and stderr as text, at most 60 s."""
     return subprocess.run([str(lens_script()), *args], capture_output=True, text=True, cwd=cwd, timeout=60)
-
-
-def refused(res: subprocess.CompletedProcess[str], code: str) -> str:
-    """The one stderr line of a command that could not run (exit 2, nothing on stdout, no
-    traceback), after checking it carries ``code``."""
-    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout[:300], res.stderr)
-    assert "Traceback" not in res.stderr, res.stderr
-    (line,) = res.stderr.splitlines()
-    assert line.startswith(f"lens: {code}: "), line
-    return line
 
 
 def digests(data: Path) -> dict[str, str]:
@@ -366,39 +357,21 @@ def test_a_ratio_that_rounds_to_zero_is_printed_not_shown_as_missing(small_log: 
 # ------------------------------------------------------------ an empty events.db beside a WAL
 
 
-@pytest.fixture(scope="module")
-def wal_of_30(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """The events.db-wal of a log whose 30 commits are all still in it."""
-    root = tmp_path_factory.mktemp("wal30")
-    trio.run(log_with_its_wal, root / "writer", root / "copy", 30)
-    return (root / "copy" / "events.db-wal").read_bytes()
-
-
 @pytest.mark.parametrize("command", [*COMMANDS, "serve"])
-def test_an_empty_events_db_beside_a_wal_with_commits_keeps_the_wal(wal_of_30: bytes, tmp_path: Path,
+def test_an_empty_events_db_beside_a_wal_with_commits_keeps_the_wal(wal_of: Callable[[int], bytes], tmp_path: Path,
                                                                      command: str) -> None:
     # SQLite deletes the WAL of a database file of 0 bytes when it opens it, read-only or not:
     # every `lens log` command deleted the 30 commits beside an events.db cut to nothing (then
     # said STORE_FOREIGN, "tables found: none"), and `lens serve` started a new log in their
     # place. The file is damage to name, as a log cut short is (STORE_CORRUPT), with both files
     # left as they were.
+    wal_of_30 = wal_of(30)
     data = tmp_path / "data"
     data.mkdir(mode=0o700)
     (data / "events.db").touch(mode=0o600)
     (data / "events.db-wal").write_bytes(wal_of_30)
     os.chmod(data / "events.db-wal", 0o600)
-    if command == "serve":
-        res = lens("serve", "--data", str(data), "--port", "0", cwd=tmp_path)
-        assert res.returncode == 2 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-800:])
-        said = res.stderr
-    elif command == "verify":
-        res = lens("log", "verify", "--data", str(data))
-        assert res.returncode == 1 and "Traceback" not in res.stderr, (res.stdout, res.stderr)
-        problem, summary = res.stdout.splitlines()
-        assert problem.startswith("log: STORE_CORRUPT: ") and summary == "FAILED: the log cannot be read", res.stdout
-        said = problem
-    else:
-        said = refused(lens("log", command, "--data", str(data)), "STORE_CORRUPT")
+    said = store_corrupt_said(command, data, tmp_path)
     assert f"{data / 'events.db'} is empty, but events.db-wal beside it holds {len(wal_of_30)} bytes" in said, said
     assert (data / "events.db-wal").read_bytes() == wal_of_30
     assert (data / "events.db").stat().st_size == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import trio
@@ -16,8 +17,8 @@ from events.errors import StoreCorrupt
 from events.store import Draft, EventStore, StoreLocked, open_store
 from events.types import ModelResponded, ProjectCreated, SessionCreated
 
-from tests.cli.lens_script import lens_script
-from tests.rawlog import edit_log, log_rows, log_with_its_wal
+from tests.cli.lens_script import lens_script, refused, store_corrupt_said
+from tests.rawlog import edit_log, log_rows
 
 COMMANDS = ("decode", "verify", "stats", "rebuild")
 
@@ -27,30 +28,13 @@ def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
     return subprocess.run([str(lens_script()), *args], capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
-def refused(res: subprocess.CompletedProcess[str], code: str) -> str:
-    """The one stderr line of a command that could not run (exit 2, nothing on stdout, no
-    traceback), after checking it carries ``code``."""
-    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout[:300], res.stderr)
-    assert "Traceback" not in res.stderr, res.stderr
-    (line,) = res.stderr.splitlines()
-    assert line.startswith(f"lens: {code}: "), line
-    return line
-
-
 # ------------------------------------------------------------ a WAL with commits, its events.db gone
 
 
-@pytest.fixture(scope="module")
-def wal_of_5(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """The events.db-wal of a log whose 5 commits are all still in it."""
-    root = tmp_path_factory.mktemp("wal5")
-    trio.run(log_with_its_wal, root / "writer", root / "copy", 5)
-    return (root / "copy" / "events.db-wal").read_bytes()
-
-
 @pytest.mark.parametrize("command", [*COMMANDS, "serve"])
-def test_a_wal_with_commits_beside_no_events_db_is_kept_and_named(wal_of_5: bytes, tmp_path: Path,
+def test_a_wal_with_commits_beside_no_events_db_is_kept_and_named(wal_of: Callable[[int], bytes], tmp_path: Path,
                                                                    command: str) -> None:
+    wal_of_5 = wal_of(5)
     # The readers said DATA_DIR_MISSING ("start the daemon … to create one"), and the daemon did:
     # SQLite deletes the WAL of a database it finds empty, so the new log took the place of the
     # commits still in it, without a word. It is an events.db removed (or moved) from under its
@@ -59,18 +43,7 @@ def test_a_wal_with_commits_beside_no_events_db_is_kept_and_named(wal_of_5: byte
     data.mkdir(mode=0o700)
     (data / "events.db-wal").write_bytes(wal_of_5)
     os.chmod(data / "events.db-wal", 0o600)
-    if command == "serve":
-        res = lens("serve", "--data", str(data), "--port", "0", cwd=tmp_path)
-        assert res.returncode == 2 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-800:])
-        said = res.stderr
-    elif command == "verify":
-        res = lens("log", "verify", "--data", str(data))
-        assert res.returncode == 1 and "Traceback" not in res.stderr, (res.stdout, res.stderr)
-        problem, summary = res.stdout.splitlines()
-        assert problem.startswith("log: STORE_CORRUPT: ") and summary == "FAILED: the log cannot be read", res.stdout
-        said = problem
-    else:
-        said = refused(lens("log", command, "--data", str(data)), "STORE_CORRUPT")
+    said = store_corrupt_said(command, data, tmp_path)
     assert (f"data directory {data} holds no events.db, but events.db-wal beside where it belongs holds "
             f"{len(wal_of_5)} bytes of the log's writes") in said, said
     assert "restore events.db" in said and "remove events.db-wal" in said, said
@@ -102,7 +75,9 @@ def test_a_second_writer_on_a_running_log_whose_events_db_was_removed_is_told_it
     assert "if no Lens daemon is running on this directory, restore events.db" in line, line
 
 
-def test_a_writer_takes_the_lock_before_it_refuses_a_wal_without_its_log(wal_of_5: bytes, tmp_path: Path) -> None:
+def test_a_writer_takes_the_lock_before_it_refuses_a_wal_without_its_log(wal_of: Callable[[int], bytes],
+                                                                         tmp_path: Path) -> None:
+    wal_of_5 = wal_of(5)
     # With a `lock` file (a daemon ran there), the writer takes the lock first, then refuses: no
     # daemon is running then, and the advice says so without the readers' proviso.
     data = tmp_path / "data"
@@ -135,8 +110,9 @@ def wal_only(tmp_path: Path, wal: bytes) -> Path:
 
 
 @pytest.mark.parametrize("shape", ["header only", "frames without a commit"])
-def test_a_wal_without_a_commit_beside_no_events_db_is_no_log_yet(wal_of_5: bytes, tmp_path: Path,
+def test_a_wal_without_a_commit_beside_no_events_db_is_no_log_yet(wal_of: Callable[[int], bytes], tmp_path: Path,
                                                                     shape: str) -> None:
+    wal_of_5 = wal_of(5)
     # Refused before as holding "N bytes of the log's writes": a WAL whose frames hold no commit
     # holds nothing SQLite would read, like an empty one.
     wal = wal_of_5[:32] if shape == "header only" else wal_cut(wal_of_5, [1, 2, 3, 4, 5])
@@ -150,7 +126,9 @@ def test_a_wal_without_a_commit_beside_no_events_db_is_no_log_yet(wal_of_5: byte
     assert trio.run(open_and_close) == 0
 
 
-def test_a_wal_of_one_commit_frame_beside_no_events_db_is_kept_and_named(wal_of_5: bytes, tmp_path: Path) -> None:
+def test_a_wal_of_one_commit_frame_beside_no_events_db_is_kept_and_named(wal_of: Callable[[int], bytes],
+                                                                         tmp_path: Path) -> None:
+    wal_of_5 = wal_of(5)
     wal = wal_cut(wal_of_5, [6])  # (the first commit frame alone: its salts are the header's)
     data = wal_only(tmp_path, wal)
     said = refused(lens("log", "decode", "--data", str(data)), "STORE_CORRUPT")
@@ -161,7 +139,9 @@ def test_a_wal_of_one_commit_frame_beside_no_events_db_is_kept_and_named(wal_of_
 
 
 @pytest.mark.parametrize("shape", ["five bytes", "another magic"])
-def test_bytes_that_are_no_wal_beside_no_events_db_are_named_so(wal_of_5: bytes, tmp_path: Path, shape: str) -> None:
+def test_bytes_that_are_no_wal_beside_no_events_db_are_named_so(wal_of: Callable[[int], bytes], tmp_path: Path,
+                                                                shape: str) -> None:
+    wal_of_5 = wal_of(5)
     # Bytes SQLite would not read as a WAL hold none of the log's writes, yet opening a new log
     # would delete them: refused still, saying what they are (not "the log's writes").
     wal = b"hello" if shape == "five bytes" else b"\0\0\0\0" + wal_of_5[4:]

@@ -759,6 +759,36 @@ async def awaiting_an_answer(d: Daemon, token: str, text: str) -> tuple[str, dic
     return sid, await wait_until(awaiting, what="awaiting_answer")
 
 
+async def question_opened(d: Daemon, token: str, sid: str, rid: str, text: str) -> str:
+    """Submit ``text`` as input ``rid`` of session ``sid`` (a faux script's cue to ask, or a
+    ``/tool ask_user`` command): the id of the question it opens, once the session awaits its
+    answer."""
+    await d.submit(token, sid, rid, text)
+
+    async def awaiting() -> str | None:
+        v = await d.view(token, sid)
+        return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v.get("questions") else None
+
+    return await wait_until(awaiting, what="an open question")
+
+
+async def race(*sends: Callable[[], Awaitable[httpx2.Response]]) -> list[httpx2.Response]:
+    """The replies to ``sends`` (each a request not yet sent), in the order given: each runs in
+    a task of its own, and one event lets them all go at once."""
+    replies: list[httpx2.Response | None] = [None] * len(sends)
+    go = trio.Event()
+
+    async def send(i: int) -> None:
+        await go.wait()
+        replies[i] = await sends[i]()
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(sends)):
+            nursery.start_soon(send, i)
+        go.set()
+    return [r for r in replies if r is not None]
+
+
 async def stop_daemon(d: Daemon) -> None:
     """Stop ``d`` now (the fixture's teardown then finds it stopped)."""
     await d.client.aclose()

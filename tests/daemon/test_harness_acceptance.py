@@ -19,7 +19,7 @@ from events.ids import is_id
 
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
-from .conftest import Daemon, DaemonFactory, error_of, run_tool, sdks_ready, wait_until
+from .conftest import Daemon, DaemonFactory, error_of, question_opened, run_tool, sdks_ready, wait_until
 from .test_jobs import finished_of, log_of, start_job
 
 # A text of 1-, 2-, 3- and 4-byte characters, found by one word of it.
@@ -187,13 +187,7 @@ async def test_job_routes_on_a_job_that_ended_by_itself_another_sessions_job_and
 
 async def _asked(d: Daemon, token: str, sid: str, rid: str, question: dict[str, Any]) -> str:
     """Have the model ask ``question`` (one); the open question's id once the session awaits it."""
-    await d.submit(token, sid, rid, "/tool ask_user " + json.dumps({"questions": [question]}))
-
-    async def awaiting() -> str | None:
-        v = await d.view(token, sid)
-        return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v.get("questions") else None
-
-    return await wait_until(awaiting, what="an open question")
+    return await question_opened(d, token, sid, rid, "/tool ask_user " + json.dumps({"questions": [question]}))
 
 
 async def test_an_answers_text_is_taken_at_20000_characters_and_refused_past_them_and_where_no_text_is_asked(

@@ -11,12 +11,11 @@ Every wait is bounded (conftest ``wait_until``)."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import trio
-
-from .conftest import Daemon, error_of, run_tool, wait_until
+from .conftest import Daemon, error_of, question_opened, race, run_tool, wait_until
 
 
 def tool(name: str, args: dict[str, Any]) -> str:
@@ -33,13 +32,7 @@ async def _project_session(d: Daemon, token: str) -> tuple[str, str, Path]:
 
 
 async def _asked(d: Daemon, token: str, sid: str, rid: str) -> str:
-    await d.submit(token, sid, rid, tool("ask_user", {"questions": [QUESTION]}))
-
-    async def awaiting() -> str | None:
-        v = await d.view(token, sid)
-        return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v.get("questions") else None
-
-    return await wait_until(awaiting, what="an open question")
+    return await question_opened(d, token, sid, rid, tool("ask_user", {"questions": [QUESTION]}))
 
 
 async def test_a_question_is_answered_through_its_own_session_only(daemon: Daemon):
@@ -82,17 +75,9 @@ async def test_an_answer_and_a_skip_raced_from_two_clients_one_wins_and_the_othe
         assert (r.status_code, error_of(r)) == (422, "ANSWER_INVALID"), r.text
         assert named in r.json()["error"]["message"]
     assert (await daemon.view(one, sid))["status"] == "awaiting_answer"
-    results: dict[str, Any] = {}
-    go = trio.Event()
-
-    async def send(name: str, token: str, body: dict[str, Any]) -> None:
-        await go.wait()
-        results[name] = await daemon.post(path, token, body)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(send, "answer", one, {"kind": "answer", "optionIds": ["r"], "text": "bright"})
-        nursery.start_soon(send, "skip", two, {"kind": "skip"})
-        go.set()
+    results = dict(zip(("answer", "skip"), await race(
+        partial(daemon.post, path, one, {"kind": "answer", "optionIds": ["r"], "text": "bright"}),
+        partial(daemon.post, path, two, {"kind": "skip"}))))
     assert all(r.status_code == 200 for r in results.values()), {k: r.text for k, r in results.items()}
     [winner] = [k for k, r in results.items() if r.json()["duplicate"] is False]
     [loser] = [k for k in results if k != winner]

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .conftest import Daemon, DaemonFactory, error_of, run_tool, stop_daemon, wait_until
+from .conftest import Daemon, DaemonFactory, error_of, question_opened, run_tool, stop_daemon, wait_until
 from .test_jobs import finished_of, report_answered, start_job
 
 MIB = 1 << 20
@@ -42,13 +42,7 @@ async def _setup(d: Daemon) -> tuple[str, str, Path]:
 
 async def _asked(d: Daemon, token: str, sid: str, rid: str) -> str:
     """Submit ``<ask>`` as ``rid`` and return the id of the question it opens."""
-    await d.submit(token, sid, rid, "<ask>")
-
-    async def awaiting() -> str | None:
-        v = await d.view(token, sid)
-        return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v["questions"] else None
-
-    return await wait_until(awaiting, what="an open question")
+    return await question_opened(d, token, sid, rid, "<ask>")
 
 
 def _refused(body: dict[str, Any]) -> str:

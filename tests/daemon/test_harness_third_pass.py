@@ -13,11 +13,10 @@ SSE stream as the log holds them. Every wait is bounded (conftest
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
-import trio
-
-from .conftest import Daemon, DaemonFactory, error_of, run_tool, wait_until
+from .conftest import Daemon, DaemonFactory, error_of, question_opened, race, run_tool, wait_until
 from .test_jobs import finished_of, report_answered, start_job
 
 ASK = {"questions": [{"id": "q", "text": "Which colour?",
@@ -34,13 +33,7 @@ async def _setup(d: Daemon) -> tuple[str, str]:
 
 
 async def _asked(d: Daemon, token: str, sid: str, rid: str) -> str:
-    await d.submit(token, sid, rid, "<ask>")
-
-    async def awaiting() -> str | None:
-        v = await d.view(token, sid)
-        return v["questions"][0]["questionId"] if v["status"] == "awaiting_answer" and v["questions"] else None
-
-    return await wait_until(awaiting, what="an open question")
+    return await question_opened(d, token, sid, rid, "<ask>")
 
 
 async def test_an_answer_raced_with_an_abort_settles_the_question_once_and_says_which(
@@ -49,22 +42,9 @@ async def test_an_answer_raced_with_an_abort_settles_the_question_once_and_says_
     token, sid = await _setup(d)
     for n in range(10):
         qid = await _asked(d, token, sid, f"r{n}")
-        results: dict[str, Any] = {}
-        go = trio.Event()
-
-        async def answer() -> None:
-            await go.wait()
-            results["answer"] = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token,
-                                             {"kind": "answer", "optionIds": ["b"]})
-
-        async def abort() -> None:
-            await go.wait()
-            results["abort"] = await d.post(f"/sessions/{sid}/abort", token)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(answer)
-            nursery.start_soon(abort)
-            go.set()
+        a, stop = await race(partial(d.post, f"/sessions/{sid}/questions/{qid}/answer", token,
+                                     {"kind": "answer", "optionIds": ["b"]}),
+                             partial(d.post, f"/sessions/{sid}/abort", token))
         view = await d.wait_idle(token, sid)
         assert view["questions"] == [], view["questions"]
         events = await d.events(token, sid)
@@ -73,7 +53,6 @@ async def test_an_answer_raced_with_an_abort_settles_the_question_once_and_says_
                    if e["kind"] in ("question.answered", "question.cancelled") and e["body"]["question_id"] == qid]
         assert len(settled) == 1, (n, settled)
         ends = [e["body"]["status"] for e in events if e["kind"] == "task.finished" and e["task_id"] == asked["task_id"]]
-        a, stop = results["answer"], results["abort"]
         assert stop.status_code == 200, stop.text
         # the abort says it stopped something exactly when the question's task ended aborted
         assert ends == (["aborted"] if stop.json()["aborted"] else ["completed"]), (stop.text, ends)
@@ -146,23 +125,10 @@ async def test_an_answer_raced_with_a_delete_of_the_session_settles_the_question
     for n in range(6):
         sid = (await d.session(token, project["id"]))["id"]
         qid = await _asked(d, token, sid, "r1")
-        results: dict[str, Any] = {}
-        go = trio.Event()
-
-        async def answer() -> None:
-            await go.wait()
-            results["answer"] = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token,
-                                             {"kind": "answer", "optionIds": ["b"]})
-
-        async def delete() -> None:
-            await go.wait()
-            results["delete"] = await d.request("DELETE", f"/sessions/{sid}", token)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(answer)
-            nursery.start_soon(delete)
-            go.set()
-        assert results["delete"].status_code == 200, results["delete"].text
+        a, deleted = await race(partial(d.post, f"/sessions/{sid}/questions/{qid}/answer", token,
+                                        {"kind": "answer", "optionIds": ["b"]}),
+                                partial(d.request, "DELETE", f"/sessions/{sid}", token))
+        assert deleted.status_code == 200, deleted.text
 
         async def settled() -> list[dict[str, Any]] | None:
             found = [e for e in await d.events(token, sid)
@@ -170,7 +136,6 @@ async def test_an_answer_raced_with_a_delete_of_the_session_settles_the_question
             return found or None
 
         found = await wait_until(settled, what="the question settled")
-        a = results["answer"]
         assert len(found) == 1, found
         if found[0]["kind"] == "question.answered":
             assert a.status_code == 200 and a.json()["duplicate"] is False, a.text

@@ -139,25 +139,16 @@ def _says_what_happened(result: ToolResult, timeout_ms: int) -> None:
         and "stop a job" in text, text
 
 
-async def test_a_command_the_clients_count_refuses_says_the_slots_its_timeout_and_what_to_do(
-        core_and_pool: tuple[CoreTools, ExecutorPool], workspace: Path) -> None:
+@pytest.mark.parametrize("holder", ["the client's count", "the executor"])
+async def test_a_command_refused_for_the_slots_says_the_slots_its_timeout_and_what_to_do(
+        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path, holder: str) -> None:
+    # "the client's count": Core's own client holds the slots, its count refuses the command.
+    # "the executor": another client of the executor holds its slots: Core's count is free, the
+    # executor refuses each time the command is sent, to the command's timeout.
     core, pool = core_and_pool
     (workspace / "ran.txt").unlink(missing_ok=True)
     with trio.fail_after(30):
-        async with every_slot_held((await pool.get("p1")).client):
-            _, result = await core.run("run_command", {"command": "echo ran > ran.txt", "timeout_ms": 300})
-    _says_what_happened(result, 300)
-    assert not (workspace / "ran.txt").exists()
-
-
-async def test_a_command_the_executor_refuses_to_its_timeout_says_the_slots_its_timeout_and_what_to_do(
-        core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
-    # Another client of the executor holds its slots: Core's count is free, the executor refuses
-    # each time the command is sent, to the command's timeout.
-    core, _ = core_and_pool
-    (workspace / "ran.txt").unlink(missing_ok=True)
-    with trio.fail_after(30):
-        async with every_slot_held(client):
+        async with every_slot_held((await pool.get("p1")).client if holder == "the client's count" else client):
             _, result = await core.run("run_command", {"command": "echo ran > ran.txt", "timeout_ms": 300})
     _says_what_happened(result, 300)
     assert not (workspace / "ran.txt").exists()
@@ -233,21 +224,28 @@ async def _ended(jobs: Any, session: Any, job_id: str) -> dict[str, Any]:
     return jobs.describe(session.state.jobs[job_id])
 
 
+async def _between_resends(pool: ExecutorPool, jobs: Any, command: str) -> str:
+    """A job started while another client holds the executor's slots, once a refused attempt of
+    its start has ended (the job is waiting to send it again); its id."""
+    ours = (await pool.get("p1")).client
+    job_id = await _start_job(pool, jobs, {"command": command})
+    before = ours.used  # (the job's command is not sent yet: its task has not run)
+    while ours.used == before:
+        await trio.sleep(0.01)
+    assert job_id in jobs.live
+    return job_id
+
+
 async def test_a_job_start_the_executor_refuses_for_its_slots_is_sent_again_until_one_frees(
         core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
     # Another client of the executor holds its slots: Core's count is free, the executor refuses
     # the job's command. It is sent again (as run_command's is) and runs once a slot frees.
     _, pool = core_and_pool
     (workspace / "job_ran.txt").unlink(missing_ok=True)
-    ours = (await pool.get("p1")).client
     with trio.fail_after(30):
         async with session_jobs("ses_job_slots") as (session, jobs):
             async with every_slot_held(client):
-                job_id = await _start_job(pool, jobs, {"command": "echo ran > job_ran.txt"})
-                before = ours.used  # (the job's command is not sent yet: its task has not run)
-                while ours.used == before:  # (a refused attempt ended: the job is between resends)
-                    await trio.sleep(0.01)
-                assert job_id in jobs.live
+                job_id = await _between_resends(pool, jobs, "echo ran > job_ran.txt")
             ended = await _ended(jobs, session, job_id)
     assert ended["status"] == "exited" and ended["exit_code"] == 0, ended
     assert (workspace / "job_ran.txt").read_text() == "ran\n"
@@ -270,48 +268,40 @@ async def test_a_job_start_the_executor_keeps_refusing_ends_at_its_bound_saying_
     assert not (workspace / "job_ran.txt").exists()
 
 
-async def _between_resends(pool: ExecutorPool, jobs: Any, command: str) -> str:
-    """A job started while another client holds the executor's slots, once a refused attempt of
-    its start has ended (the job is waiting to send it again); its id."""
-    ours = (await pool.get("p1")).client
-    job_id = await _start_job(pool, jobs, {"command": command})
-    before = ours.used  # (the job's command is not sent yet: its task has not run)
-    while ours.used == before:
-        await trio.sleep(0.01)
-    assert job_id in jobs.live
-    return job_id
+@asynccontextmanager
+async def job_between_resends(core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient,
+                              workspace: Path, session_id: str) -> AsyncIterator[tuple[Any, Any, str]]:
+    """A job (``echo ran > job_ran.txt``) of a session's :func:`session_jobs` waiting to send its
+    start again while ``client`` holds every slot, as (session, jobs, job id); the block runs
+    within 30 s, and nothing ran once it ends."""
+    _, pool = core_and_pool
+    (workspace / "job_ran.txt").unlink(missing_ok=True)
+    with trio.fail_after(30):
+        async with session_jobs(session_id) as (session, jobs):
+            async with every_slot_held(client):
+                yield session, jobs, await _between_resends(pool, jobs, "echo ran > job_ran.txt")
+    assert not (workspace / "job_ran.txt").exists()
 
 
 async def test_a_job_stopped_while_its_start_waits_to_be_sent_again_ends_at_once_reported(
         core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
     # The resends would go on for minutes (JOB_SLOT_RESEND_MS): a stop ends the wait at once,
     # the job is stopped (not crashed by a refusal) and its end is reported to the agent.
-    _, pool = core_and_pool
-    (workspace / "job_ran.txt").unlink(missing_ok=True)
-    with trio.fail_after(30):
-        async with session_jobs("ses_job_resend_stop") as (session, jobs):
-            async with every_slot_held(client):
-                job_id = await _between_resends(pool, jobs, "echo ran > job_ran.txt")
-                with trio.fail_after(5):
-                    ended = await jobs.stop(job_id, "stopped by the agent")
+    async with job_between_resends(core_and_pool, client, workspace, "ses_job_resend_stop") as (session, jobs, job_id):
+        with trio.fail_after(5):
+            ended = await jobs.stop(job_id, "stopped by the agent")
     assert (ended["status"], ended["reason"]) == ("stopped", "stopped by the agent"), ended
     assert session.kinds[-2:] == ["input.submitted", "job.finished"], session.kinds
-    assert not (workspace / "job_ran.txt").exists()
 
 
 async def test_a_delete_while_a_jobs_start_waits_to_be_sent_again_ends_it_at_once_unreported(
         core_and_pool: tuple[CoreTools, ExecutorPool], client: ExecutorClient, workspace: Path) -> None:
     from runtime import decide as d
 
-    _, pool = core_and_pool
-    (workspace / "job_ran.txt").unlink(missing_ok=True)
-    with trio.fail_after(30):
-        async with session_jobs("ses_job_resend_delete") as (session, jobs):
-            async with every_slot_held(client):
-                job_id = await _between_resends(pool, jobs, "echo ran > job_ran.txt")
-                with trio.fail_after(5):
-                    await jobs.stop_all(d.SESSION_DELETED, deleted=True)
-                ended = jobs.describe(session.state.jobs[job_id])
+    async with job_between_resends(core_and_pool, client, workspace, "ses_job_resend_delete") as (session, jobs,
+                                                                                                 job_id):
+        with trio.fail_after(5):
+            await jobs.stop_all(d.SESSION_DELETED, deleted=True)
+        ended = jobs.describe(session.state.jobs[job_id])
     assert (ended["status"], ended["reason"]) == ("stopped", d.SESSION_DELETED), ended
     assert session.kinds[-1] == "job.finished" and "input.submitted" not in session.kinds, session.kinds
-    assert not (workspace / "job_ran.txt").exists()

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from runtime.config import ConfigError, check_config_file_mode, check_private_config_file, parse_config
+from runtime.config import (ConfigError, check_config_file_mode, check_private_config_file, config_directories,
+                            config_directory_problem, parse_config, split_model_ref)
 
 # (section, key, lowest, highest, step past the edge)
 RANGES = [
@@ -476,3 +477,38 @@ def test_the_mode_check_of_a_config_write_judges_the_write_bits_and_not_the_owne
     for uid in (os.geteuid(), other):
         with pytest.raises(ConfigError, match=r"writable by other users \(mode 0602\).*chmod go-w lens.jsonc"):
             check_config_file_mode(Path("lens.jsonc"), _stat(stat.S_IFREG | 0o602, uid))
+
+
+def test_the_config_directory_problem_is_the_first_loose_directory_its_own_then_its_link_targets(tmp_path) -> None:
+    # The one check of a config's directories, shared by the start and a write through the
+    # config-file API: each words its own message from the folder and the reason it gives.
+    own, target = tmp_path / "own", tmp_path / "target"
+    own.mkdir(mode=0o700)
+    target.mkdir(mode=0o700)
+    (target / "lens.jsonc").write_text("{}")
+    link = own / "lens.jsonc"
+    link.symlink_to(target / "lens.jsonc")
+    assert config_directories(link) == [own, target]
+    assert config_directories(target / "lens.jsonc") == [target]
+    assert config_directory_problem(link) is None
+    target.chmod(0o770)
+    assert config_directory_problem(link) == (target, "writable by other users (mode 0770)")
+    own.chmod(0o702)
+    assert config_directory_problem(link) == (own, "writable by other users (mode 0702)")
+    missing = tmp_path / "gone" / "lens.jsonc"
+    folder, why = config_directory_problem(missing)
+    assert folder == tmp_path / "gone"
+    assert isinstance(why, FileNotFoundError)
+
+
+@pytest.mark.parametrize(("ref", "parts"), [
+    ("faux/faux-1", ("faux", "faux-1")),
+    ("openrouter/meta/llama-3", ("openrouter", "meta/llama-3")),  # a model id may hold '/'; a provider id has none
+    ("faux", ("faux", "")),
+    ("faux/", ("faux", "")),
+    ("/faux-1", ("", "faux-1")),
+    ("", ("", "")),
+])
+def test_a_model_reference_splits_at_its_first_slash_and_a_missing_part_is_empty(ref: str,
+                                                                                  parts: tuple[str, str]) -> None:
+    assert split_model_ref(ref) == parts
