@@ -67,7 +67,7 @@ async def test_a_capability_search_says_how_many_more_match_past_its_limit(daemo
     result = await run_tool(d, token, sid, "c1", "capability_search", {"query": query, "limit": 1, "load": False})
     assert result["structured_content"]["more"] == 1, result
     assert result["content"][0]["text"].endswith(
-        "Not loaded (load: false). 1 more match past the limit of 1; a higher limit (at most 20) shows it."), result
+        "Not loaded (load: false). 1 more match past the limit of 1; a limit of 2 shows it."), result
     result = await run_tool(d, token, sid, "c2", "capability_search", {"query": query, "limit": 2, "load": False})
     assert result["structured_content"]["more"] == 0, result  # (the limit at the number of matches: no note)
     assert result["content"][0]["text"].endswith("Not loaded (load: false).")
@@ -76,13 +76,31 @@ async def test_a_capability_search_says_how_many_more_match_past_its_limit(daemo
     assert result["structured_content"]["more"] == 1, result
     assert result["content"][0]["text"].endswith(
         "Loaded get_system_time: callable from your next request. 1 more match past the limit of 1, not loaded: "
-        "the same search again loads the next ones."), result
+        "the same search again loads it."), result
     result = await run_tool(d, token, sid, "c4", "capability_search", {"query": query, "limit": 1})
     assert result["structured_content"]["loaded"] == ["sleep_milliseconds"], result
     assert result["structured_content"]["more"] == 0, result  # (the one past the limit is loaded already)
     assert result["content"][0]["text"].endswith("Loaded sleep_milliseconds: callable from your next request.")
     inv = (await d.get("/tools/inventory", token, params={"session": sid})).json()
     assert (inv["loaded"], inv["searchable"]) == (["get_system_time", "sleep_milliseconds"], []), inv
+
+
+async def test_a_match_past_the_limit_scoring_lower_is_not_promised_to_the_same_search_again(daemon_factory):
+    # "sleep milliseconds time" scores sleep_milliseconds above get_system_time. With `limit: 1`
+    # the answer said "the same search again loads the next ones", and every repeat said the same
+    # while get_system_time was never loaded: the loaded one still ranks first.
+    d = await daemon_factory(config=DEFERRED)
+    token, _, sid = await _session(d, {})
+    args = {"query": "sleep milliseconds time", "limit": 1}
+    for i, loaded in enumerate((["sleep_milliseconds"], [])):
+        result = await run_tool(d, token, sid, f"c{i}", "capability_search", args)
+        assert result["structured_content"]["loaded"] == loaded and result["structured_content"]["more"] == 1, result
+        text = result["content"][0]["text"]
+        assert text.endswith("1 more match past the limit of 1, not loaded, scoring lower than the ones shown (the "
+                             "same search again shows the same): a limit of 2 loads it."), text
+    result = await run_tool(d, token, sid, "c9", "capability_search", {**args, "limit": 2})
+    assert result["structured_content"]["loaded"] == ["get_system_time"], result
+    assert result["structured_content"]["more"] == 0, result
 
 
 async def _subagent(d, token: str, sid: str, request_id: str, args: dict) -> dict:
