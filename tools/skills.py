@@ -591,9 +591,15 @@ def _held_unlisted(name: str, held: HeldSkill, mine: Skill | None, current: Skil
                            {"name": name, "status": "already_loaded"})
 
 
+def _quoted(name: str) -> str:
+    """``name`` quoted for a message, cut to :data:`MAX_NAME_CHARS` with ``…`` after it when
+    longer (a front matter's or a call's name may be of any length)."""
+    return f"{name[:MAX_NAME_CHARS]!r}…" if len(name) > MAX_NAME_CHARS else repr(name)
+
+
 def _too_long(name: str) -> ToolError:
     """A name no skill is listed under: longer than :data:`MAX_NAME_CHARS` (echoed cut)."""
-    return ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "
+    return ToolError("SKILL_NOT_FOUND", f"no skill named {_quoted(name)}: a skill name has at most "
                                         f"{MAX_NAME_CHARS} characters")
 
 
@@ -605,7 +611,7 @@ def _named_otherwise(skills: list[Skill], name: str) -> str:
     if held is None:
         return _named_by_path(skills, name) or _named_in_another_case(skills, name)
     cannot = f" (it cannot be loaded: {held.problem})" if held.problem else ""
-    return f" ({held.base_dir}/ holds the skill named {held.declared or held.name!r}, its front matter's name{cannot})"
+    return f" ({held.base_dir}/ holds the skill named {_quoted(held.declared or held.name)}, its front matter's name{cannot})"
 
 
 def _named_by_path(skills: list[Skill], name: str) -> str:
@@ -621,7 +627,7 @@ def _named_by_path(skills: list[Skill], name: str) -> str:
     if at is None:
         return ""
     cannot = f"; it cannot be loaded: {at.problem}" if at.problem else ""
-    return (f" ({at.base_dir}/ holds the skill named {at.declared or at.name!r}: a skill is loaded by its name, not its "
+    return (f" ({at.base_dir}/ holds the skill named {_quoted(at.declared or at.name)}: a skill is loaded by its name, not its "
             f"path{cannot})")
 
 
@@ -710,7 +716,7 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secre
             bad = next((s for s in skills if s.declared == name), None)
             if bad is None:
                 raise _too_long(name)
-            raise ToolError("SKILL_INVALID", f"skill {name[:MAX_NAME_CHARS]!r}… ({bad.base_dir}/) cannot be loaded: "
+            raise ToolError("SKILL_INVALID", f"skill {_quoted(name)} ({bad.base_dir}/) cannot be loaded: "
                                              f"{bad.problem}")
         found = next((s for s in skills if s.name == name and s.problem is None), None)
         held = loaded.get(name)

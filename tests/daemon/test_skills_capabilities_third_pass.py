@@ -183,3 +183,20 @@ async def test_a_tool_a_fixed_native_list_leaves_out_and_no_program_can_call_is_
     result = await run_tool(d, token, sid, "n9", "get_system_time", {})  # (one a program can call: sent there)
     assert result["error_code"] == "TOOL_NOT_NATIVE" and "call it from a program" in result["content"][0]["text"]
     assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
+
+
+async def test_a_front_matter_name_past_the_limit_is_shown_cut_in_the_hint_naming_its_directory(daemon_factory):
+    # A `name:` of 20,000 characters was printed whole by the hint naming the skill in its
+    # directory (by the directory's name, or its path): a SKILL_NOT_FOUND of 20,314 characters.
+    d = await daemon_factory(config=CONFIG)
+    long = "a" * 20_000
+    token, _, sid = await _session(d, {"long": f"---\nname: {long}\n---\nBODY\n"})
+    for i, (name, words) in enumerate((("long", ", its front matter's name (it cannot be loaded: "),
+                                        ("skills/long", ": a skill is loaded by its name, not its path; it cannot be "
+                                                        "loaded: "))):
+        result = await run_tool(d, token, sid, f"n{i}", "skill", {"name": name})
+        text = result["content"][0]["text"]
+        assert result["error_code"] == "SKILL_NOT_FOUND", result
+        assert text.startswith(f"SKILL_NOT_FOUND: no skill named {name!r} (skills/long/ holds the skill named "
+                               f"{'a' * 64!r}…{words}the skill name {'a' * 80!r} is not valid"), text[:400]
+        assert len(text) < 500, len(text)
