@@ -36,6 +36,7 @@ from events.errors import AppendRejected
 from events.secrets import Secrets
 from projections.session_state import HeldSkill
 from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
+from runtime.jsonc import LINE_BREAK  # (YAML's line ends are JSON's; it imports no Lens module)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .rerun import Respawning, executor_failures, once_more_if_died
@@ -73,7 +74,6 @@ class FrontMatterError(ValueError):
 
 _KEY_RE = re.compile(r"([A-Za-z0-9_](?:[A-Za-z0-9_. -]*[A-Za-z0-9_.-])?)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
 _BLOCK_MARKS = ("|", "|-", "|+", ">", ">-", ">+")
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # YAML's line breaks
 
 
 def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[str, str], str]:
@@ -93,7 +93,7 @@ def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[
     secrets = secrets or _NO_SECRETS
     if text.startswith("\ufeff"):
         text = text[1:]
-    lines = _LINE_BREAK.split(text)  # (as YAML reads them; the body keeps its own line ends)
+    lines = LINE_BREAK.split(text)  # (as YAML reads them; the body keeps its own line ends)
     if lines[0].rstrip() != "---":
         return {}, text
     end = next((i for i in range(1, len(lines)) if lines[i].rstrip("\r").rstrip() in ("---", "...")), None)
@@ -167,7 +167,7 @@ def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[
             mode = "plain"
             fields[key] = re.split(r"[ \t]#", raw, maxsplit=1)[0].rstrip()
     finish()
-    starts = [0, *(m.end() for m in _LINE_BREAK.finditer(text))]  # (where each of ``lines`` starts)
+    starts = [0, *(m.end() for m in LINE_BREAK.finditer(text))]  # (where each of ``lines`` starts)
     body = text[starts[end + 1]:] if end + 1 < len(starts) else ""
     return fields, body
 

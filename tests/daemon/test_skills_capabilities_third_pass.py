@@ -3,8 +3,6 @@ F-TOOL-6): a daemon on loopback port 0, the real executor, the ``faux`` provider
 
 from __future__ import annotations
 
-import json
-
 from .conftest import error_of, run_tool
 from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
 
@@ -103,22 +101,15 @@ async def test_a_match_past_the_limit_scoring_lower_is_not_promised_to_the_same_
     assert result["structured_content"]["more"] == 0, result
 
 
-async def _subagent(d, token: str, sid: str, request_id: str, args: dict) -> dict:
-    """Have the main agent start a subagent; return the main agent's ``tool.finished`` body for it
-    (the subagent's own calls are recorded under its agent id)."""
-    await d.submit(token, sid, request_id, f"/tool subagent {json.dumps(args)}")
-    await d.wait_idle(token, sid)
-    return [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished" and e["agent_id"] == "main"][-1]
-
-
 async def test_skill_and_capability_loads_belong_to_the_agent_that_made_them_and_a_fork_keeps_them(daemon_factory):
     d = await daemon_factory(config=DEFERRED)
     token, _, sid = await _session(d, {"review": REVIEW})
     # A subagent's skill and capability loads are its own: recorded under its id, shown by the
     # inventory for that agent, and the main agent's listing and inventory still say not loaded.
-    body = await _subagent(d, token, sid, "s1", {"prompt": '/tool skill {"name": "review"}'})
+    body = await run_tool(d, token, sid, "s1", "subagent", {"prompt": '/tool skill {"name": "review"}'}, agent="main")
     assert body["status"] == "ok", body
-    body = await _subagent(d, token, sid, "s2", {"prompt": '/tool capability_search {"query": "time", "limit": 1}'})
+    body = await run_tool(d, token, sid, "s2", "subagent", {"prompt": '/tool capability_search {"query": "time", "limit": 1}'},
+                          agent="main")
     assert body["status"] == "ok", body
     events = await d.events(token, sid)
     [skill_load] = [e for e in events if e["kind"] == "skill.loaded"]
