@@ -633,7 +633,7 @@ def _named_by_path(skills: list[Skill], name: str) -> str:
 
 def _named_in_another_case(skills: list[Skill], name: str) -> str:
     """What a failed load by ``name`` adds when skills are listed under that name in another
-    case (or with blanks around it, look-alike or invisible characters: :func:`_other_case`)."""
+    case (or with blanks around it, full-width or invisible characters: :func:`_other_case`)."""
     return _other_case([s.name for s in skills], name, "listed")
 
 

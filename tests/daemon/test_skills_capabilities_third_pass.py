@@ -9,7 +9,7 @@ from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
 REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS\n"
 
 
-async def test_a_skill_name_differing_by_blanks_or_look_alike_characters_names_the_listed_one(daemon_factory):
+async def test_a_skill_name_differing_by_blanks_full_width_or_invisible_characters_names_the_listed_one(daemon_factory):
     # `skill {"name": " review"}` (or full-width letters, a zero-width space inside) answered "no
     # skill named ' review'; available: review", leaving the reader to spot what differs; an unload
     # by such a name said only "not loaded". Names stay exact: nothing is loaded or unloaded by them.
@@ -21,8 +21,9 @@ async def test_a_skill_name_differing_by_blanks_or_look_alike_characters_names_t
         assert result["error_code"] == "SKILL_NOT_FOUND", result
         assert text == (f"SKILL_NOT_FOUND: no skill named {name!r} (skill names are matched exactly, character "
                         "for character: listed as 'review'); available: review, two"), text
-    result = await run_tool(d, token, sid, "l9", "skill", {"name": "re\u0301view"})  # (another letter: no hint)
-    assert result["content"][0]["text"] == "SKILL_NOT_FOUND: no skill named 're\u0301view'; available: review, two"
+    for i, name in enumerate(("re\u0301view", "r\u0435view")):  # (another letter, a Cyrillic look-alike: no hint)
+        result = await run_tool(d, token, sid, f"o{i}", "skill", {"name": name})
+        assert result["content"][0]["text"] == f"SKILL_NOT_FOUND: no skill named {name!r}; available: review, two"
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "/skill:\uff52eview go"})
     assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND", r.text
     assert "matched exactly, character for character: listed as 'review'" in r.json()["error"]["message"], r.text
