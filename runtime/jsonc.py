@@ -32,11 +32,13 @@ class JsoncError(ValueError):
     """Raised with a message naming the line and column of the problem."""
 
 
-_LINE_BREAK = re.compile(r"\r\n?|\n")  # (JSON's whitespace has all three; old Mac files end lines in CR alone)
+# A line end as JSON and YAML read one: "\r\n", "\r" or "\n" (JSON's whitespace has all three; old
+# Mac files end lines in CR alone). SKILL.md front matter (tools/skills.py) splits its lines with it too.
+LINE_BREAK = re.compile(r"\r\n?|\n")
 
 
 def _position(text: str, index: int) -> str:
-    line = len(_LINE_BREAK.findall(text, 0, index)) + 1
+    line = len(LINE_BREAK.findall(text, 0, index)) + 1
     col = index - (max(text.rfind("\n", 0, index), text.rfind("\r", 0, index)) + 1) + 1
     return f"line {line}, column {col}"
 
@@ -89,7 +91,7 @@ def strip(text: str) -> str:
         if c == "/" and i + 1 < n and text[i + 1] == "/":
             # to the end of the line, which a CR alone ends too: reading on to the next LF took
             # the values on lines ended by CR for comment
-            m = _LINE_BREAK.search(text, i)
+            m = LINE_BREAK.search(text, i)
             j = n if m is None else m.start()
             for k in range(i, j):
                 out[k] = " "

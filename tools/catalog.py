@@ -566,15 +566,37 @@ def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str],
     return f"{spec.name} cannot be loaded", True  # (not reached: every other case is ranked)
 
 
-def _more_past(more: int, limit: int, load: bool) -> str:
-    """What a search says of the ``more`` matches past its ``limit`` that are not loaded (the
-    search again loads them: tools not loaded rank first at equal scores)."""
+def _ordered(ranked: list[tuple[int, ToolSpec]], have: set[str]) -> list[tuple[int, ToolSpec]]:
+    """``ranked`` in a search's order: by score, then the tools not in ``have`` (not loaded yet)
+    first, then by name."""
+    return sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))
+
+
+def _more_past(ranked: list[tuple[int, ToolSpec]], past: set[str], limit: int, load: bool, have: set[str]) -> str:
+    """What a search says of the matches ``past`` its ``limit`` that are not loaded, and what
+    reaches them, as the same search would rank them once this one's loads are made (``have``).
+    The same search again loads them only when one ties the lowest score shown (not loaded, it
+    comes first at that score); one scoring lower stays behind the ones shown for good, so the
+    answer names the limit that reaches it (at most :data:`MAX_LIMIT`), else narrower words."""
+    at = [i for i, (_score, s) in enumerate(_ordered(ranked, have)) if s.name in past]
+    n = len(at)
+    it = "it" if n == 1 else "them"
+    does, do = ("loads", "load") if load else ("shows", "show")
+    within = sum(1 for i in at if i < limit)
+    if load and within:  # (then every one past the limit is not loaded: the rest come later)
+        return (f"{n} more match past the limit of {limit}, not loaded: the same search again loads "
+                f"{it if within == n else 'the next one' if within == 1 else f'the next {within}'}.")
+    need, reach = at[-1] + 1, sum(1 for i in at if i < MAX_LIMIT)
+    if need <= MAX_LIMIT:
+        how = f"a limit of {need} {does} {it}"
+    elif reach and limit < MAX_LIMIT:
+        how = f"a limit of {MAX_LIMIT} {does} {reach} of them, narrower words the rest"
+    else:
+        how = f"narrower words {do} {it}"
     if load:
-        return f"{more} more match past the limit of {limit}, not loaded: the same search again loads the next ones."
-    it = "it" if more == 1 else "them"
-    how = (f"a higher limit (at most {MAX_LIMIT}) shows {it}" if limit < MAX_LIMIT
-           else f"narrower words show {it}")
-    return f"{more} more match past the limit of {limit}; {how}."
+        return (f"{n} more match past the limit of {limit}, not loaded, scoring lower than the ones shown (the same "
+                f"search again shows the same): {how}.")
+    return f"{n} more match past the limit of {limit}; {how}."
 
 
 def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
@@ -630,10 +652,10 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
                                            f"{why}. Nothing was loaded.",
                                            {"matches": [], "loaded": [], "searchable": len(searchable), "more": 0})
                 note = why
-        ordered = sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))
+        ordered = _ordered(ranked, have)
         top = ordered[:limit]
-        # (the matches past the limit that are not loaded: the next ones a search again would load)
-        more = sum(1 for _score, s in ordered[limit:] if s.name not in have)
+        past = {s.name for _score, s in ordered[limit:] if s.name not in have}  # (matches past the limit, not loaded)
+        more = len(past)
         new = [s.name for _score, s in top if s.name not in have] if load else []
         matches = [{"name": s.name, "description": s.description, "score": sc,
                     "loaded": s.name in have or s.name in new,
@@ -648,7 +670,7 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
             tail = (f"Loaded {', '.join(new)}: callable from your next request." if new
                     else "Nothing new was loaded." if load else "Not loaded (load: false).")
             if more:
-                tail += f" {_more_past(more, limit, load)}"
+                tail += f" {_more_past(ranked, past, limit, load, have | set(new))}"
             text = "\n".join([*lines, tail])
         if note:
             text = f"{note}. {text}" if not matches else f"{note}.\n{text}"

@@ -36,6 +36,7 @@ from events.errors import AppendRejected
 from events.secrets import Secrets
 from projections.session_state import HeldSkill
 from runtime.errors import shortened_json, shortened_names  # (imports nothing: no cycle)
+from runtime.jsonc import LINE_BREAK  # (YAML's line ends are JSON's; it imports no Lens module)
 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .rerun import Respawning, executor_failures, once_more_if_died
@@ -73,7 +74,6 @@ class FrontMatterError(ValueError):
 
 _KEY_RE = re.compile(r"([A-Za-z0-9_](?:[A-Za-z0-9_. -]*[A-Za-z0-9_.-])?)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
 _BLOCK_MARKS = ("|", "|-", "|+", ">", ">-", ">+")
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # YAML's line breaks
 
 
 def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[str, str], str]:
@@ -93,7 +93,7 @@ def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[
     secrets = secrets or _NO_SECRETS
     if text.startswith("\ufeff"):
         text = text[1:]
-    lines = _LINE_BREAK.split(text)  # (as YAML reads them; the body keeps its own line ends)
+    lines = LINE_BREAK.split(text)  # (as YAML reads them; the body keeps its own line ends)
     if lines[0].rstrip() != "---":
         return {}, text
     end = next((i for i in range(1, len(lines)) if lines[i].rstrip("\r").rstrip() in ("---", "...")), None)
@@ -167,7 +167,7 @@ def parse_front_matter(text: str, secrets: Secrets | None = None) -> tuple[dict[
             mode = "plain"
             fields[key] = re.split(r"[ \t]#", raw, maxsplit=1)[0].rstrip()
     finish()
-    starts = [0, *(m.end() for m in _LINE_BREAK.finditer(text))]  # (where each of ``lines`` starts)
+    starts = [0, *(m.end() for m in LINE_BREAK.finditer(text))]  # (where each of ``lines`` starts)
     body = text[starts[end + 1]:] if end + 1 < len(starts) else ""
     return fields, body
 
@@ -591,9 +591,15 @@ def _held_unlisted(name: str, held: HeldSkill, mine: Skill | None, current: Skil
                            {"name": name, "status": "already_loaded"})
 
 
+def _quoted(name: str) -> str:
+    """``name`` quoted for a message, cut to :data:`MAX_NAME_CHARS` with ``…`` after it when
+    longer (a front matter's or a call's name may be of any length)."""
+    return f"{name[:MAX_NAME_CHARS]!r}…" if len(name) > MAX_NAME_CHARS else repr(name)
+
+
 def _too_long(name: str) -> ToolError:
     """A name no skill is listed under: longer than :data:`MAX_NAME_CHARS` (echoed cut)."""
-    return ToolError("SKILL_NOT_FOUND", f"no skill named {name[:MAX_NAME_CHARS]!r}…: a skill name has at most "
+    return ToolError("SKILL_NOT_FOUND", f"no skill named {_quoted(name)}: a skill name has at most "
                                         f"{MAX_NAME_CHARS} characters")
 
 
@@ -605,7 +611,7 @@ def _named_otherwise(skills: list[Skill], name: str) -> str:
     if held is None:
         return _named_by_path(skills, name) or _named_in_another_case(skills, name)
     cannot = f" (it cannot be loaded: {held.problem})" if held.problem else ""
-    return f" ({held.base_dir}/ holds the skill named {held.declared or held.name!r}, its front matter's name{cannot})"
+    return f" ({held.base_dir}/ holds the skill named {_quoted(held.declared or held.name)}, its front matter's name{cannot})"
 
 
 def _named_by_path(skills: list[Skill], name: str) -> str:
@@ -621,13 +627,13 @@ def _named_by_path(skills: list[Skill], name: str) -> str:
     if at is None:
         return ""
     cannot = f"; it cannot be loaded: {at.problem}" if at.problem else ""
-    return (f" ({at.base_dir}/ holds the skill named {at.declared or at.name!r}: a skill is loaded by its name, not its "
+    return (f" ({at.base_dir}/ holds the skill named {_quoted(at.declared or at.name)}: a skill is loaded by its name, not its "
             f"path{cannot})")
 
 
 def _named_in_another_case(skills: list[Skill], name: str) -> str:
     """What a failed load by ``name`` adds when skills are listed under that name in another
-    case (or with blanks around it, look-alike or invisible characters: :func:`_other_case`)."""
+    case (or with blanks around it, full-width or invisible characters: :func:`_other_case`)."""
     return _other_case([s.name for s in skills], name, "listed")
 
 
@@ -710,7 +716,7 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secre
             bad = next((s for s in skills if s.declared == name), None)
             if bad is None:
                 raise _too_long(name)
-            raise ToolError("SKILL_INVALID", f"skill {name[:MAX_NAME_CHARS]!r}… ({bad.base_dir}/) cannot be loaded: "
+            raise ToolError("SKILL_INVALID", f"skill {_quoted(name)} ({bad.base_dir}/) cannot be loaded: "
                                              f"{bad.problem}")
         found = next((s for s in skills if s.name == name and s.problem is None), None)
         held = loaded.get(name)

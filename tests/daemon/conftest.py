@@ -101,17 +101,21 @@ def auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token is not None else {}
 
 
-def finished(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The bodies of the ``tool.finished`` events among ``events`` (as the events route gives them)."""
-    return [e["body"] for e in events if e["kind"] == "tool.finished"]
+def finished(events: list[dict[str, Any]], agent: str | None = None) -> list[dict[str, Any]]:
+    """The bodies of the ``tool.finished`` events among ``events`` (as the events route gives them);
+    with ``agent``, of that agent's calls only."""
+    return [e["body"] for e in events if e["kind"] == "tool.finished" and agent in (None, e["agent_id"])]
 
 
-async def run_tool(d: "Daemon", token: str, sid: str, request_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Have the faux model call ``name`` once; return that call's ``tool.finished`` body."""
-    before = len(finished(await d.events(token, sid)))
+async def run_tool(d: "Daemon", token: str, sid: str, request_id: str, name: str, args: dict[str, Any],
+                   *, agent: str | None = None) -> dict[str, Any]:
+    """Have the faux model call ``name`` once; return that call's ``tool.finished`` body. With
+    ``agent`` (``"main"`` for a ``subagent`` call, whose subagent's own calls are recorded under its
+    id), only that agent's calls are counted."""
+    before = len(finished(await d.events(token, sid), agent))
     await d.submit(token, sid, request_id, f"/tool {name} {json.dumps(args)}")
     await d.wait_idle(token, sid)
-    bodies = finished(await d.events(token, sid))
+    bodies = finished(await d.events(token, sid), agent)
     assert len(bodies) == before + 1
     return bodies[-1]
 

@@ -3,15 +3,13 @@ F-TOOL-6): a daemon on loopback port 0, the real executor, the ``faux`` provider
 
 from __future__ import annotations
 
-import json
-
 from .conftest import error_of, run_tool
 from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
 
 REVIEW = "---\nname: review\ndescription: Review a change\n---\nREVIEW-STEPS\n"
 
 
-async def test_a_skill_name_differing_by_blanks_or_look_alike_characters_names_the_listed_one(daemon_factory):
+async def test_a_skill_name_differing_by_blanks_full_width_or_invisible_characters_names_the_listed_one(daemon_factory):
     # `skill {"name": " review"}` (or full-width letters, a zero-width space inside) answered "no
     # skill named ' review'; available: review", leaving the reader to spot what differs; an unload
     # by such a name said only "not loaded". Names stay exact: nothing is loaded or unloaded by them.
@@ -23,8 +21,9 @@ async def test_a_skill_name_differing_by_blanks_or_look_alike_characters_names_t
         assert result["error_code"] == "SKILL_NOT_FOUND", result
         assert text == (f"SKILL_NOT_FOUND: no skill named {name!r} (skill names are matched exactly, character "
                         "for character: listed as 'review'); available: review, two"), text
-    result = await run_tool(d, token, sid, "l9", "skill", {"name": "re\u0301view"})  # (another letter: no hint)
-    assert result["content"][0]["text"] == "SKILL_NOT_FOUND: no skill named 're\u0301view'; available: review, two"
+    for i, name in enumerate(("re\u0301view", "r\u0435view")):  # (another letter, a Cyrillic look-alike: no hint)
+        result = await run_tool(d, token, sid, f"o{i}", "skill", {"name": name})
+        assert result["content"][0]["text"] == f"SKILL_NOT_FOUND: no skill named {name!r}; available: review, two"
     r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "/skill:\uff52eview go"})
     assert r.status_code == 422 and error_of(r) == "SKILL_NOT_FOUND", r.text
     assert "matched exactly, character for character: listed as 'review'" in r.json()["error"]["message"], r.text
@@ -67,7 +66,7 @@ async def test_a_capability_search_says_how_many_more_match_past_its_limit(daemo
     result = await run_tool(d, token, sid, "c1", "capability_search", {"query": query, "limit": 1, "load": False})
     assert result["structured_content"]["more"] == 1, result
     assert result["content"][0]["text"].endswith(
-        "Not loaded (load: false). 1 more match past the limit of 1; a higher limit (at most 20) shows it."), result
+        "Not loaded (load: false). 1 more match past the limit of 1; a limit of 2 shows it."), result
     result = await run_tool(d, token, sid, "c2", "capability_search", {"query": query, "limit": 2, "load": False})
     assert result["structured_content"]["more"] == 0, result  # (the limit at the number of matches: no note)
     assert result["content"][0]["text"].endswith("Not loaded (load: false).")
@@ -76,7 +75,7 @@ async def test_a_capability_search_says_how_many_more_match_past_its_limit(daemo
     assert result["structured_content"]["more"] == 1, result
     assert result["content"][0]["text"].endswith(
         "Loaded get_system_time: callable from your next request. 1 more match past the limit of 1, not loaded: "
-        "the same search again loads the next ones."), result
+        "the same search again loads it."), result
     result = await run_tool(d, token, sid, "c4", "capability_search", {"query": query, "limit": 1})
     assert result["structured_content"]["loaded"] == ["sleep_milliseconds"], result
     assert result["structured_content"]["more"] == 0, result  # (the one past the limit is loaded already)
@@ -85,12 +84,22 @@ async def test_a_capability_search_says_how_many_more_match_past_its_limit(daemo
     assert (inv["loaded"], inv["searchable"]) == (["get_system_time", "sleep_milliseconds"], []), inv
 
 
-async def _subagent(d, token: str, sid: str, request_id: str, args: dict) -> dict:
-    """Have the main agent start a subagent; return the main agent's ``tool.finished`` body for it
-    (the subagent's own calls are recorded under its agent id)."""
-    await d.submit(token, sid, request_id, f"/tool subagent {json.dumps(args)}")
-    await d.wait_idle(token, sid)
-    return [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished" and e["agent_id"] == "main"][-1]
+async def test_a_match_past_the_limit_scoring_lower_is_not_promised_to_the_same_search_again(daemon_factory):
+    # "sleep milliseconds time" scores sleep_milliseconds above get_system_time. With `limit: 1`
+    # the answer said "the same search again loads the next ones", and every repeat said the same
+    # while get_system_time was never loaded: the loaded one still ranks first.
+    d = await daemon_factory(config=DEFERRED)
+    token, _, sid = await _session(d, {})
+    args = {"query": "sleep milliseconds time", "limit": 1}
+    for i, loaded in enumerate((["sleep_milliseconds"], [])):
+        result = await run_tool(d, token, sid, f"c{i}", "capability_search", args)
+        assert result["structured_content"]["loaded"] == loaded and result["structured_content"]["more"] == 1, result
+        text = result["content"][0]["text"]
+        assert text.endswith("1 more match past the limit of 1, not loaded, scoring lower than the ones shown (the "
+                             "same search again shows the same): a limit of 2 loads it."), text
+    result = await run_tool(d, token, sid, "c9", "capability_search", {**args, "limit": 2})
+    assert result["structured_content"]["loaded"] == ["get_system_time"], result
+    assert result["structured_content"]["more"] == 0, result
 
 
 async def test_skill_and_capability_loads_belong_to_the_agent_that_made_them_and_a_fork_keeps_them(daemon_factory):
@@ -98,9 +107,10 @@ async def test_skill_and_capability_loads_belong_to_the_agent_that_made_them_and
     token, _, sid = await _session(d, {"review": REVIEW})
     # A subagent's skill and capability loads are its own: recorded under its id, shown by the
     # inventory for that agent, and the main agent's listing and inventory still say not loaded.
-    body = await _subagent(d, token, sid, "s1", {"prompt": '/tool skill {"name": "review"}'})
+    body = await run_tool(d, token, sid, "s1", "subagent", {"prompt": '/tool skill {"name": "review"}'}, agent="main")
     assert body["status"] == "ok", body
-    body = await _subagent(d, token, sid, "s2", {"prompt": '/tool capability_search {"query": "time", "limit": 1}'})
+    body = await run_tool(d, token, sid, "s2", "subagent", {"prompt": '/tool capability_search {"query": "time", "limit": 1}'},
+                          agent="main")
     assert body["status"] == "ok", body
     events = await d.events(token, sid)
     [skill_load] = [e for e in events if e["kind"] == "skill.loaded"]
@@ -165,3 +175,20 @@ async def test_a_tool_a_fixed_native_list_leaves_out_and_no_program_can_call_is_
     result = await run_tool(d, token, sid, "n9", "get_system_time", {})  # (one a program can call: sent there)
     assert result["error_code"] == "TOOL_NOT_NATIVE" and "call it from a program" in result["content"][0]["text"]
     assert not [e for e in await d.events(token, sid) if e["kind"] == "skill.loaded"]
+
+
+async def test_a_front_matter_name_past_the_limit_is_shown_cut_in_the_hint_naming_its_directory(daemon_factory):
+    # A `name:` of 20,000 characters was printed whole by the hint naming the skill in its
+    # directory (by the directory's name, or its path): a SKILL_NOT_FOUND of 20,314 characters.
+    d = await daemon_factory(config=CONFIG)
+    long = "a" * 20_000
+    token, _, sid = await _session(d, {"long": f"---\nname: {long}\n---\nBODY\n"})
+    for i, (name, words) in enumerate((("long", ", its front matter's name (it cannot be loaded: "),
+                                        ("skills/long", ": a skill is loaded by its name, not its path; it cannot be "
+                                                        "loaded: "))):
+        result = await run_tool(d, token, sid, f"n{i}", "skill", {"name": name})
+        text = result["content"][0]["text"]
+        assert result["error_code"] == "SKILL_NOT_FOUND", result
+        assert text.startswith(f"SKILL_NOT_FOUND: no skill named {name!r} (skills/long/ holds the skill named "
+                               f"{'a' * 64!r}…{words}the skill name {'a' * 80!r} is not valid"), text[:400]
+        assert len(text) < 500, len(text)

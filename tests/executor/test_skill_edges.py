@@ -435,11 +435,11 @@ async def test_a_skill_whose_name_is_too_long_is_refused_for_it_however_it_is_as
             assert "(skills/longdir/) cannot be loaded" in text and "is not valid: 1 to 64 characters" in text, text
         text = answers["DIR"].content[0].text
         assert answers["DIR"].error_code == "SKILL_NOT_FOUND", text
-        # (the name its front matter gives, whole, and that it cannot be loaded: the cut name was
-        # said to be the front matter's, a skill that would load)
+        # (the name its front matter gives, and that it cannot be loaded: the cut name was said to
+        # be the front matter's, a skill that would load; shown cut with "…" after it, as longer)
         assert "no skill named 'longdir'" in text, text
-        assert f"skills/longdir/ holds the skill named {long!r}, its front matter's name (it cannot be loaded: " \
-            f"the skill name {long!r} is not valid: 1 to 64 characters" in text, text
+        assert (f"skills/longdir/ holds the skill named {long[:MAX_NAME_CHARS]!r}…, its front matter's name (it "
+                f"cannot be loaded: the skill name {long!r} is not valid: 1 to 64 characters") in text, text
         text = answers["NONE"].content[0].text
         assert answers["NONE"].error_code == "SKILL_NOT_FOUND" and "at most 64 characters" in text, text
         assert "b" * (MAX_NAME_CHARS + 1) not in text  # (echo capped)

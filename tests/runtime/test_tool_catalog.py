@@ -501,3 +501,70 @@ async def test_an_mcp_tools_description_cut_in_the_search_result_shows_no_piece_
     res = await search(cat, {"query": "keyed tool"}, keyed)
     text = res.content[0].text
     assert "keyed tool kkk" in text and not [key[i:i + 8] for i in range(len(key) - 7) if key[i:i + 8] in text], text
+
+
+async def test_what_reaches_the_matches_past_the_limit_is_said_only_when_it_does():
+    # "The same search again loads the next ones" looped for good when the one past the limit
+    # scored lower than the ones loaded: they stay first. Only a tie is reached again; else the
+    # answer names the limit that reaches them (at most MAX_LIMIT) or narrower words.
+    def tail(res: ToolResult) -> str:
+        return res.content[0].text.rsplit("\n", 1)[-1]
+
+    high, low = spec("mcp__s__alpha_beta", "first", source="mcp"), spec("mcp__s__alpha", "beta", source="mcp")
+    cat = catalog([high, low], {"deferred": ["mcp__*"]})
+    assert (score("alpha beta", high), score("alpha beta", low)) == (6, 4)
+    for loaded in ([], ["mcp__s__alpha_beta"]):  # (the first search, then the same again: the same words)
+        res = await search(cat, {"query": "alpha beta", "limit": 1}, ctx(loaded=loaded))
+        assert res.structured_content["loaded"] == ([] if loaded else ["mcp__s__alpha_beta"])
+        assert res.structured_content["more"] == 1
+        assert tail(res).endswith(" 1 more match past the limit of 1, not loaded, scoring lower than the ones "
+                                  "shown (the same search again shows the same): a limit of 2 loads it."), tail(res)
+    res = await search(cat, {"query": "alpha beta", "limit": 1, "load": False})
+    assert tail(res).endswith(" 1 more match past the limit of 1; a limit of 2 shows it."), tail(res)
+
+    # 19 tools score above three: MAX_LIMIT reaches one of the three, narrower words the rest
+    tools = [spec(f"mcp__s__alpha_beta{i:02}", "x", source="mcp") for i in range(19)]
+    tools += [spec(f"mcp__s__alpha{i}", "beta", source="mcp") for i in range(3)]
+    cat = catalog(tools, {"deferred": ["mcp__*"]})
+    top = [f"mcp__s__alpha_beta{i:02}" for i in range(19)]
+    assert MAX_LIMIT == 20
+    res = await search(cat, {"query": "alpha beta", "limit": 19})
+    assert res.structured_content["loaded"] == top and res.structured_content["more"] == 3
+    assert tail(res).endswith(" 3 more match past the limit of 19, not loaded, scoring lower than the ones shown "
+                              "(the same search again shows the same): a limit of 20 loads 1 of them, narrower "
+                              "words the rest."), tail(res)
+    res = await search(cat, {"query": "alpha beta", "limit": 19, "load": False})
+    assert tail(res).endswith(" 3 more match past the limit of 19; a limit of 20 shows 1 of them, narrower words "
+                              "the rest."), tail(res)
+    res = await search(cat, {"query": "alpha beta", "limit": 19, "load": False}, ctx(loaded=top[:18]))
+    assert tail(res).endswith(" 3 more match past the limit of 19; a limit of 20 shows 1 of them, narrower words "
+                              "the rest."), tail(res)  # (the one of the 19 not loaded is sorted first, shown)
+    res = await search(cat, {"query": "alpha beta", "limit": 20}, ctx(loaded=top))  # (a tie at the lowest score)
+    assert res.structured_content["loaded"] == ["mcp__s__alpha0"] and res.structured_content["more"] == 2
+    assert tail(res).endswith(" 2 more match past the limit of 20, not loaded: the same search again loads the "
+                              "next one."), tail(res)
+
+    # 20 tools score above two: at MAX_LIMIT only narrower words reach the two
+    cat = catalog([*tools[:19], spec("mcp__s__alpha_beta19", "x", source="mcp"), *tools[19:21]],
+                  {"deferred": ["mcp__*"]})
+    res = await search(cat, {"query": "alpha beta", "limit": 20, "load": False})
+    assert tail(res).endswith(" 2 more match past the limit of 20; narrower words show them."), tail(res)
+    for loaded in ([], [*top, "mcp__s__alpha_beta19"]):
+        res = await search(cat, {"query": "alpha beta", "limit": 20}, ctx(loaded=loaded))
+        assert tail(res).endswith(" 2 more match past the limit of 20, not loaded, scoring lower than the ones shown "
+                                  "(the same search again shows the same): narrower words load them."), tail(res)
+
+    # at a tie the same search again does load them: all of them, or the next ones that fit
+    tied = [spec(f"mcp__s__alpha_beta{i:02}", "x", source="mcp") for i in range(22)]
+    cat = catalog(tied, {"deferred": ["mcp__*"]})
+    res = await search(cat, {"query": "alpha beta", "limit": 20})
+    assert res.structured_content["more"] == 2
+    assert tail(res).endswith(" 2 more match past the limit of 20, not loaded: the same search again loads them."), tail(res)
+    res = await search(cat, {"query": "alpha beta", "limit": 1})
+    assert tail(res).endswith(" 21 more match past the limit of 1, not loaded: the same search again loads the "
+                              "next one."), tail(res)
+    res = await search(cat, {"query": "alpha beta", "limit": 19, "load": False})
+    assert tail(res).endswith(" 3 more match past the limit of 19; a limit of 20 shows 1 of them, narrower words "
+                              "the rest."), tail(res)
+    res = await search(cat, {"query": "alpha beta", "limit": 19, "load": False}, ctx(loaded=[t.name for t in tied[20:]]))
+    assert tail(res).endswith(" 1 more match past the limit of 19; a limit of 20 shows it."), tail(res)
