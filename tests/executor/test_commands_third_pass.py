@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Callable
 
@@ -14,11 +15,13 @@ import trio
 from runtime.executor_client import ExecutorClient
 from runtime.executors import RemoteExecutor
 from tools.artifacts import ArtifactStore
+from tests.procfs import read_proc
 from tools.base import ToolContext, ToolError, ToolSpec
+from tools.executor.commands import Chunk, Exit, _shell_alive, run_command
 from tools.workspace_tools import workspace_tools
 
-from .conftest import kill_group, running_pool, start_executor, stop_process, wait_group_gone
-from .test_commands import collect, reaping
+from .conftest import kill_group, poll_until, running_pool, start_executor, stop_process, wait_group_gone
+from .test_commands import BOUND_S, collect, reaping
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
 
@@ -106,6 +109,39 @@ async def test_a_command_that_stops_its_parent_ends_as_its_shell_did_promptly(
         assert (ex.timed_out, ex.exit_code) == (timed_out, code), ex
         assert ex.duration_ms < 5_000, ex  # (before: 10 s, or the whole timeout)
         assert wait_group_gone(groups[-1]) == []
+
+
+def test_a_command_that_stops_its_parent_leaves_nothing_running_while_its_caller_stops_reading(
+        tmp_path: Path) -> None:
+    # The timer thread holds the timeout for a caller parked between two chunks. Before: it saw
+    # the shell exited and returned, the reaper stopped, and the `sleep 600` ran on for as long as
+    # the caller did not read (`exit 0, not timed out, 5657 ms` after a 5 s stall).
+    with reaping() as groups:
+        run = run_command("sleep 600 >/dev/null 2>&1 & echo $$ $!; kill -STOP $PPID; exit 0", tmp_path,
+                          timeout_ms=500, max_output=1024, cancelled=lambda: False)
+        first = next(run)
+        assert isinstance(first, Chunk), first
+        pgid, left = (int(word) for word in first.data.split())
+        groups.append(pgid)
+        # not reading now
+        assert poll_until(lambda: (p := read_proc(left)) is None or p.state in "ZX", BOUND_S), read_proc(left)
+        *rest, end = list(run)
+        assert isinstance(end, Exit) and (end.exit_code, end.timed_out) == (0, False), end
+        assert wait_group_gone(pgid) == []
+
+
+def test_a_process_in_the_shells_pid_is_the_shell_only_as_the_reapers_child() -> None:
+    # Asked at the deadline, after the shell may have been reaped and its group emptied
+    # (`setsid … & exit 0`): its pid, reused by another process, was taken for the shell
+    # (pid_max may be 32,768), and the command said timed out for a shell that had exited.
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)  # (a group's leader, as the shell)
+    try:
+        assert _shell_alive(other.pid, reaper=os.getpid())  # (this process is its parent)
+        assert not _shell_alive(other.pid, reaper=os.getppid())  # (another process: not its parent)
+    finally:
+        other.kill()
+        other.wait()
+    assert not _shell_alive(other.pid, reaper=os.getpid())  # (gone)
 
 
 # ---------------------------------------------------------------------------- F-EXE-8 the domain lock
