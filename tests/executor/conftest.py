@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
@@ -225,11 +225,27 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+@contextmanager
+def reaping() -> Iterator[list[int]]:
+    """Collects process group ids; kills what is left of them afterwards, whatever happened."""
+    groups: list[int] = []
+    try:
+        yield groups
+    finally:
+        for g in groups:
+            kill_group(g)
+
+
+async def until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
+    """Bounded poll (trio) of an observable condition; ``trio.TooSlowError`` past ``timeout``."""
+    with trio.fail_after(timeout):
+        while not condition():
+            await trio.sleep(0.01)
+
+
 async def wait_path(path: Path, timeout: float = 10.0) -> None:
     """Bounded wait for a file another process creates."""
-    with trio.fail_after(timeout):
-        while not path.exists():
-            await trio.sleep(0.01)
+    await until(path.exists, timeout)
 
 
 async def run_to_idle(sup: Any, sid: str, request_id: str, message: str) -> Any:

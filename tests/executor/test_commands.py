@@ -11,9 +11,8 @@ import os
 import secrets
 import signal
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Awaitable, Callable
 
 import pytest
 import trio
@@ -23,20 +22,9 @@ from runtime.executor_client import (RUN_DEADLINE_MARGIN_S, ExecutorClient, Exec
                                      ExecutorUnavailable, run_deadline_s)
 from tools.executor.commands import DEFAULT_TIMEOUT_MS
 
-from .conftest import group_members, kill_group, start_executor, stop_process, wait_group_gone, wait_path
+from .conftest import group_members, reaping, start_executor, stop_process, wait_group_gone, wait_path
 
 BOUND_S = 20.0  # generous bound for anything that should take well under a second
-
-
-@contextmanager
-def reaping() -> Iterator[list[int]]:
-    """Collects process group ids; kills what is left of them afterwards, whatever happened."""
-    groups: list[int] = []
-    try:
-        yield groups
-    finally:
-        for g in groups:
-            kill_group(g)
 
 
 async def collect(client: ExecutorClient, command: str, *,

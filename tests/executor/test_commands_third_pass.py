@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import trio
@@ -14,40 +14,50 @@ import trio
 from runtime.executor_client import ExecutorClient
 from runtime.executors import RemoteExecutor
 from tools.artifacts import ArtifactStore
+from tests.procfs import read_proc
 from tools.base import ToolContext, ToolError, ToolSpec
+from tools.executor.commands import Chunk, Exit, _shell_alive, run_command
 from tools.workspace_tools import workspace_tools
 
-from .conftest import kill_group, running_pool, start_executor, stop_process, wait_group_gone
-from .test_commands import collect, reaping
+from .conftest import poll_until, reaping, running_pool, start_executor, stop_process, until, wait_group_gone
+from .test_commands import BOUND_S, collect
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
 
 # What a shell leaves ignoring SIGTERM keeps the reaper 2.5 s past the shell's exit (its half
-# second, then SIGKILL 2 s after its SIGTERM): a timeout of 1 s falls in that time whenever the
-# shell ends within it, however loaded the host.
+# second, then SIGKILL 2 s after its SIGTERM): a timeout of 2 s falls in that time when the
+# shell ends within it (it exits at once: the 2 s are a loaded host's room to start it).
 IGNORING = "trap '' TERM; exec sleep 30"
+
+
+def _gone(pid: int) -> bool:
+    return (p := read_proc(pid)) is None or p.state in ("Z", "X")
 
 
 @pytest.mark.parametrize("command, code", [
     (f"echo $$; ({IGNORING}) & echo started", 0),                        # (holding the output pipe)
     (f"echo $$; (({IGNORING}) >/dev/null 2>&1 &); echo started", 0),     # (holding nothing of it)
-    (f"echo $$; setsid sh -c \"{IGNORING}\" & echo started; exit 3", 3),  # (out of the group)
+    # (out of the group, in a session and group of its own: `$!`, the pid setsid runs as)
+    (f"echo $$; setsid sh -c \"{IGNORING}\" & echo $! started; exit 3", 3),
 ])
 async def test_a_shell_done_within_its_timeout_is_not_said_timed_out_for_its_leftovers(
         client: ExecutorClient, command: str, code: int) -> None:
     # Before: a shell that exited at once was reported `timed_out` (beside its own exit) when
     # the ending of what it left ran past the timeout.
     with reaping() as groups:
-        out, _, ex = await collect(client, command, timeout_ms=1_000)
-        groups.append(int(out.split()[0]))
-        assert out.split()[1:] == [b"started"]
+        out, _, ex = await collect(client, command, timeout_ms=2_000)
+        pgid, *escaped, said = out.split()
+        groups += [int(pgid), *map(int, escaped)]
+        assert said == b"started", out
         assert (ex.exit_code, ex.timed_out) == (code, False), ex
         assert ex.duration_ms < 6_000, ex  # (its 2.5 s, with room for a loaded host)
-        assert wait_group_gone(groups[-1]) == []  # what it left is ended all the same
+        assert wait_group_gone(int(pgid)) == []  # what it left is ended all the same
+        for pid in map(int, escaped):  # (the setsid one too, out of the group)
+            assert poll_until(lambda: _gone(pid), BOUND_S), read_proc(pid)
 
 
 async def test_a_shell_done_within_its_timeout_reads_as_an_exit_to_the_model(core: CoreTools, sub: str) -> None:
-    _, res = await core.run("run_command", {"command": f"({IGNORING}) & echo started", "timeout_ms": 1_000,
+    _, res = await core.run("run_command", {"command": f"({IGNORING}) & echo started", "timeout_ms": 2_000,
                                             "cwd": sub})
     assert not res.is_error, res.content
     assert res.content[0].text == "started\n\n[exit 0]"
@@ -89,7 +99,7 @@ async def test_a_timeout_at_its_most_or_zero_runs(core: CoreTools, sub: str, tim
 
 
 @pytest.mark.parametrize("command, timeout_ms, timed_out, code", [
-    ("echo $$; kill -STOP $PPID; exit 0", 1_000, False, 0),     # (the shell exits in time, its parent stopped)
+    ("echo $$; kill -STOP $PPID; exit 0", 2_000, False, 0),     # (the shell exits in time, its parent stopped)
     ("echo $$; kill -STOP $PPID; exit 0", 60_000, False, 0),    # (... and is not held to its timeout)
     ("echo $$; kill -STOP $PPID; sleep 30 & exit 3", 60_000, False, 3),  # (nor by what it left)
     ("echo $$; kill -STOP $PPID; yes & exit 4", 60_000, False, 4),  # (what it left writing on)
@@ -108,6 +118,39 @@ async def test_a_command_that_stops_its_parent_ends_as_its_shell_did_promptly(
         assert wait_group_gone(groups[-1]) == []
 
 
+def test_a_command_that_stops_its_parent_leaves_nothing_running_while_its_caller_stops_reading(
+        tmp_path: Path) -> None:
+    # The timer thread holds the timeout for a caller parked between two chunks. Before: it saw
+    # the shell exited and returned, the reaper stopped, and the `sleep 600` ran on for as long as
+    # the caller did not read (`exit 0, not timed out, 5657 ms` after a 5 s stall).
+    with reaping() as groups:
+        run = run_command("sleep 600 >/dev/null 2>&1 & echo $$ $!; kill -STOP $PPID; exit 0", tmp_path,
+                          timeout_ms=500, max_output=1024, cancelled=lambda: False)
+        first = next(run)
+        assert isinstance(first, Chunk), first
+        pgid, left = (int(word) for word in first.data.split())
+        groups.append(pgid)
+        # not reading now
+        assert poll_until(lambda: _gone(left), BOUND_S), read_proc(left)
+        *rest, end = list(run)
+        assert isinstance(end, Exit) and (end.exit_code, end.timed_out) == (0, False), end
+        assert wait_group_gone(pgid) == []
+
+
+def test_a_process_in_the_shells_pid_is_the_shell_only_as_the_reapers_child() -> None:
+    # Asked at the deadline, after the shell may have been reaped and its group emptied
+    # (`setsid … & exit 0`): its pid, reused by another process, was taken for the shell
+    # (pid_max may be 32,768), and the command said timed out for a shell that had exited.
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)  # (a group's leader, as the shell)
+    try:
+        assert _shell_alive(other.pid, reaper=os.getpid())  # (this process is its parent)
+        assert not _shell_alive(other.pid, reaper=os.getppid())  # (another process: not its parent)
+    finally:
+        other.kill()
+        other.wait()
+    assert not _shell_alive(other.pid, reaper=os.getpid())  # (gone)
+
+
 # ---------------------------------------------------------------------------- F-EXE-8 the domain lock
 
 
@@ -122,12 +165,6 @@ async def _outcome(spec: ToolSpec, args: dict, call_id: str) -> tuple[str | None
     except ToolError as exc:
         return exc.code, exc.message
     return res.error_code, res.content[0].text
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    with trio.fail_after(10):
-        while not condition():
-            await trio.sleep(0.01)
 
 
 async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_run(tmp_path: Path) -> None:
@@ -147,7 +184,7 @@ async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_
                             "command": "touch go; while [ ! -e release ]; do sleep 0.01; done"}, "c1")
 
                     nursery.start_soon(holder)
-                    await _until((ws / "go").exists)
+                    await until((ws / "go").exists)
                     scopes: list[trio.CancelScope] = []
                     for name, args in [("read_file", {"path": "f.txt"}),
                                        ("run_command", {"command": "touch ran"}),
@@ -160,10 +197,10 @@ async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_
                                 ended[name] = await _outcome(tools[name], args, f"w_{name}")
 
                         nursery.start_soon(waiter)
-                    await _until(lambda: ex.lock._writers_waiting == 2)  # (the command and the edit wait)
+                    await until(lambda: ex.lock._writers_waiting == 2)  # (the command and the edit wait)
                     for scope in scopes:
                         scope.cancel()
-                    await _until(lambda: ex.lock._writers_waiting == 0)
+                    await until(lambda: ex.lock._writers_waiting == 0)
                     assert not ex.lock.idle  # (the holder's command still runs)
                     (ws / "release").touch()
             assert ended == {"holder": (None, "\n[exit 0]")}  # the waiters gave up, never ran
@@ -178,34 +215,35 @@ async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every
         tmp_path: Path) -> None:
     remote = start_executor(tmp_path / "remote")
     ws = remote.workspace
-    try:
-        async with running_pool(tmp_path / "executors", {"p": ws},
-                                remote=RemoteExecutor(remote.address, remote.token)) as pool:
-            tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
-            ex = await pool.get("p")
-            ended: dict[str, tuple[str | None, str]] = {}
-            with trio.fail_after(20):
-                async with trio.open_nursery() as nursery:
-                    async def run(name: str, args: dict) -> None:
-                        ended[name] = await _outcome(tools[name], args, f"k_{name}")
+    # (the command's group is killed on the way out: a killed executor cannot end it, docs/executor.md)
+    with reaping() as groups:
+        try:
+            async with running_pool(tmp_path / "executors", {"p": ws},
+                                    remote=RemoteExecutor(remote.address, remote.token)) as pool:
+                tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+                ex = await pool.get("p")
+                ended: dict[str, tuple[str | None, str]] = {}
+                with trio.fail_after(20):
+                    async with trio.open_nursery() as nursery:
+                        async def run(name: str, args: dict) -> None:
+                            ended[name] = await _outcome(tools[name], args, f"k_{name}")
 
-                    nursery.start_soon(run, "run_command", {"command": "echo $$ > pg; exec sleep 30"})
-                    await _until(lambda: (ws / "pg").exists() and (ws / "pg").read_text().endswith("\n"))
-                    nursery.start_soon(run, "read_file", {"path": "."})
-                    nursery.start_soon(run, "edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})
-                    await _until(lambda: ex.lock._writers_waiting == 1)
-                    os.kill(remote.proc.pid, signal.SIGKILL)
-            pgid = int((ws / "pg").read_text())
-            kill_group(pgid)  # (a killed executor cannot end its command: docs/executor.md)
-            assert {name: code for name, (code, _) in ended.items()} == {
-                "run_command": "EXECUTOR_UNAVAILABLE", "read_file": "EXECUTOR_UNAVAILABLE",
-                "edit_file": "EXECUTOR_UNAVAILABLE"}, ended
-            assert ex.lock.idle and not (ws / "g.txt").exists()
-            with trio.fail_after(5):  # the next call is told at once, not held
-                assert (await _outcome(tools["run_command"], {"command": "true"}, "next"))[0] == "EXECUTOR_UNAVAILABLE"
-            assert ex.lock.idle
-    finally:
-        stop_process(remote.proc)
+                        nursery.start_soon(run, "run_command", {"command": "echo $$ > pg; exec sleep 30"})
+                        await until(lambda: (ws / "pg").exists() and (ws / "pg").read_text().endswith("\n"))
+                        groups.append(int((ws / "pg").read_text()))
+                        nursery.start_soon(run, "read_file", {"path": "."})
+                        nursery.start_soon(run, "edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})
+                        await until(lambda: ex.lock._writers_waiting == 1)
+                        os.kill(remote.proc.pid, signal.SIGKILL)
+                assert {name: code for name, (code, _) in ended.items()} == {
+                    "run_command": "EXECUTOR_UNAVAILABLE", "read_file": "EXECUTOR_UNAVAILABLE",
+                    "edit_file": "EXECUTOR_UNAVAILABLE"}, ended
+                assert ex.lock.idle and not (ws / "g.txt").exists()
+                with trio.fail_after(5):  # the next call is told at once, not held
+                    assert (await _outcome(tools["run_command"], {"command": "true"}, "next"))[0] == "EXECUTOR_UNAVAILABLE"
+                assert ex.lock.idle
+        finally:
+            stop_process(remote.proc)
 
 
 @pytest.mark.parametrize("cwd, code", [

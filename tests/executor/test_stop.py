@@ -25,9 +25,9 @@ from tools.executor.runs import MAX_RUN_ID_CHARS
 from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S, stop_and_drain
 
 from ..procfs import all_threads_stopped
-from .conftest import ExecutorProcess, start_executor, stop_process, wait_group_gone
+from .conftest import ExecutorProcess, reaping, start_executor, stop_process, wait_group_gone
 from .relay import Relay
-from .test_commands import BOUND_S, collect, reaping
+from .test_commands import BOUND_S, collect
 
 
 async def _run_and_stop(client: ExecutorClient, command: str, run_id: str, groups: list[int], *,

@@ -110,16 +110,18 @@ def _end_leftovers(pgid: int) -> None:
         pass  # nothing left
 
 
-def _shell_alive(pid: int) -> bool:
-    """Whether the command's shell (``pid``, its group's leader) still runs: its parent, the
-    reaper, reaps it as soon as it exits (the pid of a group's leader is not reused while the
-    group has members). A zombie not yet reaped counts as exited."""
+def _shell_alive(pid: int, reaper: int) -> bool:
+    """Whether the command's shell (``pid``, its group's leader) still runs: a process ``pid``
+    that is no zombie and whose parent is the shell's, the reaper (pid ``reaper``), which reaps
+    it as soon as it exits. (Once the shell is reaped and its group empty — ``setsid … & exit
+    0`` — its pid may be reused by any other process: one not the reaper's child is not it.)"""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return False
-    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
+    fields = stat[stat.rfind(b")") + 2:].split()  # (the command name may hold spaces and ")")
+    return len(fields) > 1 and fields[0] != b"Z" and fields[1] == str(reaper).encode()
 
 
 class CommandNotStarted(Exception):
@@ -273,7 +275,7 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
         is not timed out: what it left (holding its pipes, or the reaper waiting for it) is given
         :data:`LEFTOVERS_END_S`, as it would have been had the timeout been longer."""
         nonlocal deadline, shell_ended
-        if shell_ended or _shell_alive(pgid):
+        if shell_ended or _shell_alive(pgid, proc.pid):
             return True
         shell_ended = True
         _continue_reaper(proc)  # (to reap the shell and end what it left, if it was stopped)
@@ -286,10 +288,17 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
     expired = threading.Event()
 
     def expire() -> None:
-        if not _shell_alive(pgid):
+        if _shell_alive(pgid, proc.pid):
+            expired.set()
+            _kill_group(proc, pgid)
             return
-        expired.set()
-        _kill_group(proc, pgid)
+        # The shell has exited by itself: what it left is the reaper's to end (continued, if the
+        # command stopped it), within LEFTOVERS_END_S as at_deadline gives it, then the group's.
+        _continue_reaper(proc)
+        try:
+            proc.wait(timeout=LEFTOVERS_END_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc, pgid)
 
     watchdog = threading.Timer(timeout_ms / 1000, expire)
     watchdog.daemon = True
@@ -319,7 +328,7 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
             if stop is not None and stop.is_set():
                 # (a command whose shell had exited by itself is not said stopped, even when its
                 # leftovers are ended now: its exit is its own)
-                stopped = _shell_alive(pgid)
+                stopped = _shell_alive(pgid, proc.pid)
                 _kill_group(proc, pgid)
                 yield from _read_rest(sel, out)  # (what the group wrote while it ended)
                 break
@@ -341,7 +350,7 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
         # executor stopping) still ends it at once.
         while proc.poll() is None:
             if cancelled() or (stop is not None and stop.is_set()):
-                stopped = not cancelled() and _shell_alive(pgid)
+                stopped = not cancelled() and _shell_alive(pgid, proc.pid)
                 _kill_group(proc, pgid)
                 break
             if timed_out or (deadline <= time.monotonic() and at_deadline()):
