@@ -23,13 +23,14 @@ import trio
 
 from events import types as t
 from events.errors import CorruptEvent, LogError
+from events.ids import is_unnamed_input_id
 from events.secrets import Secrets
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import (RESULT_RECORDS, ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor,
                     Submit)
-from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, SessionGone, SessionNotFound,
-                     SessionQuarantined)
+from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, RequestIdReserved, SessionGone,
+                     SessionNotFound, SessionQuarantined)
 from .working_context import DescribeContext
 
 log = logging.getLogger("lens.supervisor")
@@ -265,6 +266,8 @@ class Supervisor:
                     original = await self.deps.store.recorded(session_id, command.request_id)
                     if original is not None:
                         return {"requestId": command.request_id, "seq": original.seq, "duplicate": True}
+                    if is_unnamed_input_id(command.request_id):  # (as a live actor refuses it)
+                        raise RequestIdReserved.of(command.request_id)
                 if await self._was_deleted(session_id):  # (as the actor answers a deleted session)
                     raise SessionGone.of(session_id)
                 raise SessionQuarantined.of(session_id, self._quarantined[session_id])

@@ -186,3 +186,6 @@ async def test_a_retry_as_the_first_call_after_a_restart_is_its_duplicate(daemon
     assert (r.status_code, r.json()) == (202, {"requestId": "r1", "seq": first, "duplicate": True}), r.text
     r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "hello"})
     assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+    # a requestId of the form reserved for inputs recorded without one: refused as a live session does
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "seq:1", "content": "hello"})
+    assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED") and "reserved" in r.text, r.text
