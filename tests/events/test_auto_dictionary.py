@@ -16,6 +16,8 @@ from events.store import (DICTIONARY_SAMPLE_MAX_BYTES, DICTIONARY_SAMPLES_MAX_BY
                           open_store)
 from events.types import InstructionAppended
 
+from ..rawlog import body_of_row, edit_log
+
 WORDS = "alpha beta gamma delta event store codec frame replay session commit durable".split()
 
 
@@ -161,15 +163,17 @@ async def test_a_dictionary_is_trained_on_the_small_events_without_reading_the_l
     # one of the latest 5,000 events whole: 2,000 such events made the trainer hold 512 MB and
     # work 12 s (1 GB peak), the daemon's background trainer the same at 10,000 events. A
     # dictionary is for small events: only events of at most DICTIONARY_SAMPLE_MAX_BYTES are
-    # samples, chosen by their recorded size before any is decompressed.
+    # samples, chosen by their recorded size before any is decompressed. The large events' bodies
+    # are damaged here: a training that read one would fail (damage is never skipped).
     seen = sampled_by(monkeypatch)
     large = "build step ok: compiling module\n" * (1024 * 1024 // 32)
     async with open_store(data_dir, auto_dictionary_after=None) as store:
-        small = []
+        small, larges = [], []
         for i in range(60):
             r = await store.append(Draft(InstructionAppended(text=text(i)), session_id="s1"))
             small.extend(r.seqs)
-            await store.append(Draft(InstructionAppended(text=f"{large}{i}"), session_id="s1"))
+            r = await store.append(Draft(InstructionAppended(text=f"{large}{i}"), session_id="s1"))
+            larges.extend(r.seqs)
         edge = "x" * (DICTIONARY_SAMPLE_MAX_BYTES - 64)
         at_limit = None
         for pad in range(64):  # one event of exactly the limit, one byte past it
@@ -179,7 +183,12 @@ async def test_a_dictionary_is_trained_on_the_small_events_without_reading_the_l
                 break
         assert at_limit is not None
         await store.append(Draft(InstructionAppended(text=at_limit), session_id="s1"))
-        await store.append(Draft(InstructionAppended(text=at_limit + "y"), session_id="s1"))
+        past = await store.append(Draft(InstructionAppended(text=at_limit + "y"), session_id="s1"))
+        larges.extend(past.seqs)
+    for seq in larges:  # the frame's content and checksum damaged: it no longer decompresses
+        body = body_of_row(data_dir, seq)
+        edit_log(data_dir, "UPDATE events SET body = ? WHERE seq = ?", (body[:-8] + bytes(8), seq))
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
         dict_id = await _train(store)
         assert dict_id and store.codec.active_dict_id == dict_id
     [samples] = seen
@@ -190,15 +199,25 @@ async def test_a_dictionary_is_trained_on_the_small_events_without_reading_the_l
 
 
 async def test_the_samples_of_a_dictionary_are_the_latest_events_up_to_a_total(data_dir: Path, monkeypatch) -> None:
+    # The samples are the latest events back to the first that does not fit the total: of sizes
+    # that differ (60, 1 and 30 KB in turn), so an older small event that would still fit is left
+    # out too (the samples are the latest, not whatever fits).
     seen = sampled_by(monkeypatch)
-    n = DICTIONARY_SAMPLES_MAX_BYTES // DICTIONARY_SAMPLE_MAX_BYTES + 20
+    sizes = (60_000, 1_000, 30_000)
+    n = DICTIONARY_SAMPLES_MAX_BYTES // (sum(sizes) // len(sizes)) + 30
+    raws = []
     async with open_store(data_dir, auto_dictionary_after=None) as store:
         for i in range(n):
-            body = f"{i:06d} " + text(i) * (DICTIONARY_SAMPLE_MAX_BYTES // len(text(i)) - 1)
-            await store.append(Draft(InstructionAppended(text=body), session_id="s1"))
+            words = (text(i) + " ") * (sizes[i % 3] // (len(text(i)) + 1) + 1)
+            event = InstructionAppended(text=f"{i:06d} " + words[:sizes[i % 3]])
+            raws.append(store.codec.pack_checked(event))
+            await store.append(Draft(event, session_id="s1"))
         await _train(store)
     [samples] = seen
-    assert sum(map(len, samples)) <= DICTIONARY_SAMPLES_MAX_BYTES
-    assert sum(map(len, samples)) > DICTIONARY_SAMPLES_MAX_BYTES - DICTIONARY_SAMPLE_MAX_BYTES
+    total = sum(map(len, samples))
     firsts = [int(store.codec.decode_raw("instruction.appended", s).text[:6]) for s in samples]  # the latest, in seq order
     assert firsts == list(range(n - len(samples), n))
+    assert samples == raws[n - len(samples):]
+    assert total <= DICTIONARY_SAMPLES_MAX_BYTES < total + len(raws[n - len(samples) - 1])
+    # (an older event would have fit: skipping the one that does not would have taken it)
+    assert total + min(map(len, raws[:n - len(samples) - 1])) <= DICTIONARY_SAMPLES_MAX_BYTES
