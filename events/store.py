@@ -1249,8 +1249,9 @@ class EventStore:
                 raise CorruptEvent(f"body is a {type(body).__name__}, not a BLOB", seq=seq)
             declared = _declared_size(body)
             if declared != raw_size:  # (checked before decompressing: the row's size picked it)
-                raise CorruptEvent(f"frame declares {'no size' if declared < 0 else f'{declared} bytes'} "
-                                   f"but the row records raw_size {raw_size}", seq=seq)
+                said = (f"its zstd frame declares {declared} bytes" if declared >= 0
+                        else "it is no zstd frame declaring its size")
+                raise CorruptEvent(f"the row records raw_size {raw_size} but {said}", seq=seq)
             try:
                 out.append(decompress(body, dict_id))
             except CorruptEvent as exc:
