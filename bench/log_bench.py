@@ -60,7 +60,7 @@ import apsw  # noqa: E402
 import msgspec  # noqa: E402
 import trio  # noqa: E402
 
-from events.errors import LogError  # noqa: E402
+from events.errors import LogError, TooFewSamples  # noqa: E402
 from events.reader import ROW_COLUMNS, LogReader  # noqa: E402
 from events.schema import EVENTS_DB, KNOWN_ENTRIES, LOCK_FILE, SCHEMA, data_dir_problem  # noqa: E402
 from events.store import AUTO_DICTIONARY_AFTER, READ_BYTES, Draft, open_store  # noqa: E402
@@ -429,7 +429,7 @@ async def store_append(
         if train:
             try:
                 await trio.to_thread.run_sync(lambda: store.train_dictionary(size=16 * 1024))
-            except ValueError as exc:  # e.g. "need at least 8 events to train a dictionary"
+            except TooFewSamples as exc:  # "need at least 8 events to train a dictionary, …"
                 untrained = str(exc)  # raised here, past the store's nursery, it would be a group
         if untrained is None:
             figures = await append_all(store, sessions)

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import msgspec
 import zstandard
 
-from .errors import AppendRejected, CorruptEvent, EventTooLarge, UnknownDictionary
+from .errors import AppendRejected, CorruptEvent, EventTooLarge, TooFewSamples, UnknownDictionary
 from .types import KIND_NAME_RE, KIND_TO_TYPE, Event, Opaque, _Event, kind_of
 
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
@@ -598,10 +598,15 @@ _TRAIN_SEGMENT = 256
 _TRAIN_DMER = 8
 
 
+MIN_DICTIONARY_SAMPLES = 8
+
+
 def train_dictionary(samples: list[bytes], size: int = 16 * 1024) -> tuple[int, bytes]:
-    """Train a zstd dictionary from raw (uncompressed) event bodies; returns (dict_id, bytes)."""
-    if len(samples) < 8:
-        raise ValueError(f"need at least 8 events to train a dictionary, have {len(samples)}")
+    """Train a zstd dictionary from raw (uncompressed) event bodies; returns (dict_id, bytes).
+    Fewer than :data:`MIN_DICTIONARY_SAMPLES` is :class:`TooFewSamples`."""
+    if len(samples) < MIN_DICTIONARY_SAMPLES:
+        raise TooFewSamples(f"need at least {MIN_DICTIONARY_SAMPLES} samples to train a dictionary, "
+                            f"have {len(samples)}")
     d = zstandard.train_dictionary(size, samples, k=_TRAIN_SEGMENT, d=_TRAIN_DMER)
     return d.dict_id(), d.as_bytes()
 

@@ -22,6 +22,7 @@ translated into these once, at the boundary of this package::
     │   ├── EventTooLarge           EVENT_TOO_LARGE (declared/decoded size over the limit)
     │   └── UnknownDictionary       EVENT_UNKNOWN_DICTIONARY
     ├── AppendRejected            APPEND_REJECTED (bad draft: oversize body, two request ids…)
+    ├── TooFewSamples             DICTIONARY_TOO_FEW_SAMPLES (fewer than 8 small events to train on)
     ├── ConcurrencyConflict       SESSION_SEQ_CONFLICT (expected session_seq did not match)
     └── StoreClosed               STORE_CLOSED
 """
@@ -126,6 +127,13 @@ class AppendRejected(LogError):
         super().__init__(message)
         self.size = size
         self.limit = limit
+
+
+class TooFewSamples(LogError):
+    """A zstd dictionary asked for while fewer than 8 events qualify as its samples (a dictionary
+    is for small events: events over 64 KiB are not samples)."""
+
+    code = "DICTIONARY_TOO_FEW_SAMPLES"
 
 
 class ConcurrencyConflict(LogError):

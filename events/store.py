@@ -36,7 +36,8 @@ import msgspec
 import trio
 import zstandard
 
-from .codec import DEFAULT_MAX_EVENT_BYTES, Codec, free_dictionary_id, train_dictionary, usable_dictionaries
+from .codec import (DEFAULT_MAX_EVENT_BYTES, MIN_DICTIONARY_SAMPLES, Codec, free_dictionary_id, train_dictionary,
+                    usable_dictionaries)
 from .errors import (
     AppendRejected,
     ConcurrencyConflict,
@@ -45,6 +46,7 @@ from .errors import (
     LogError,
     StoreClosed,
     StoreOpenError,
+    TooFewSamples,
     WalDamaged,
 )
 from .reader import EventPage, LogReader, StoredEvent, StoredRow
@@ -845,13 +847,18 @@ class EventStore:
             conn = open_read_connection(self.data_dir)
             try:
                 samples = self._samples(conn, AUTO_DICTIONARY_SAMPLES)
+                if self._closed:
+                    return  # the store is closing (close() waits for this thread): nothing would install it
+                dict_id, data = self._trained_on(samples, conn, AUTO_DICTIONARY_SAMPLES, AUTO_DICTIONARY_SIZE)
             finally:
                 conn.close()
-            if self._closed:
-                return  # the store is closing (close() waits for this thread): nothing would install it
-            dict_id, data = train_dictionary(samples, AUTO_DICTIONARY_SIZE)
-        except (ValueError, zstandard.ZstdError, apsw.Error, LogError):
-            return  # not trainable (too few or too uniform samples): keep going without one
+        except CorruptEvent as exc:  # (damage is never hidden: one line naming the seq)
+            log.warning("no zstd dictionary trained: %s; new events stay without one", exc)
+            return
+        except (zstandard.ZstdError, apsw.Error, LogError) as exc:
+            # not trainable (too few or too uniform samples): keep going without one
+            log.info("no zstd dictionary trained: %s; new events stay without one", exc)
+            return
         self._trained = (dict_id, data, len(samples))
 
     def _install_trained(self) -> None:
@@ -1218,30 +1225,60 @@ class EventStore:
 
     def _train_locked(self, max_samples: int, size: int) -> int:
         samples = self._samples(self._conn, max_samples)
-        dict_id, data = train_dictionary(samples, size)
+        dict_id, data = self._trained_on(samples, self._conn, max_samples, size)
         return self._record_dictionary(dict_id, data, len(samples))
 
     def _samples(self, conn: apsw.Connection, max_samples: int) -> list[bytes]:
         """The raw MessagePack of the small events among the log's latest ``max_samples``, in
         ``seq`` order: each at most :data:`DICTIONARY_SAMPLE_MAX_BYTES`, the latest first up to
-        :data:`DICTIONARY_SAMPLES_MAX_BYTES` together. Rows are picked by ``raw_size`` and by the
-        size their frame declares, before anything is decompressed (a larger frame is left out)."""
-        last = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0]
+        :data:`DICTIONARY_SAMPLES_MAX_BYTES` together. Rows are picked by ``raw_size`` in the
+        query, so a larger event's body is never read. A picked row whose frame declares another
+        size, or that does not decompress, is :class:`CorruptEvent` naming its seq (F-LOG-6:
+        damage is never skipped; ``lens log verify`` reports it too)."""
         decompress = self.codec.decompress
         out: list[bytes] = []
         total = 0
-        for body, dict_id, raw_size in conn.execute(
-            "SELECT body, dict_id, raw_size FROM events WHERE seq > ? AND raw_size BETWEEN 1 AND ? ORDER BY seq DESC",
-            (max(0, last - max_samples), DICTIONARY_SAMPLE_MAX_BYTES),
+        for seq, body, dict_id, raw_size in conn.execute(
+            "SELECT seq, body, dict_id, raw_size FROM events WHERE seq > ? AND raw_size BETWEEN 1 AND ? "
+            "ORDER BY seq DESC",
+            (self._first_sampled(conn, max_samples) - 1, DICTIONARY_SAMPLE_MAX_BYTES),
         ):
             if total + raw_size > DICTIONARY_SAMPLES_MAX_BYTES:
                 break
-            if type(body) is not bytes or _declared_size(body) != raw_size:
-                continue  # (damage: `lens log verify` reports the row)
-            out.append(decompress(body, dict_id))
+            if type(body) is not bytes:
+                raise CorruptEvent(f"body is a {type(body).__name__}, not a BLOB", seq=seq)
+            declared = _declared_size(body)
+            if declared != raw_size:  # (checked before decompressing: the row's size picked it)
+                said = (f"its zstd frame declares {declared} bytes" if declared >= 0
+                        else "it is no zstd frame declaring its size")
+                raise CorruptEvent(f"the row records raw_size {raw_size} but {said}", seq=seq)
+            try:
+                out.append(decompress(body, dict_id))
+            except CorruptEvent as exc:
+                raise exc.at(seq) from None
             total += raw_size
         out.reverse()
         return out
+
+    @staticmethod
+    def _first_sampled(conn: apsw.Connection, max_samples: int) -> int:
+        """The first seq of the log's latest ``max_samples`` events (the ones a training looks at)."""
+        last = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0]
+        return max(0, last - max_samples) + 1
+
+    def _trained_on(self, samples: list[bytes], conn: apsw.Connection, max_samples: int,
+                    size: int) -> tuple[int, bytes]:
+        """``train_dictionary(samples, size)``; too few is :class:`TooFewSamples` saying why (how
+        many of the latest ``max_samples`` were over :data:`DICTIONARY_SAMPLE_MAX_BYTES`)."""
+        if len(samples) < MIN_DICTIONARY_SAMPLES:
+            larger = conn.execute("SELECT count(*) FROM events WHERE seq >= ? AND raw_size > ?",
+                                  (self._first_sampled(conn, max_samples), DICTIONARY_SAMPLE_MAX_BYTES)).fetchall()[0][0]
+            raise TooFewSamples(
+                f"need at least {MIN_DICTIONARY_SAMPLES} events to train a dictionary, have {len(samples)} "
+                f"of at most {DICTIONARY_SAMPLE_MAX_BYTES // 1024} KiB among the log's latest {max_samples}; "
+                f"{larger} events over {DICTIONARY_SAMPLE_MAX_BYTES // 1024} KiB are there too, but they are "
+                f"not samples (a dictionary is for small events)")
+        return train_dictionary(samples, size)
 
     def _record_dictionary(self, dict_id: int, data: bytes, sample_count: int) -> int:
         """Store the trained dictionary and compress new rows with it; returns its id (another

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import apsw
 
 from events import types as t
+from events.ids import unnamed_input_id
 from events.reader import SEQ_MAX, SEQ_MIN, StoredEvent, StoredRow
 from events.secrets import Secrets
 
@@ -223,7 +224,7 @@ class HistoryProjection(Projection):
                 command = skill_command(ev.content)
                 # (held until placed, scrubbed already: projections.db holds no key it knows)
                 conn.execute("INSERT OR REPLACE INTO history_inputs(session_id, request_id, text) VALUES (?, ?, ?)",
-                             (sid, se.request_id or f"seq:{se.seq}",
+                             (sid, se.request_id or unnamed_input_id(se.seq),
                               self._scrubbed(_text(ev.content if command is None else command[1]))))
             elif isinstance(ev, t.InputPlaced):
                 found = conn.execute("SELECT text FROM history_inputs WHERE session_id = ? AND request_id = ?",

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Literal
 import msgspec
 
 from events import types as t
+from events.ids import unnamed_input_id
 from events.reader import StoredEvent
 
 Role = Literal["user", "assistant", "tool_call", "tool_result", "system", "summary"]
@@ -487,7 +488,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
                     still.append(rid)
             state.placed_inputs = still
     elif isinstance(ev, t.InputSubmitted):
-        rid = se.request_id or f"seq:{seq}"
+        rid = se.request_id or unnamed_input_id(seq)
         state.queue.append(QueuedInput(rid, list(ev.content), ev.when_busy, seq))
         state.inputs[rid] = InputRecord("queued", text_of(ev.content))
     elif isinstance(ev, t.InputPlaced):

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterator, Sequence
@@ -26,7 +25,7 @@ import trio
 
 from events import types as t
 from events.errors import AppendRejected, LogError
-from events.ids import is_id
+from events.ids import is_id, is_unnamed_input_id
 from events.reader import StoredEvent
 from events.secrets import Secrets
 from events.store import AppendResult, Draft, EventStore
@@ -60,6 +59,7 @@ from .errors import (
     InputNotQueued,
     InvalidCommand,
     LensError,
+    RequestIdReserved,
     SessionGone,
     SessionNotFound,
     SessionQuarantined,
@@ -695,6 +695,8 @@ class SessionActor:
             # also once the session was deleted or quarantined: a 409 would tell the client its
             # input never landed, though the log holds it. The store writes nothing.
             return await self._record_input(cmd, retry=True)
+        if isinstance(cmd, Submit) and s.created and is_unnamed_input_id(cmd.request_id):
+            raise RequestIdReserved.of(cmd.request_id)  # (a log's own, recorded before the rule: a retry above)
         self._require_live()
         if isinstance(cmd, wc.EditContext):
             return await self.context.edit(cmd)
@@ -1175,11 +1177,12 @@ class SessionActor:
 
     async def _is_retry(self, request_id: str) -> bool:
         """Whether the session recorded an input under ``request_id``. An input recorded without
-        an id of its own (a job's report whose id a client took) is filed as ``seq:<n>``, which
-        is also a client's id: under that name only the log says whether it was a request id."""
+        an id of its own (a job's report whose id a client took) is filed as ``seq:<n>``, a form
+        a client's id may hold only in a log written before it was reserved: under that name only
+        the log says whether it was a request id."""
         if request_id not in self.state.inputs:
             return False
-        if not _UNNAMED_INPUT.fullmatch(request_id):
+        if not is_unnamed_input_id(request_id):
             return True
         return await self.deps.store.recorded(self.session_id, request_id) is not None
 
@@ -1519,8 +1522,6 @@ class SessionActor:
 
 
 _DEFERRED = object()
-# The name the fold files an input recorded without a request id under (``seq:<its seq>``).
-_UNNAMED_INPUT = re.compile(r"seq:[0-9]+")
 
 # Events of a program's call that the actor records as the call returns (not with the program's
 # result): the workspace changes (edits and reverts) and the artifacts holding what they replaced.

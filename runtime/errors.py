@@ -14,6 +14,7 @@
     ├── InvalidCommand         INVALID_ARGUMENT (400)
     ├── SettingsInvalid        VALIDATION_FAILED (422): a session setting the merge would break
     ├── ForkPointInvalid       VALIDATION_FAILED (422): a fork's seq that is no event of its source
+    ├── RequestIdReserved      VALIDATION_FAILED (422): a requestId of the form seq:<digits>
     ├── ModelUnavailable       PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED / MODEL_UNKNOWN (422)
     ├── SkillUnavailable       SKILL_NOT_FOUND / SKILL_INVALID / NO_WORKSPACE (422), SKILL_UNAVAILABLE (503)
     └── ActorUnavailable       SESSION_UNAVAILABLE (503): the actor crashed while serving the call
@@ -114,6 +115,18 @@ class SettingsInvalid(LensError):
     already holds (a ``toolPolicy`` patch that would take the map past its entry limit)."""
 
     code = "VALIDATION_FAILED"
+
+
+class RequestIdReserved(LensError):
+    """A client's requestId of the form ``seq:<digits>``, the name of an input recorded without a
+    request id (:func:`events.ids.unnamed_input_id`): taken, it would name two inputs."""
+
+    code = "VALIDATION_FAILED"
+
+    @classmethod
+    def of(cls, request_id: str) -> RequestIdReserved:
+        return cls(f"requestId {request_id!r} has the form seq:<digits>, reserved for the inputs a "
+                   f"session records without a request id (a job's report); choose another requestId")
 
 
 class ForkPointInvalid(LensError):

@@ -23,13 +23,14 @@ import trio
 
 from events import types as t
 from events.errors import CorruptEvent, LogError
+from events.ids import is_unnamed_input_id
 from events.secrets import Secrets
 from events.store import STORAGE_ERRORS, Draft, StoreWriteFailed
 
 from .actor import (RESULT_RECORDS, ActorDeps, Command, Create, Delete, Envelope, GetState, GetView, SessionActor,
                     Submit)
-from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, SessionGone, SessionNotFound,
-                     SessionQuarantined)
+from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, RequestIdReserved, SessionGone,
+                     SessionNotFound, SessionQuarantined)
 from .working_context import DescribeContext
 
 log = logging.getLogger("lens.supervisor")
@@ -265,6 +266,8 @@ class Supervisor:
                     original = await self.deps.store.recorded(session_id, command.request_id)
                     if original is not None:
                         return {"requestId": command.request_id, "seq": original.seq, "duplicate": True}
+                    if is_unnamed_input_id(command.request_id):  # (as a live actor refuses it)
+                        raise RequestIdReserved.of(command.request_id)
                 if await self._was_deleted(session_id):  # (as the actor answers a deleted session)
                     raise SessionGone.of(session_id)
                 raise SessionQuarantined.of(session_id, self._quarantined[session_id])
@@ -279,20 +282,24 @@ class Supervisor:
                 continue
             await env.done.wait()
             if env.error is not None:
-                if await self._quarantined_as_deleted(session_id, env.error):
-                    continue  # (answered above, as the reads after it are)
+                if await self._answered_as_quarantined(session_id, command, env.error):
+                    continue  # (answered above, as the calls after it are)
                 raise env.error
             return env.result
         raise ActorUnavailable(f"session {session_id!r} could not be woken")
 
-    async def _quarantined_as_deleted(self, session_id: str, error: BaseException) -> bool:
+    async def _answered_as_quarantined(self, session_id: str, command: Command, error: BaseException) -> bool:
         """Whether a call the woken actor failed (its replay failing until the session was
         quarantined: after a restart, the first call to a session whose log cannot be read) is
-        to be answered again as a deleted quarantined session's calls are: its view and context
-        as deleted, its changes SESSION_DELETED. Only a deleted session is: nothing of it runs, so
-        nothing of the call was done; any other keeps the answer it was given."""
-        return (isinstance(error, (SessionQuarantined, ActorUnavailable)) and session_id in self._quarantined
-                and await self._was_deleted(session_id))
+        to be answered again as a quarantined session's calls are. A deleted session's are (its
+        view and context as deleted, its changes SESSION_DELETED), and so is a retry of an input
+        the log holds (its duplicate, F-LOG-4): nothing of the session runs, so nothing of the
+        call was done; any other keeps the answer it was given."""
+        if not isinstance(error, (SessionQuarantined, ActorUnavailable)) or session_id not in self._quarantined:
+            return False
+        if isinstance(command, Submit) and await self.deps.store.recorded(session_id, command.request_id) is not None:
+            return True
+        return await self._was_deleted(session_id)
 
     async def _quarantined_state(self, session_id: str) -> Any:
         """A quarantined session's view, read from its log without an actor (as a restarted

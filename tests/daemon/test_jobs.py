@@ -12,6 +12,8 @@ import signal
 import shlex
 from typing import Any
 
+from events import types as t
+from events.store import Draft, open_store
 from runtime.jobs import STOPPED_BY_DAEMON
 
 from .conftest import BUSY, Daemon, error_of, run_tool, stop_daemon, wait_until
@@ -372,36 +374,70 @@ async def test_a_report_whose_request_id_a_client_took_is_still_written(daemon: 
     assert r.status_code == 200 and r.json()["text"].startswith(f"[background job {job_id} "), r.text
 
 
-async def test_a_request_id_naming_a_report_without_an_id_is_no_retry_of_it(daemon: Daemon):
-    # The report written without an id of its own is filed as "seq:<n>"; a client's submit of that
-    # very id was taken for a retry of a recorded input, so the checks of a new input were skipped
-    # (and a deleted session's) while the store, holding no such request id, wrote it: a blank
-    # input was recorded. The id names no request the session recorded: it is a new input, and
-    # once the client recorded it, a repeat is its duplicate, after a deletion too.
+async def test_a_request_id_of_the_reserved_seq_form_is_refused_while_a_report_is_queued(daemon: Daemon):
+    # A report written without an id of its own is named "seq:<n>" (its seq). A client's submit of
+    # that very id while the report was queued recorded a second input of the same name: withdraw
+    # "seq:<n>" then emptied the queue, dropping the report unnamed. The form is reserved: 422,
+    # the queue and the log unchanged, and the name still names the report alone.
     token, sid = await setup(daemon)
     job_id = await start_job(daemon, token, sid, "r1", "exec sleep 600")
     await daemon.wait_idle(token, sid)
     await daemon.submit(token, sid, f"job:{job_id}", "my own input of that id")
     await daemon.wait_idle(token, sid)
+    await daemon.submit(token, sid, "busy", BUSY)
+    await daemon.wait_running_call(token, sid)
     r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
     assert r.status_code == 200, r.text
-    await report_answered(daemon, token, sid, job_id)
-    [report] = [e for e in await log_of(daemon, token, sid) if e["kind"] == "input.submitted"
-                and e["request_id"] is None]
-    rid = f"seq:{report['seq']}"
+
+    async def queued() -> list[dict[str, Any]] | None:
+        q = (await daemon.view(token, sid))["queued"]
+        return q or None
+
+    [report] = await wait_until(queued, what="the report queued")
+    rid = report["requestId"]
+    [seq] = [e["seq"] for e in await log_of(daemon, token, sid)
+             if e["kind"] == "input.submitted" and e["request_id"] is None]
+    assert rid == f"seq:{seq}"
     before = await log_of(daemon, token, sid)
-    r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": rid, "content": " "})
-    assert (r.status_code, error_of(r)) == (400, "INVALID_ARGUMENT"), r.text
+    for content in ("an input of the report's name", " "):
+        r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": rid, "content": content})
+        assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), r.text
+        message = r.json()["error"]["message"]
+        assert f"requestId {rid!r}" in message and "reserved" in message and "choose another" in message, message
     assert await log_of(daemon, token, sid) == before
-    first = await daemon.submit(token, sid, rid, "my own input of that id too")
-    assert first["duplicate"] is False and first["seq"] > report["seq"]
-    await daemon.wait_idle(token, sid)
-    assert await daemon.submit(token, sid, rid, "again") == {**first, "duplicate": True}
-    r = await daemon.request("DELETE", f"/sessions/{sid}", token)
+    assert (await daemon.view(token, sid))["queued"] == [report]
+    # ... whatever its digits (a seq no input has too); "seq:" alone or "seq:1a" is not the form
+    for other, status in ((f"seq:{seq + 1000}", 422), ("seq:", 202), ("seq:1a", 202)):
+        r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": other, "content": "queued"})
+        assert r.status_code == status, (other, r.text)
+    r = await daemon.post(f"/sessions/{sid}/inputs/{rid}/withdraw", token)
+    assert r.status_code == 200 and r.json()["text"].startswith(f"[background job {job_id} "), r.text
+    assert [q["requestId"] for q in (await daemon.view(token, sid))["queued"]] == ["seq:", "seq:1a"]
+    r = await daemon.post(f"/sessions/{sid}/abort", token)
     assert r.status_code == 200, r.text
-    before = await log_of(daemon, token, sid)
-    assert await daemon.submit(token, sid, rid, "after the deletion") == {**first, "duplicate": True}
-    assert await log_of(daemon, token, sid) == before
+
+
+async def test_a_request_id_of_the_reserved_form_a_log_holds_as_a_clients_stays_its_duplicate(daemon_factory):
+    # A log written before the form was reserved may hold "seq:<n>" as a client's request id: a
+    # repeat of it is still answered as its first try was, after a deletion too; nothing is written.
+    d = await daemon_factory()
+    token, sid = await setup(d)
+    project_id = (await d.view(token, sid))["projectId"]
+    await stop_daemon(d)
+    async with open_store(d.data_dir) as store:
+        first = await store.append(Draft(t.InputSubmitted([t.TextPart("an input of an older client")]),
+                                         project_id=project_id, session_id=sid, request_id="seq:1"))
+    d2 = await daemon_factory(root=d.root)
+    original = {"requestId": "seq:1", "seq": first.seq, "duplicate": True}
+    assert await d2.submit(token, sid, "seq:1", "again") == original
+    await d2.wait_idle(token, sid)
+    r = await d2.request("DELETE", f"/sessions/{sid}", token)
+    assert r.status_code == 200, r.text
+    before = await log_of(d2, token, sid)
+    assert await d2.submit(token, sid, "seq:1", "after the deletion") == original
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "seq:2", "content": "new"})
+    assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), r.text
+    assert await log_of(d2, token, sid) == before
 
 
 async def test_a_job_whose_output_passed_the_executors_cap_says_so(daemon: Daemon):

@@ -174,3 +174,18 @@ async def test_a_retry_to_a_session_quarantined_for_a_damaged_event_is_its_dupli
     r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r3", "content": "hello"})
     assert (r.status_code, error_of(r)) == (409, "SESSION_DELETED"), r.text
     assert (await d2.get("/health")).json()["lastSeq"] == last + 1  # the session.deleted alone
+
+
+async def test_a_retry_as_the_first_call_after_a_restart_is_its_duplicate(daemon_factory):
+    # The first call to a session whose log cannot be read wakes an actor whose replay fails and
+    # quarantines it; that call was answered 409 SESSION_QUARANTINED though it retried an input the
+    # log holds (and a second try 202 duplicate). It is answered as the later ones are.
+    d, d2, token, _reader, _project_id, sid, _bad = await _with_a_damaged_answer(daemon_factory)
+    [(first,)] = log_rows(d.data_dir, "SELECT seq FROM events WHERE session_id = ? AND request_id = 'r1'", (sid,))
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "another text"})
+    assert (r.status_code, r.json()) == (202, {"requestId": "r1", "seq": first, "duplicate": True}), r.text
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "hello"})
+    assert (r.status_code, error_of(r)) == (409, "SESSION_QUARANTINED"), r.text
+    # a requestId of the form reserved for inputs recorded without one: refused as a live session does
+    r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "seq:1", "content": "hello"})
+    assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED") and "reserved" in r.text, r.text

@@ -3,18 +3,23 @@ and a dictionary trained again never takes an id the log holds with other bytes.
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
 import apsw
+import pytest
 import trio
 import zstandard
 
 from events.codec import free_dictionary_id, train_dictionary
+from events.errors import CorruptEvent, TooFewSamples
 from events.reader import LogReader
 from events.store import (DICTIONARY_SAMPLE_MAX_BYTES, DICTIONARY_SAMPLES_MAX_BYTES, Draft, EventStore,
                           open_store)
 from events.types import InstructionAppended
+
+from ..rawlog import body_of_row, edit_log
 
 WORDS = "alpha beta gamma delta event store codec frame replay session commit durable".split()
 
@@ -161,15 +166,17 @@ async def test_a_dictionary_is_trained_on_the_small_events_without_reading_the_l
     # one of the latest 5,000 events whole: 2,000 such events made the trainer hold 512 MB and
     # work 12 s (1 GB peak), the daemon's background trainer the same at 10,000 events. A
     # dictionary is for small events: only events of at most DICTIONARY_SAMPLE_MAX_BYTES are
-    # samples, chosen by their recorded size before any is decompressed.
+    # samples, chosen by their recorded size before any is decompressed. The large events' bodies
+    # are damaged here: a training that read one would fail (damage is never skipped).
     seen = sampled_by(monkeypatch)
     large = "build step ok: compiling module\n" * (1024 * 1024 // 32)
     async with open_store(data_dir, auto_dictionary_after=None) as store:
-        small = []
+        small, larges = [], []
         for i in range(60):
             r = await store.append(Draft(InstructionAppended(text=text(i)), session_id="s1"))
             small.extend(r.seqs)
-            await store.append(Draft(InstructionAppended(text=f"{large}{i}"), session_id="s1"))
+            r = await store.append(Draft(InstructionAppended(text=f"{large}{i}"), session_id="s1"))
+            larges.extend(r.seqs)
         edge = "x" * (DICTIONARY_SAMPLE_MAX_BYTES - 64)
         at_limit = None
         for pad in range(64):  # one event of exactly the limit, one byte past it
@@ -179,7 +186,12 @@ async def test_a_dictionary_is_trained_on_the_small_events_without_reading_the_l
                 break
         assert at_limit is not None
         await store.append(Draft(InstructionAppended(text=at_limit), session_id="s1"))
-        await store.append(Draft(InstructionAppended(text=at_limit + "y"), session_id="s1"))
+        past = await store.append(Draft(InstructionAppended(text=at_limit + "y"), session_id="s1"))
+        larges.extend(past.seqs)
+    for seq in larges:  # the frame's content and checksum damaged: it no longer decompresses
+        body = body_of_row(data_dir, seq)
+        edit_log(data_dir, "UPDATE events SET body = ? WHERE seq = ?", (body[:-8] + bytes(8), seq))
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
         dict_id = await _train(store)
         assert dict_id and store.codec.active_dict_id == dict_id
     [samples] = seen
@@ -190,15 +202,91 @@ async def test_a_dictionary_is_trained_on_the_small_events_without_reading_the_l
 
 
 async def test_the_samples_of_a_dictionary_are_the_latest_events_up_to_a_total(data_dir: Path, monkeypatch) -> None:
+    # The samples are the latest events back to the first that does not fit the total: of sizes
+    # that differ (60, 1 and 30 KB in turn), so an older small event that would still fit is left
+    # out too (the samples are the latest, not whatever fits).
     seen = sampled_by(monkeypatch)
-    n = DICTIONARY_SAMPLES_MAX_BYTES // DICTIONARY_SAMPLE_MAX_BYTES + 20
+    sizes = (60_000, 1_000, 30_000)
+    n = DICTIONARY_SAMPLES_MAX_BYTES // (sum(sizes) // len(sizes)) + 30
+    raws = []
     async with open_store(data_dir, auto_dictionary_after=None) as store:
         for i in range(n):
-            body = f"{i:06d} " + text(i) * (DICTIONARY_SAMPLE_MAX_BYTES // len(text(i)) - 1)
-            await store.append(Draft(InstructionAppended(text=body), session_id="s1"))
+            words = (text(i) + " ") * (sizes[i % 3] // (len(text(i)) + 1) + 1)
+            event = InstructionAppended(text=f"{i:06d} " + words[:sizes[i % 3]])
+            raws.append(store.codec.pack_checked(event))
+            await store.append(Draft(event, session_id="s1"))
         await _train(store)
     [samples] = seen
-    assert sum(map(len, samples)) <= DICTIONARY_SAMPLES_MAX_BYTES
-    assert sum(map(len, samples)) > DICTIONARY_SAMPLES_MAX_BYTES - DICTIONARY_SAMPLE_MAX_BYTES
+    total = sum(map(len, samples))
     firsts = [int(store.codec.decode_raw("instruction.appended", s).text[:6]) for s in samples]  # the latest, in seq order
     assert firsts == list(range(n - len(samples), n))
+    assert samples == raws[n - len(samples):]
+    assert total <= DICTIONARY_SAMPLES_MAX_BYTES < total + len(raws[n - len(samples) - 1])
+    # (an older event would have fit: skipping the one that does not would have taken it)
+    assert total + min(map(len, raws[:n - len(samples) - 1])) <= DICTIONARY_SAMPLES_MAX_BYTES
+
+
+async def _small_log_with_damage(data_dir: Path, damage: str) -> int:
+    """A log of 40 small events, one of them (returned) then damaged: ``size`` changes its
+    recorded ``raw_size``, ``checksum`` its frame's checksum."""
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
+        for i in range(40):
+            r = await store.append(Draft(InstructionAppended(text=text(i)), session_id="s1"))
+            if i == 20:
+                [bad] = r.seqs
+    if damage == "size":
+        edit_log(data_dir, "UPDATE events SET raw_size = raw_size - 1 WHERE seq = ?", (bad,))
+    else:
+        body = body_of_row(data_dir, bad)
+        edit_log(data_dir, "UPDATE events SET body = ? WHERE seq = ?", (body[:-1] + bytes([body[-1] ^ 1]), bad))
+    return bad
+
+
+@pytest.mark.parametrize("damage", ["size", "checksum"])
+async def test_a_damaged_sample_fails_the_training_naming_its_seq(data_dir: Path, damage: str) -> None:
+    # F-LOG-6: damage is never hidden. A row whose frame's size disagrees with its raw_size was
+    # skipped silently, while one whose checksum is damaged raised (without its seq): both raise
+    # CorruptEvent naming the seq, and no dictionary is recorded.
+    bad = await _small_log_with_damage(data_dir, damage)
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
+        with pytest.raises(CorruptEvent) as caught:
+            await _train(store)
+        assert not store.codec.active_dict_id
+    assert caught.value.seq == bad and str(caught.value).startswith(f"seq {bad}: "), str(caught.value)
+    assert caught.value.code == "EVENT_CORRUPT"
+    with LogReader(data_dir) as reader:
+        assert not reader.dictionaries()
+
+
+@pytest.mark.parametrize("damage", ["size", "checksum"])
+async def test_the_automatic_dictionary_not_trained_for_a_damaged_sample_says_so(
+        data_dir: Path, damage: str, caplog) -> None:
+    # The daemon's own training goes on without a dictionary, and logs one line naming the seq.
+    bad = await _small_log_with_damage(data_dir, damage)
+    caplog.set_level(logging.INFO, logger="lens.events")
+    async with open_store(data_dir, auto_dictionary_after=40) as store:
+        await store.append(Draft(InstructionAppended(text=text(40)), session_id="s1"))
+    assert not store.codec.active_dict_id  # (closing the store waited for its trainer)
+    lines = [r.getMessage() for r in caplog.records if "dictionary" in r.getMessage()]
+    assert len(lines) == 1 and f"seq {bad}: " in lines[0], lines
+    assert caplog.records[-1].levelno == logging.WARNING
+
+
+async def test_too_few_small_events_to_train_on_is_a_typed_error_saying_why(data_dir: Path) -> None:
+    # 7 small events and 3 large ones: "need at least 8" was a bare ValueError; it is the log's
+    # typed error, its code stable, saying the large events are no samples.
+    large = "x" * DICTIONARY_SAMPLE_MAX_BYTES
+    async with open_store(data_dir, auto_dictionary_after=None) as store:
+        for i in range(7):
+            await store.append(Draft(InstructionAppended(text=text(i)), session_id="s1"))
+        for i in range(3):
+            await store.append(Draft(InstructionAppended(text=large), session_id="s1"))
+        with pytest.raises(TooFewSamples) as caught:
+            await _train(store)
+        assert not store.codec.active_dict_id
+    assert caught.value.code == "DICTIONARY_TOO_FEW_SAMPLES"
+    message = str(caught.value)
+    assert "need at least 8 events to train a dictionary, have 7" in message, message
+    assert "3 events over 64 KiB" in message and "not samples" in message, message
+    with pytest.raises(TooFewSamples, match="need at least 8 samples to train a dictionary, have 7"):
+        train_dictionary([text(i).encode() for i in range(7)])

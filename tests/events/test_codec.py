@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 from events.codec import DEFAULT_MAX_EVENT_BYTES, Codec, train_dictionary
-from events.errors import AppendRejected, CorruptEvent, EventTooLarge, LogError, UnknownDictionary
+from events.errors import AppendRejected, CorruptEvent, EventTooLarge, LogError, TooFewSamples, UnknownDictionary
 from events.types import (
     ImagePart,
     InputSubmitted,
@@ -274,7 +274,7 @@ def test_dictionary_argument_checks() -> None:
         Codec(dictionaries={dict_id + 1: data})
     with pytest.raises(ValueError, match="unknown dictionary"):
         Codec().use_dictionary(dict_id)
-    with pytest.raises(ValueError, match="at least 8"):
+    with pytest.raises(TooFewSamples, match="at least 8"):
         train_dictionary(samples[:7])
 
 

@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from events.errors import AppendRejected, ConcurrencyConflict, LogError, StoreClosed
+from events.errors import AppendRejected, ConcurrencyConflict, LogError, StoreClosed, TooFewSamples
 from events.reader import LogReader
 from events.schema import now_ms
 from events.store import Draft, StoreWriteFailed, open_store
@@ -600,8 +600,9 @@ class TestSqliteDictionary:
     async def test_training_needs_enough_events(self, data_dir: Path) -> None:
         async with open_store(data_dir) as s:
             await s.append(*[self.call(j) for j in range(3)])
-            with pytest.raises(ValueError, match="at least 8"):
+            with pytest.raises(TooFewSamples, match="need at least 8 events to train a dictionary, have 3 ") as caught:
                 await trio.to_thread.run_sync(s.train_dictionary)
+            assert caught.value.code == "DICTIONARY_TOO_FEW_SAMPLES"
             assert (await s.append(self.call(3))).seqs == (4,)
         with LogReader(data_dir) as reader:
             assert reader.dictionaries() == {}

@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from events.codec import Codec
-from events.errors import AppendRejected, ConcurrencyConflict
+from events.errors import AppendRejected, ConcurrencyConflict, TooFewSamples
 from events.reader import LogReader, StoredEvent
 from events.secrets import Secrets
 from events.store import AppendResult, Draft, EventStore
@@ -340,7 +340,7 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             dict_id = self._call(trio.to_thread.run_sync,
                                  lambda: self.store.train_dictionary(max_samples=samples, size=2048))
-        except (ValueError, zstandard.ZstdError):  # too few (or too alike) events to train on
+        except (TooFewSamples, zstandard.ZstdError):  # too few (or too alike) events to train on
             assert self.store.codec.active_dict_id == before
             return
         assert self.store.codec.active_dict_id == dict_id
