@@ -6,20 +6,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator
 
 import pytest
 import trio
 
 from runtime.executor_client import ExecutorClient
-from runtime.executors import RemoteExecutor
+from runtime.executors import Executor, RemoteExecutor
 from tools.artifacts import ArtifactStore
 from tests.procfs import read_proc
 from tools.base import ToolContext, ToolError, ToolSpec
 from tools.executor.commands import Chunk, Exit, _shell_alive, run_command
 from tools.workspace_tools import workspace_tools
 
-from .conftest import poll_until, reaping, running_pool, start_executor, stop_process, until, wait_group_gone
+from .conftest import ExecutorProcess, poll_until, reaping, running_pool, start_executor, stop_process, until, wait_group_gone
 from .test_commands import BOUND_S, collect
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
@@ -167,83 +169,83 @@ async def _outcome(spec: ToolSpec, args: dict, call_id: str) -> tuple[str | None
     return res.error_code, res.content[0].text
 
 
-async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_run(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _remote_tools(tmp_path: Path) -> AsyncIterator[tuple[ExecutorProcess, dict[str, ToolSpec], Executor]]:
+    """A real executor process reached over gRPC as a project's remote executor: yields it, the
+    workspace tools calling it by name, and the project's executor (with its domain lock)."""
     remote = start_executor(tmp_path / "remote")
-    ws = remote.workspace
-    (ws / "f.txt").write_text("f\n")
     try:
-        async with running_pool(tmp_path / "executors", {"p": ws},
+        async with running_pool(tmp_path / "executors", {"p": remote.workspace},
                                 remote=RemoteExecutor(remote.address, remote.token)) as pool:
             tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
-            ex = await pool.get("p")
-            ended: dict[str, tuple[str | None, str]] = {}
-            with trio.fail_after(20):
-                async with trio.open_nursery() as nursery:
-                    async def holder() -> None:
-                        ended["holder"] = await _outcome(tools["run_command"], {
-                            "command": "touch go; while [ ! -e release ]; do sleep 0.01; done"}, "c1")
-
-                    nursery.start_soon(holder)
-                    await until((ws / "go").exists)
-                    scopes: list[trio.CancelScope] = []
-                    for name, args in [("read_file", {"path": "f.txt"}),
-                                       ("run_command", {"command": "touch ran"}),
-                                       ("edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})]:
-                        scope = trio.CancelScope()
-                        scopes.append(scope)
-
-                        async def waiter(scope: trio.CancelScope = scope, name: str = name, args: dict = args) -> None:
-                            with scope:
-                                ended[name] = await _outcome(tools[name], args, f"w_{name}")
-
-                        nursery.start_soon(waiter)
-                    await until(lambda: ex.lock._writers_waiting == 2)  # (the command and the edit wait)
-                    for scope in scopes:
-                        scope.cancel()
-                    await until(lambda: ex.lock._writers_waiting == 0)
-                    assert not ex.lock.idle  # (the holder's command still runs)
-                    (ws / "release").touch()
-            assert ended == {"holder": (None, "\n[exit 0]")}  # the waiters gave up, never ran
-            assert ex.lock.idle
-            assert not (ws / "ran").exists() and not (ws / "g.txt").exists()
-            assert await _outcome(tools["read_file"], {"path": "f.txt"}, "after") == (None, "f\n")
+            yield remote, tools, await pool.get("p")
     finally:
         stop_process(remote.proc)
 
 
+async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_run(tmp_path: Path) -> None:
+    async with _remote_tools(tmp_path) as (remote, tools, ex):
+        ws = remote.workspace
+        (ws / "f.txt").write_text("f\n")
+        ended: dict[str, tuple[str | None, str]] = {}
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                async def holder() -> None:
+                    ended["holder"] = await _outcome(tools["run_command"], {
+                        "command": "touch go; while [ ! -e release ]; do sleep 0.01; done"}, "c1")
+
+                nursery.start_soon(holder)
+                await until((ws / "go").exists)
+                scopes: list[trio.CancelScope] = []
+                for name, args in [("read_file", {"path": "f.txt"}),
+                                   ("run_command", {"command": "touch ran"}),
+                                   ("edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})]:
+                    scope = trio.CancelScope()
+                    scopes.append(scope)
+
+                    async def waiter(scope: trio.CancelScope = scope, name: str = name, args: dict = args) -> None:
+                        with scope:
+                            ended[name] = await _outcome(tools[name], args, f"w_{name}")
+
+                    nursery.start_soon(waiter)
+                await until(lambda: ex.lock._writers_waiting == 2)  # (the command and the edit wait)
+                for scope in scopes:
+                    scope.cancel()
+                await until(lambda: ex.lock._writers_waiting == 0)
+                assert not ex.lock.idle  # (the holder's command still runs)
+                (ws / "release").touch()
+        assert ended == {"holder": (None, "\n[exit 0]")}  # the waiters gave up, never ran
+        assert ex.lock.idle
+        assert not (ws / "ran").exists() and not (ws / "g.txt").exists()
+        assert await _outcome(tools["read_file"], {"path": "f.txt"}, "after") == (None, "f\n")
+
+
 async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every_waiter_is_told(
         tmp_path: Path) -> None:
-    remote = start_executor(tmp_path / "remote")
-    ws = remote.workspace
     # (the command's group is killed on the way out: a killed executor cannot end it, docs/executor.md)
     with reaping() as groups:
-        try:
-            async with running_pool(tmp_path / "executors", {"p": ws},
-                                    remote=RemoteExecutor(remote.address, remote.token)) as pool:
-                tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
-                ex = await pool.get("p")
-                ended: dict[str, tuple[str | None, str]] = {}
-                with trio.fail_after(20):
-                    async with trio.open_nursery() as nursery:
-                        async def run(name: str, args: dict) -> None:
-                            ended[name] = await _outcome(tools[name], args, f"k_{name}")
+        async with _remote_tools(tmp_path) as (remote, tools, ex):
+            ws = remote.workspace
+            ended: dict[str, tuple[str | None, str]] = {}
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    async def run(name: str, args: dict) -> None:
+                        ended[name] = await _outcome(tools[name], args, f"k_{name}")
 
-                        nursery.start_soon(run, "run_command", {"command": "echo $$ > pg; exec sleep 30"})
-                        await until(lambda: (ws / "pg").exists() and (ws / "pg").read_text().endswith("\n"))
-                        groups.append(int((ws / "pg").read_text()))
-                        nursery.start_soon(run, "read_file", {"path": "."})
-                        nursery.start_soon(run, "edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})
-                        await until(lambda: ex.lock._writers_waiting == 1)
-                        os.kill(remote.proc.pid, signal.SIGKILL)
-                assert {name: code for name, (code, _) in ended.items()} == {
-                    "run_command": "EXECUTOR_UNAVAILABLE", "read_file": "EXECUTOR_UNAVAILABLE",
-                    "edit_file": "EXECUTOR_UNAVAILABLE"}, ended
-                assert ex.lock.idle and not (ws / "g.txt").exists()
-                with trio.fail_after(5):  # the next call is told at once, not held
-                    assert (await _outcome(tools["run_command"], {"command": "true"}, "next"))[0] == "EXECUTOR_UNAVAILABLE"
-                assert ex.lock.idle
-        finally:
-            stop_process(remote.proc)
+                    nursery.start_soon(run, "run_command", {"command": "echo $$ > pg; exec sleep 30"})
+                    await until(lambda: (ws / "pg").exists() and (ws / "pg").read_text().endswith("\n"))
+                    groups.append(int((ws / "pg").read_text()))
+                    nursery.start_soon(run, "read_file", {"path": "."})
+                    nursery.start_soon(run, "edit_file", {"path": "g.txt", "mode": "create", "content": "g\n"})
+                    await until(lambda: ex.lock._writers_waiting == 1)
+                    os.kill(remote.proc.pid, signal.SIGKILL)
+            assert {name: code for name, (code, _) in ended.items()} == {
+                "run_command": "EXECUTOR_UNAVAILABLE", "read_file": "EXECUTOR_UNAVAILABLE",
+                "edit_file": "EXECUTOR_UNAVAILABLE"}, ended
+            assert ex.lock.idle and not (ws / "g.txt").exists()
+            with trio.fail_after(5):  # the next call is told at once, not held
+                assert (await _outcome(tools["run_command"], {"command": "true"}, "next"))[0] == "EXECUTOR_UNAVAILABLE"
+            assert ex.lock.idle
 
 
 @pytest.mark.parametrize("cwd, code", [
