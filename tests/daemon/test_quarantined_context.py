@@ -75,14 +75,19 @@ async def _with_a_damaged_answer(daemon_factory: Any) -> tuple[Any, Any, str, st
     return d, d2, token, reader, project_id, sid, bad
 
 
+async def _quarantined(daemon: Any, reader: str, sid: str) -> Any:
+    """The session's view once it answers 409 (its replay failed: quarantined)."""
+    async def answered_409():
+        r = await daemon.get(f"/sessions/{sid}", reader)
+        return r if r.status_code == 409 else None
+
+    return await wait_until(answered_409, what="the session quarantined")
+
+
 async def test_a_session_quarantined_for_a_damaged_event_names_it_on_both_routes(daemon_factory):
     d, d2, token, reader, _project_id, sid, bad = await _with_a_damaged_answer(daemon_factory)
 
-    async def quarantined():
-        r = await d2.get(f"/sessions/{sid}", reader)
-        return r if r.status_code == 409 else None
-
-    view = await wait_until(quarantined, what="the session quarantined")
+    view = await _quarantined(d2, reader, sid)
     assert error_of(view) == "SESSION_QUARANTINED"
     message = view.json()["error"]["message"]
     assert f"seq {bad}" in message, message
@@ -123,11 +128,7 @@ async def test_a_deleted_quarantined_session_whose_log_cannot_be_read_is_viewed_
     # that read answered SESSION_QUARANTINED or SESSION_UNAVAILABLE, only later ones as deleted).
     d, d2, token, reader, _project_id, sid, bad = await _with_a_damaged_answer(daemon_factory)
 
-    async def quarantined():
-        r = await d2.get(f"/sessions/{sid}", reader)
-        return r if r.status_code == 409 else None
-
-    await wait_until(quarantined, what="the session quarantined")
+    await _quarantined(d2, reader, sid)
 
     r = await d2.request("DELETE", f"/sessions/{sid}", token)
     assert r.status_code == 200 and r.json() == {"deleted": True}, r.text
@@ -155,11 +156,7 @@ async def test_a_retry_to_a_session_quarantined_for_a_damaged_event_is_its_dupli
     # holds was told it never landed. A new request id is still 409; nothing is written.
     d, d2, token, reader, _project_id, sid, bad = await _with_a_damaged_answer(daemon_factory)
 
-    async def quarantined():
-        r = await d2.get(f"/sessions/{sid}", reader)
-        return r if r.status_code == 409 else None
-
-    await wait_until(quarantined, what="the session quarantined")
+    await _quarantined(d2, reader, sid)
     [(first,)] = log_rows(d.data_dir, "SELECT seq FROM events WHERE session_id = ? AND request_id = 'r1'", (sid,))
     last = (await d2.get("/health")).json()["lastSeq"]
     r = await d2.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "another text"})
