@@ -73,7 +73,8 @@ class ExecutorServicer:
 
     def Call(self, request, context):
         """read_file, edit_file, patch_file, view_image, revert (restore), workspace browsing
-        (browse_list, browse_read) and resolve (where a path leads, for the workspace allowlist) by name.
+        (browse_list, browse_read), resolve (where a path leads, for the workspace allowlist) and
+        read_head (a file's first bytes as they are: the Core's AGENTS.md) by name.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

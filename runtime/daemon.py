@@ -20,11 +20,9 @@ another process holds ``projections.db`` are said on stderr after any of these s
 
 from __future__ import annotations
 
-import codecs
 import fcntl
 import logging
 import os
-import re
 import secrets
 import signal
 import socket
@@ -66,7 +64,7 @@ from .atomicfile import why_not_written
 from .config import Config, ConfigError, pair_file_path
 from .credentials import config_secrets, executor_hidden_env
 from .errors import LensError, ModelUnavailable
-from .executors import DomainBusy, Executor, ExecutorPool, RemoteExecutor
+from .executors import DomainBusy, ExecutorPool, RemoteExecutor
 from .gcpolicy import FreezeSurvivors
 from .configfiles import ConfigFiles
 from .guard import Guard
@@ -77,7 +75,8 @@ from .projection_service import ProjectionService
 from . import server_answers
 from .head_limit import UNFINISHED_HEAD_BYTES
 from .providers.base import Delta
-from .prompt import READ_LIMIT_BYTES, WORKSPACE_BUSY, NotRead, PromptCache, SkillMeta, Unusable, build_system_prompt
+from .prompt import (READ_LIMIT_BYTES, WORKSPACE_BUSY, Cut, NotRead, PromptCache, SkillMeta, Unusable,
+                     build_system_prompt, read_text_of)
 from .providers.catalog import ProviderCatalog, build_catalog
 from .providers.sdk import HideUrlCredentials
 from .services import Services
@@ -245,7 +244,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             ws = await workspace_of(project_id) if project_id else None
             workspace_file = str(ws / "AGENTS.md") if ws else None
 
-            async def read_text(path: str) -> str | Unusable | NotRead | None:
+            async def read_text(path: str) -> str | Cut | Unusable | NotRead | None:
                 if project_id is not None and path == workspace_file:
                     if busy:
                         return NotRead(WORKSPACE_BUSY)
@@ -469,11 +468,11 @@ async def read_saved_default(projections: ProjectionService, store: EventStore) 
     return saved
 
 
-def read_home_agents_md(path: str) -> str | Unusable | None:
-    """``~/.agents/AGENTS.md`` (the Core user's own file): a regular file's first
-    :data:`READ_LIMIT_BYTES`; ``None`` when it is missing or not a regular file; :class:`Unusable`
-    (the prompt names the reason in the file's place) when it cannot be opened or read or is
-    not UTF-8.
+def read_home_agents_md(path: str) -> str | Cut | Unusable | None:
+    """``~/.agents/AGENTS.md`` (the Core user's own file): a regular file's text, or :class:`Cut`,
+    its first :data:`READ_LIMIT_BYTES`, when it goes on past them; ``None`` when it is missing or
+    not a regular file; :class:`Unusable` (the prompt names the reason in the file's place) when it
+    cannot be opened or read or is not UTF-8.
 
     Opened without blocking and checked before reading: a FIFO there held every model request
     of every project (and the aborts waiting behind them), and a 300 MB file was read whole on
@@ -486,7 +485,8 @@ def read_home_agents_md(path: str) -> str | Unusable | None:
         log.warning("%s cannot be opened (%s); left out of the system prompt", path, exc.strerror)
         return Unusable(f"it cannot be opened ({exc.strerror or 'error ' + str(exc.errno)})")
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             log.warning("%s is not a regular file; left out of the system prompt", path)
             return None
         data = b""
@@ -495,18 +495,17 @@ def read_home_agents_md(path: str) -> str | Unusable | None:
             if not chunk:
                 break
             data += chunk
+        # (no byte past the limit is read: its size says whether the file goes on)
+        more = len(data) == READ_LIMIT_BYTES and os.fstat(fd).st_size > READ_LIMIT_BYTES
     except OSError as exc:
         log.warning("%s cannot be read (%s); left out of the system prompt", path, exc.strerror)
         return Unusable(f"it cannot be read ({exc.strerror or 'error ' + str(exc.errno)})")
     finally:
         os.close(fd)
-    try:
-        # (a file the cap cut may end in a character cut in two: left out, as a later page would
-        # complete it; a byte that can begin no character is not UTF-8, wherever it is)
-        return codecs.getincrementaldecoder("utf-8")().decode(data, final=len(data) < READ_LIMIT_BYTES)
-    except UnicodeDecodeError as exc:
-        log.warning("%s is not UTF-8 (byte %d); left out of the system prompt", path, exc.start)
-        return Unusable(f"it is not UTF-8 text (byte {exc.start})")
+    text = read_text_of(data, more)
+    if isinstance(text, Unusable):
+        log.warning("%s: %s; left out of the system prompt", path, text.reason)
+    return text
 
 
 # What the executor answers for an ``AGENTS.md`` that is there but that it will not read: the
@@ -517,64 +516,32 @@ AGENTS_MD_REFUSALS = frozenset({"PATH_OUTSIDE_WORKSPACE", "TOO_MANY_LINKS", "PER
 
 
 async def read_workspace_agents_md(executors: ExecutorPool, project_id: str, *,
-                                   wait: bool = True) -> str | Unusable | None:
-    """``<workspace>/AGENTS.md`` read through the project's executor (the workspace may be remote).
+                                   wait: bool = True) -> str | Cut | Unusable | None:
+    """``<workspace>/AGENTS.md`` read through the project's executor (the workspace may be remote):
+    its text, or :class:`Cut`, its first :data:`READ_LIMIT_BYTES`, when it goes on past them (the
+    executor's ``read_head`` reads those bytes exactly, judged here as the user's own file is).
     ``wait=False``: :class:`DomainBusy` instead of waiting while a command holds the workspace.
 
-    Missing file: ``None``; so is an ``AGENTS.md`` that is no file (a directory's listing is no
-    instructions). A file that is not UTF-8, or that the executor refuses (:data:`AGENTS_MD_REFUSALS`:
-    a link out of the workspace, …), is :class:`Unusable` (the prompt says so in its place).
-    An executor that cannot be reached leaves the section out (logged); the model request goes
-    ahead without it rather than failing.
+    Missing file: ``None``; so is an ``AGENTS.md`` that is no regular file (a directory's listing
+    is no instructions). A file that is not UTF-8, or that the executor refuses
+    (:data:`AGENTS_MD_REFUSALS`: a link out of the workspace, …), is :class:`Unusable` (the prompt
+    says so in its place). An executor that cannot be reached leaves the section out (logged); the
+    model request goes ahead without it rather than failing.
     """
     try:
         ex = await executors.get(project_id)
-        text, offset = "", 0
         async with ex.lock.read(wait=wait):
-            while len(text.encode()) < READ_LIMIT_BYTES:
-                try:
-                    out = await ex.client.call("read_file", {"path": "AGENTS.md", "offset": offset})
-                except LensError as exc:
-                    rest = await _up_to_the_limit(ex, exc, offset) if exc.code == "NOT_UTF8" else None
-                    if rest is None:
-                        raise
-                    return text + rest
-                if out.result.get("kind") != "file":
-                    log.warning("project %s: AGENTS.md is not a file; left out of the system prompt", project_id)
-                    return None
-                text += out.result.get("content", "")
-                if out.result.get("eof", True):
-                    break
-                offset = out.result["next_offset"]
-        return text
+            out = await ex.client.call("read_head", {"path": "AGENTS.md", "limit": READ_LIMIT_BYTES})
     except LensError as exc:
-        if exc.code == "NOT_UTF8":
-            log.warning("project %s: AGENTS.md is not UTF-8; left out of the system prompt", project_id)
-            at = re.search(r"\(byte (\d+)\)", exc.message)
-            return Unusable("it is not UTF-8 text" + (f" (byte {at.group(1)})" if at else ""))
         if exc.code not in ("NOT_FOUND", "NOT_A_FILE"):
             log.warning("project %s: AGENTS.md not read through the executor (%s)", project_id, exc.code)
         if exc.code in AGENTS_MD_REFUSALS:
             return Unusable(f"the executor does not read it ({exc.code}: {exc.message})")
         return None
-
-
-async def _up_to_the_limit(ex: Executor, failed: LensError, offset: int) -> str | None:
-    """The file's text from ``offset`` up to :data:`READ_LIMIT_BYTES`, when the page from there
-    was not UTF-8 (``failed``) only past that limit: ``read_file``'s pages end at whole lines, so
-    one can reach past it, and what lies past it is never read (as for the user's own file).
-    ``browse_read`` reads those bytes exactly (a character the limit cuts in two left out).
-    ``None``: the byte ``failed`` names is within the limit, or that read failed."""
-    at = re.search(r"\(byte (\d+)\)", failed.message)
-    if at is None or int(at.group(1)) < READ_LIMIT_BYTES or offset >= READ_LIMIT_BYTES:
-        return None
-    try:
-        out = await ex.client.call("browse_read", {"path": "AGENTS.md", "offset": offset,
-                                                   "limit": READ_LIMIT_BYTES - offset})
-    except LensError:
-        return None
-    text = out.result.get("text")
-    return text if isinstance(text, str) else None
+    text = read_text_of(out.data, out.result.get("more") is True)
+    if isinstance(text, Unusable):
+        log.warning("project %s: AGENTS.md: %s; left out of the system prompt", project_id, text.reason)
+    return text
 
 
 def _print_line(line: str) -> None:

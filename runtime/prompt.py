@@ -10,7 +10,8 @@
 :func:`assemble` is pure (same inputs, same text: the prompt is a stable cache prefix).
 :func:`load_project_files` reads the two files through an injected ``read_text(path)``
 coroutine, so the reading can go through the executor (the workspace may be remote); it returns
-``None`` for a missing file, and :class:`Unusable` for one that is there but cannot be used (not
+``None`` for a missing file, a ``str`` for one read whole, :class:`Cut` for the first
+:data:`READ_LIMIT_BYTES` of a longer one, and :class:`Unusable` for one that is there but cannot be used (not
 UTF-8, not openable): the prompt then says so in the file's place, so the model, and the user
 through it, learn why its instructions are missing; and :class:`NotRead` for one that was not read
 this time (a command held the workspace): the prompt says so in its place too. System instructions added later (skill loads, instruction updates)
@@ -19,6 +20,7 @@ are not part of this prompt: they are context items at their real position in hi
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
@@ -44,6 +46,15 @@ READ_LIMIT_BYTES = 256 * 1024
 HOME_AGENTS = "~/.agents/AGENTS.md"
 
 @dataclass(frozen=True)
+class Cut:
+    """An AGENTS.md longer than :data:`READ_LIMIT_BYTES`: ``text`` is what its first
+    :data:`READ_LIMIT_BYTES` hold (a character the limit cuts in two left out); the bytes past
+    them are never read. A reader says so, as it alone knows whether the file went on."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Unusable:
     """An AGENTS.md that exists but whose text cannot be used; ``reason`` is shown in its place."""
 
@@ -64,17 +75,29 @@ class NotRead:
 WORKSPACE_BUSY = ("not read: a command was running in the workspace when this prompt was built; this file and "
                   "the workspace's skills are read for the first request after it ends")
 
-ReadText = Callable[[str], Awaitable["str | Unusable | NotRead | None"]]
+ReadText = Callable[[str], Awaitable["str | Cut | Unusable | NotRead | None"]]
+
+
+def read_text_of(data: bytes, more: bool) -> str | Cut | Unusable:
+    """An AGENTS.md's text from the bytes a reader read (at most :data:`READ_LIMIT_BYTES`) and
+    whether the file had ``more`` bytes past them: a character the limit cut in two is left out
+    (the next bytes would complete it); a byte that can begin no character is not UTF-8, wherever
+    it is among those read."""
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(data, final=not more)
+    except UnicodeDecodeError as exc:
+        return Unusable(f"it is not UTF-8 text (byte {exc.start})")
+    return Cut(text) if more else text
 
 
 @dataclass(frozen=True)
 class ProjectFile:
     label: str  # as shown in the prompt: "~/.agents/AGENTS.md" or "<workspace>/AGENTS.md"
-    text: str
+    text: str  # as read (the daemon's keys are replaced in it where it is shown: PromptInputs.secrets)
     unusable: str = ""  # why the file's text is left out (its note replaces the text), or ""
     not_read: str = ""  # a file not read this time: this note replaces the text, or ""
-    # The read stopped at READ_LIMIT_BYTES, so the file may go on past ``text``: judged on the text
-    # as read (the daemon's keys replaced in it can make it longer or shorter).
+    # The file goes on past ``text`` (its reader said so: :class:`Cut`): a key's start at its end
+    # is left out, and the note on its size says "at least".
     cut: bool = False
 
 
@@ -92,8 +115,9 @@ class PromptInputs:
     project_files: Sequence[ProjectFile] = ()
     skills: Sequence[SkillMeta] = ()
     cwd: str | None = None
-    # The daemon's keys, already replaced in the files' texts: a marker a file's cut would split
-    # is left out whole (Secrets.cut, as every text cut to a limit).
+    # The daemon's keys, replaced in the files' texts where they are shown (Secrets.mend: a key's
+    # start at the end of a cut file is left out); a marker a file's cut to
+    # MAX_PROJECT_FILE_CHARS would split is left out whole (Secrets.cut, as every text cut to a limit).
     secrets: Secrets = field(default_factory=Secrets)
 
 
@@ -105,9 +129,10 @@ def sections(inputs: PromptInputs) -> list[tuple[str, str]]:
     rules = [r.strip() for r in inputs.rules if r.strip()]
     if rules:
         out.append(("rules", "# Rules\n" + "\n".join(f"- {r}" for r in rules)))
-    files = [f for f in inputs.project_files if _shown(f.text).strip() or f.unusable or f.not_read]
-    if files:
-        body = "\n\n".join(f"## {f.label}\n{_body(f, inputs.secrets)}" for f in files)
+    bodies = [(f.label, _body(f, inputs.secrets)) for f in inputs.project_files]
+    bodies = [(label, body) for label, body in bodies if body]
+    if bodies:
+        body = "\n\n".join(f"## {label}\n{text}" for label, text in bodies)
         out.append(("project_context", "# Project context\nInstructions from AGENTS.md files (user-level first, "
                                         "then the workspace's; the later one wins where they conflict).\n\n" + body))
     if inputs.skills:
@@ -138,22 +163,27 @@ def _shown(text: str) -> str:
 
 
 def _body(f: ProjectFile, secrets: Secrets) -> str:
+    """The file's section body; "" for a file of nothing (after its keys are replaced) but white space."""
     if f.unusable:
         return _note(f.unusable)
     if f.not_read:
         return f"[{f.not_read}]"
-    return _clip(_shown(f.text).strip(), f.label, cut=f.cut, secrets=secrets)
+    return _clip(_shown(secrets.mend(f.text, cut_end=f.cut)).strip(), len(_shown(f.text).strip()), f.label,
+                 cut=f.cut, secrets=secrets)
 
 
-def _clip(text: str, label: str, *, cut: bool, secrets: Secrets) -> str:
+def _clip(text: str, chars: int, label: str, *, cut: bool, secrets: Secrets) -> str:
     """``text`` up to :data:`MAX_PROJECT_FILE_CHARS` (less a key's marker the limit would split);
-    ``cut``: the read stopped at :data:`READ_LIMIT_BYTES` (the file may be longer than what was read)."""
-    if len(text) <= MAX_PROJECT_FILE_CHARS:
+    ``chars``: the length of the file's text as read (before its keys were replaced), which the
+    note gives; ``cut``: the read stopped at :data:`READ_LIMIT_BYTES` and the file went on."""
+    if len(text) <= MAX_PROJECT_FILE_CHARS and not cut:
         return text
-    size = f"at least {len(text)}" if cut else str(len(text))
+    size = f"at least {chars}" if cut else str(chars)
     # The workspace's file can be read with the file tools; the user's own lies outside any workspace.
     rest = "the rest is not shown" if label == HOME_AGENTS else "read it for the rest"
-    return secrets.cut(text, MAX_PROJECT_FILE_CHARS, f"\n[… truncated: the file has {size} characters; {rest}]")
+    note = f"\n[… truncated: the file has {size} characters; {rest}]"
+    # (a cut file of 4-byte characters fits the limit: what was read is shown whole, the note after it)
+    return text + note if len(text) <= MAX_PROJECT_FILE_CHARS else secrets.cut(text, MAX_PROJECT_FILE_CHARS, note)
 
 
 def _note(reason: str) -> str:
@@ -176,8 +206,10 @@ async def load_project_files(read_text: ReadText, *, workspace: str | None, home
             out.append(ProjectFile(label, "", text.reason))
         elif isinstance(text, NotRead):
             out.append(ProjectFile(label, "", not_read=text.note))
+        elif isinstance(text, Cut):
+            out.append(ProjectFile(label, text.text, cut=True))
         elif text is not None:
-            out.append(ProjectFile(label, text, cut=len(text.encode()) >= READ_LIMIT_BYTES - 3))
+            out.append(ProjectFile(label, text))
     return out
 
 
@@ -198,8 +230,7 @@ async def build_system_prompt(
     would split left out whole); a file the read cut
     at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
     secrets = secrets or Secrets()
-    files = [ProjectFile(f.label, secrets.mend(f.text, cut_end=f.cut), f.unusable, f.not_read, f.cut)
-             for f in await load_project_files(read_text, workspace=workspace, home=home)]
+    files = await load_project_files(read_text, workspace=workspace, home=home)
     text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills),
                                  cwd if cwd is not None else workspace, secrets))
     return [text]

@@ -39,3 +39,8 @@ async def test_a_workspace_agents_md_not_utf8_only_past_the_read_limit_is_shown_
     assert "## <workspace>/AGENTS.md\nWS-RULE first\n" + "y" * 99 + "\n" in text, text[:2000]
     assert "[… truncated: the file has at least 262144 characters; read it for the rest]" in text, text[-400:]
     assert "left out" not in text, text[-400:]
+    # and so for one with a NUL byte early (browse_read, which read the rest, refused it as binary)
+    text = await prompt("nul-past-limit", b"a\0b\n" + data)
+    assert "## <workspace>/AGENTS.md\na\0b\nWS-RULE first\n" in text, text[:2000]
+    assert "[… truncated: the file has at least 262144 characters; read it for the rest]" in text, text[-400:]
+    assert "left out" not in text, text[-400:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from runtime.prompt import (
     DEFAULT_PREAMBLE,
+    Cut,
     MAX_PROJECT_FILE_CHARS,
     ProjectFile,
     PromptInputs,
@@ -22,7 +23,7 @@ class FakeFs:
         self.files = files
         self.asked: list[str] = []
 
-    async def __call__(self, path: str) -> str | None:
+    async def __call__(self, path: str) -> str | Cut | None:
         self.asked.append(path)
         return self.files.get(path)
 
@@ -61,9 +62,19 @@ async def test_missing_files_and_oversized_ones():
     # A text as long as a reader's limit may be the beginning of a longer file: not its size.
     from runtime.prompt import READ_LIMIT_BYTES
 
-    capped = FakeFs({"/repo/AGENTS.md": "y" * READ_LIMIT_BYTES})
+    capped = FakeFs({"/repo/AGENTS.md": Cut("y" * READ_LIMIT_BYTES)})
     note = (await build_system_prompt(capped, workspace="/repo/", home=None, cwd="/repo"))[0]
     assert f"the file has at least {READ_LIMIT_BYTES} characters" in note
+    # (and a file of exactly the limit, read whole, is its size: cut is the reader's word, not a guess)
+    whole = FakeFs({"/repo/AGENTS.md": "y" * READ_LIMIT_BYTES})
+    note = (await build_system_prompt(whole, workspace="/repo/", home=None, cwd="/repo"))[0]
+    assert f"the file has {READ_LIMIT_BYTES} characters; read it for the rest]" in note, note[-200:]
+    # A cut file of 4-byte characters fits the 65,536 characters: shown whole, and said to go on
+    # (it was shown as if it were the whole file).
+    emoji = FakeFs({"/repo/AGENTS.md": Cut("😀" * MAX_PROJECT_FILE_CHARS)})
+    note = (await build_system_prompt(emoji, workspace="/repo/", home=None, cwd="/repo"))[0]
+    assert "😀" * MAX_PROJECT_FILE_CHARS + f"\n[… truncated: the file has at least {MAX_PROJECT_FILE_CHARS} " \
+           "characters; read it for the rest]\n\n# Environment" in note, note[-200:]
     assert fs.asked == ["/home/u/.agents/AGENTS.md", "/repo/AGENTS.md"]
     assert "Current working directory: /repo/src" in system
     none = FakeFs({})
@@ -82,11 +93,14 @@ async def test_whether_a_file_was_cut_is_judged_on_its_text_as_read_not_as_scrub
     secrets = Secrets({key: "LENS_K"})
     for name, text in (("a key's start at the end", "y" * (READ_LIMIT_BYTES - 20) + key[:20]),
                        ("a key inside", key + "y" * (READ_LIMIT_BYTES - len(key)))):
-        fs = FakeFs({"/repo/AGENTS.md": text})
+        fs = FakeFs({"/repo/AGENTS.md": Cut(text)})
         note = (await build_system_prompt(fs, workspace="/repo", home=None, secrets=secrets))[0]
-        assert "the file has at least " in note and key[:8] not in note, (name, note[-200:])
+        assert f"[… truncated: the file has at least {READ_LIMIT_BYTES} characters;" in note, (name, note[-200:])
+        assert key[:8] not in note, (name, note[-200:])
     short = Secrets({"sk-12345": "A_VERY_LONG_VARIABLE_NAME_FOR_ITS_MARKER"})
     whole = "sk-12345 " * ((READ_LIMIT_BYTES - 100) // 9)  # (read whole: shorter than the limit)
     fs = FakeFs({"/repo/AGENTS.md": whole})
     note = (await build_system_prompt(fs, workspace="/repo", home=None, secrets=short))[0]
-    assert "the file has at least" not in note and "truncated: the file has " in note, note[-200:]
+    # (counted on the text as read, 262,043 characters once stripped: the markers made it 1,514,031)
+    assert "[redacted A_VERY_LONG_VARIABLE_NAME_FOR_ITS_MARKER] \n[… truncated: the file has 262043 characters; read it " \
+           "for the rest]\n\n# Environment" in note, note[-300:]

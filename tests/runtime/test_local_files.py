@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from runtime.daemon import read_home_agents_md
-from runtime.prompt import READ_LIMIT_BYTES as AGENTS_MD_MAX_BYTES, Unusable
+from runtime.prompt import READ_LIMIT_BYTES as AGENTS_MD_MAX_BYTES, Cut, Unusable
 from tools.artifacts import ArtifactError, ArtifactStore
 
 
@@ -33,7 +33,7 @@ def test_the_home_agents_md_is_read_up_to_its_cap(tmp_path: Path) -> None:
     f.write_bytes(b"a" * AGENTS_MD_MAX_BYTES)  # exactly the cap: all of it
     assert read_home_agents_md(str(f)) == "a" * AGENTS_MD_MAX_BYTES
     f.write_bytes(b"a" * (AGENTS_MD_MAX_BYTES - 1) + "é".encode() + b"b" * 3_000_000)  # 3 MB: not read whole
-    assert read_home_agents_md(str(f)) == "a" * (AGENTS_MD_MAX_BYTES - 1)  # the character cut by the cap goes
+    assert read_home_agents_md(str(f)) == Cut("a" * (AGENTS_MD_MAX_BYTES - 1))  # the character cut by the cap goes
     f.write_bytes(b"rules\n\xff more rules\n")
     assert read_home_agents_md(str(f)) == Unusable("it is not UTF-8 text (byte 6)")  # named in the prompt
     f.write_text("Rule one.\n")

@@ -178,6 +178,7 @@ ARGUMENT_NAMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "read_file": (("path",), ("start_line", "max_lines", "offset", "follow_symlinks")),
     "browse_list": ((), ("path", "depth", "max_entries", "include_ignored")),
     "browse_read": (("path",), ("offset", "limit")),
+    "read_head": (("path", "limit"), ()),
     "resolve": (("path",), ()),
     "view_image": (("path",), ()),
     "edit_file": (("path", "mode"), ("content", "edits")),
@@ -286,6 +287,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         if tool == "resolve":  # where a path leads (the Core's workspace allowlist judges that)
             # (escaped: a name read from the disk need not be UTF-8, and a link may lead to it)
             return pb.ToolReply(ok=True, result_json=json.dumps(ws.resolve_path(**args)))
+        if tool == "read_head":  # a file's first bytes as they are (the Core's AGENTS.md)
+            data, more = ws.read_head(**args)
+            return pb.ToolReply(ok=True, data=data, result_json=json.dumps({"more": more}))
         if tool == "view_image":
             data, mime = ws.view_image(**args)
             return pb.ToolReply(ok=True, data=data, mime=mime,

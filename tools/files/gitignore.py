@@ -36,8 +36,10 @@ MAX_GITIGNORE_BYTES = 1024 * 1024  # a larger .gitignore is read only up to here
 
 @dataclass(frozen=True)
 class Pattern:
-    base: str          # directory of the .gitignore it came from ("" for the root)
-    regex: re.Pattern[str]
+    # The directory of the .gitignore it came from ("" for the root), as its UTF-8 bytes one per
+    # character (:func:`_octets`), as ``regex`` matches paths; IgnoreFile.base is the plain name.
+    base: str
+    regex: re.Pattern[str]  # matches a path given as its bytes (:func:`_octets`)
     negated: bool
     dir_only: bool
     text: str          # the line as written, for messages and tests
@@ -63,6 +65,7 @@ _POSIX = {
     "punct": "".join(re.escape(c) for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"),
     "space": " \\t\\n\\r", "upper": "A-Z", "xdigit": "0-9A-Fa-f",
 }
+# A pattern git abandons (an unclosed class, an unknown [:name:]) matches nothing.
 _NEVER = "(?!)"
 
 
@@ -73,7 +76,7 @@ def _octets(text: str) -> str:
     try:
         return text.encode("utf-8", "surrogateescape").decode("latin-1")
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("latin-1")  # a pattern git abandons (an unclosed class, an unknown [:name:]) matches nothing
+        return text.encode("utf-8", "surrogatepass").decode("latin-1")
 
 
 def _class(body: str, i: int) -> tuple[str, int] | None:
@@ -229,6 +232,8 @@ class IgnoreFile:
     groups are made under a lock, once, whichever thread asks first."""
 
     def __init__(self, base: str, text: str) -> None:
+        # The directory's workspace-relative name as given ("" for the root; a name's bytes that
+        # are not UTF-8 as surrogates, as ``os`` gives them); its patterns hold it as bytes.
         self.base = base
         self.patterns = parse(text, base)
         self._groups: dict[bool, list[tuple[re.Pattern[str], list[Pattern]]]] = {}

@@ -117,6 +117,26 @@ class Workspace:
             content = res.pop("content")
             return {"path": path, "kind": "file", "content": content, **res}
 
+    def read_head(self, path: str, limit: object) -> tuple[bytes, bool]:
+        """A regular file's first ``limit`` bytes (1 to MAX_TEXT_BYTES) as they are, judged on
+        nothing (neither UTF-8 nor binary: the caller judges), and whether the file goes on past
+        them (by its size: no byte past ``limit`` is read). The Core reads ``AGENTS.md`` so, where
+        the file tools' pages end at whole lines and may reach past the bytes it takes."""
+        n = read.check_int("limit", limit, 1)
+        if n is None or n > MAX_TEXT_BYTES:
+            raise FileToolError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_TEXT_BYTES}")
+        with self._boundary(path), self._resolve(path) as t:
+            fd = self._regular(t)
+            chunks: list[bytes] = []
+            got = 0
+            while got < n:
+                chunk = os.pread(fd, n - got, got)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            return b"".join(chunks), got == n and os.fstat(fd).st_size > n
+
     def browse_list(self, path: str = ".", depth: int = 1, max_entries: int = browse.MAX_ENTRIES,
                     include_ignored: bool = False) -> dict[str, Any]:
         """F-HAR-3: a directory tree for workspace browsing (shape in tools.files.browse)."""
