@@ -591,30 +591,33 @@ def _held_unlisted(name: str, held: HeldSkill, mine: Skill | None, current: Skil
                            {"name": name, "status": "already_loaded"})
 
 
-def _quoted(name: str) -> str:
+def _quoted(name: str, secrets: Secrets) -> str:
     """``name`` quoted for a message, cut to :data:`MAX_NAME_CHARS` with ``…`` after it when
-    longer (a front matter's or a call's name may be of any length)."""
-    return f"{name[:MAX_NAME_CHARS]!r}…" if len(name) > MAX_NAME_CHARS else repr(name)
+    longer (a front matter's or a call's name may be of any length). Cut by ``secrets``
+    (:meth:`Secrets.cut`): a key across the cut is replaced whole, where a cut made first would
+    leave a piece of it that no later scrub of the message recognises."""
+    shown = secrets.cut(name, MAX_NAME_CHARS)
+    return repr(shown) if shown == secrets.scrub(name) else f"{shown!r}…"
 
 
-def _too_long(name: str) -> ToolError:
+def _too_long(name: str, secrets: Secrets) -> ToolError:
     """A name no skill is listed under: longer than :data:`MAX_NAME_CHARS` (echoed cut)."""
-    return ToolError("SKILL_NOT_FOUND", f"no skill named {_quoted(name)}: a skill name has at most "
+    return ToolError("SKILL_NOT_FOUND", f"no skill named {_quoted(name, secrets)}: a skill name has at most "
                                         f"{MAX_NAME_CHARS} characters")
 
 
-def _named_otherwise(skills: list[Skill], name: str) -> str:
+def _named_otherwise(skills: list[Skill], name: str, secrets: Secrets) -> str:
     """What a failed load by ``name`` adds when a skill directory is called that but its front
     matter names the skill otherwise: a skill is named by its front matter, not its directory."""
     held = next((s for s in skills if s.base_dir.rpartition("/")[2] == name and (s.declared or s.name) != name),
                 None)
     if held is None:
-        return _named_by_path(skills, name) or _named_in_another_case(skills, name)
+        return _named_by_path(skills, name, secrets) or _named_in_another_case(skills, name)
     cannot = f" (it cannot be loaded: {held.problem})" if held.problem else ""
-    return f" ({held.base_dir}/ holds the skill named {_quoted(held.declared or held.name)}, its front matter's name{cannot})"
+    return f" ({held.base_dir}/ holds the skill named {_quoted(held.declared or held.name, secrets)}, its front matter's name{cannot})"
 
 
-def _named_by_path(skills: list[Skill], name: str) -> str:
+def _named_by_path(skills: list[Skill], name: str, secrets: Secrets) -> str:
     """What a failed load by ``name`` adds when it is a skill's path rather than its name: its
     directory (``skills/review``, ``./skills/review/``, ``review/``) or its ``SKILL.md`` (as the
     system prompt lists it). A skill is loaded by its name only."""
@@ -627,7 +630,7 @@ def _named_by_path(skills: list[Skill], name: str) -> str:
     if at is None:
         return ""
     cannot = f"; it cannot be loaded: {at.problem}" if at.problem else ""
-    return (f" ({at.base_dir}/ holds the skill named {_quoted(at.declared or at.name)}: a skill is loaded by its name, not its "
+    return (f" ({at.base_dir}/ holds the skill named {_quoted(at.declared or at.name, secrets)}: a skill is loaded by its name, not its "
             f"path{cannot})")
 
 
@@ -668,6 +671,7 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secre
     sizes = SkillSizes() if sizes is None else sizes
 
     async def skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        keys = secrets or ctx.secrets  # (replaced in what the answers quote, before any cut)
         extra = set(args) - {"name", "unload"}
         name, unload = args.get("name"), args.get("unload", False)
         problem = None
@@ -686,7 +690,7 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secre
                                                 f'or {{"name": "...", "unload": true}}')
         too_long = name is not None and len(name) > MAX_NAME_CHARS
         if too_long and unload:  # (such a name is never loaded: nothing to unload, nothing to read)
-            raise _too_long(name)
+            raise _too_long(name, keys)
         loaded: Mapping[str, HeldSkill] = ctx.loaded_skills() if ctx.loaded_skills is not None else {}
         if unload:
             assert name is not None
@@ -701,7 +705,7 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secre
         read = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill")
         browse = workspace_reader(pool, ctx.project_id, f"{ctx.session_id}:{ctx.call_id}:skill", tool="browse_list")
         discovery = await discover(read, browse=browse, recordable=ctx.recordable, sizes=sizes,
-                                   secrets=secrets or ctx.secrets)
+                                   secrets=keys)
         skills = discovery.skills
         if name is None:
             at = _loaded_at(skills, loaded)
@@ -715,8 +719,8 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secre
             # for the cut name (below), not as a skill that does not exist.
             bad = next((s for s in skills if s.declared == name), None)
             if bad is None:
-                raise _too_long(name)
-            raise ToolError("SKILL_INVALID", f"skill {_quoted(name)} ({bad.base_dir}/) cannot be loaded: "
+                raise _too_long(name, keys)
+            raise ToolError("SKILL_INVALID", f"skill {_quoted(name, keys)} ({bad.base_dir}/) cannot be loaded: "
                                              f"{bad.problem}")
         found = next((s for s in skills if s.name == name and s.problem is None), None)
         held = loaded.get(name)
@@ -735,7 +739,7 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secre
             usable = [s.name for s in skills if s.problem is None]
             past = (f" among the first {MAX_SKILLS} skill directories, which are all that are looked at "
                     f"({discovery.unread_note()}; a skill among them cannot be loaded)" if discovery.unread_dirs else "")
-            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}{past}{_named_otherwise(skills, name)}; "
+            raise ToolError("SKILL_NOT_FOUND", f"no skill named {name!r}{past}{_named_otherwise(skills, name, keys)}; "
                             f"available: {', '.join(usable[:50]) if usable else 'none'}")
         samples, more = await resource_samples(browse, found.base_dir)
         structured = {"name": found.name, "base_dir": found.base_dir, "resources": samples,
