@@ -234,11 +234,9 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         check_session_settings(model, thinking_level)
         if name is not None:
             check_name(name, "name")
-        if model is not None or thinking_level is not None or reset or settings:
-            await svc.call(sid, a.Configure(model=model, thinking_level=thinking_level,
-                                                       settings=settings, reset=reset))
-        if name is not None:
-            await svc.call(sid, a.Rename(name))
+        # (one command: the change is recorded whole, or refused whole)
+        await svc.call(sid, a.Configure(model=model, thinking_level=thinking_level, settings=settings, reset=reset,
+                                        name=name))
         view = await svc.call(sid, a.GetView())
         return await json_answer(view, svc.store.secrets, chars=await strings_chars(view_texts(view)))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .conftest import Daemon, error_of
+from .conftest import Daemon, error_of, race
 
 
 async def _session(d: Daemon, token: str) -> str:
@@ -61,3 +61,27 @@ async def test_null_for_a_required_field_is_refused_naming_it(daemon: Daemon, st
     r = await daemon.post(f"/sessions/{sid}/abort", strong, {"reason": None})
     assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED") and "reason" in r.text
     assert await daemon.events(strong, sid) == before
+
+
+async def test_a_patch_raced_by_a_delete_changes_all_of_its_fields_or_none(daemon: Daemon, strong: str) -> None:
+    """``PATCH /sessions/{id} {thinkingLevel, name}`` sent at the moment of a ``DELETE``: either
+    the change comes first (200, both fields changed, then deleted) or the delete does (409
+    ``SESSION_DELETED``, nothing changed). The change was two writes, the name after the rest: a
+    delete between them left the thinking level changed under a 409 (22 of 40 tries)."""
+    project = await daemon.project(strong)
+    outcomes = set()
+    for _ in range(40):
+        sid = (await daemon.session(strong, project["id"]))["id"]
+        patch, delete = await race(
+            lambda: daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"thinkingLevel": "high", "name": "n"}),
+            lambda: daemon.request("DELETE", f"/sessions/{sid}", strong))
+        assert delete.status_code == 200, delete.text
+        view = await daemon.view(strong, sid)
+        changed = (view["thinkingLevel"], view["name"])
+        if patch.status_code == 200:
+            assert changed == ("high", "n"), (patch.text, changed)
+        else:
+            assert (patch.status_code, error_of(patch)) == (409, "SESSION_DELETED"), patch.text
+            assert changed == (None, None), changed  # (nothing of the refused change recorded)
+        outcomes.add(patch.status_code)
+    assert outcomes <= {200, 409}
