@@ -228,7 +228,9 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         name = body.name if isinstance(body.name, str) else None
         reset = tuple(key for attr, key in PATCH_RESETS
                       if getattr(body, attr) is None)  # (null: back to the default; left out: UNSET)
-        if model is None and thinking_level is None and not reset and name is None and not settings:
+        # (a field given that changes nothing, an empty toolPolicy too, is answered with the view)
+        given = (model, thinking_level, name) != (None, None, None) or reset or settings
+        if not given and body.tool_policy is msgspec.UNSET:
             raise ApiError("VALIDATION_FAILED", "give at least one of model, thinkingLevel, name, autoCompaction, "
                                                 "compactionTriggerPercent, pruneToolResults and toolPolicy")
         check_session_settings(model, thinking_level)

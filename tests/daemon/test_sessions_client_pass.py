@@ -85,3 +85,16 @@ async def test_a_patch_raced_by_a_delete_changes_all_of_its_fields_or_none(daemo
             assert changed == (None, None), changed  # (nothing of the refused change recorded)
         outcomes.add(patch.status_code)
     assert outcomes <= {200, 409}
+
+
+async def test_an_empty_tool_policy_patch_changes_nothing_and_is_answered_as_such(daemon: Daemon, strong: str) -> None:
+    """``{"toolPolicy": {}}`` (a client sending the overrides its form changed: none) is a field
+    given that changes nothing, as a thinking level sent again is: 200 with the view, nothing
+    recorded. It was 422 telling the client to give toolPolicy, which it had."""
+    sid = await _session(daemon, strong)
+    before = await daemon.events(strong, sid)
+    r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"toolPolicy": {}})
+    assert r.status_code == 200 and r.json()["id"] == sid, r.text
+    assert await daemon.events(strong, sid) == before
+    r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={})
+    assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED")  # (no field at all: still refused)
