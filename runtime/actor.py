@@ -241,6 +241,9 @@ class Configure:
     # Set back to the default: "model" (follow the default model chain again), "thinking_level",
     # "name" (none) and any key of RESETTABLE_SETTINGS (the saved value dropped).
     reset: tuple[str, ...] = ()
+    # A new name (``session.named``), recorded in the same append as the rest: one change of a
+    # ``PATCH`` is written whole or not at all (a delete cannot come between its parts).
+    name: str | None = None
 
 
 # Saved settings a ``Configure`` reset drops: the context settings and the tool policy overrides.
@@ -777,9 +780,14 @@ class SessionActor:
                                       f"remove some (an entry set to null removes it)")
             if merged is not None and merged != (s.settings.get("toolPolicy") or {}):
                 settings["toolPolicy"] = tool_policy  # (a patch: runtime overrides, F-TOOL-2)
+            events: list[d.Scoped] = []
             if model is not None or level is not None or settings or reset:
-                await self._emit([d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings,
-                                                               reset=reset))])
+                events.append(d.Scoped(t.SessionConfigured(model=model, thinking_level=level, settings=settings,
+                                                           reset=reset)))
+            if cmd.name is not None and cmd.name != s.name:
+                events.append(d.Scoped(t.SessionNamed(name=cmd.name)))
+            if events:
+                await self._emit(events)
             return {"model": s.model, "thinkingLevel": s.thinking_level}
         if isinstance(cmd, Rename):
             if cmd.name != s.name:

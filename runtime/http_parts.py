@@ -10,11 +10,13 @@ the status of :data:`STATUS`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Callable, TypeVar
 
 import msgspec
+import msgspec.inspect as mi
 import trio
 from quart import Response, current_app, g, request
 
@@ -171,7 +173,8 @@ async def read_body(kind: type[B]) -> B:
     """The request's JSON body as ``kind``: 400 ``INVALID_JSON`` when it is no JSON (an empty
     body is named as such), 422 ``VALIDATION_FAILED`` when its shape does not match. A body of a
     route that takes none (:class:`EmptyBody`, or another :class:`Body` without fields: any field
-    given is refused) may be empty. A leading UTF-8 byte order mark is
+    given is refused) may be empty. An optional field that takes no null, sent as null, is that
+    field left out (:func:`_null_is_left_out`). A leading UTF-8 byte order mark is
     skipped (RFC 8259 8.1 lets a parser ignore it; editors and some runtimes write one).
 
     A body of more than :data:`BODY_ON_LOOP_BYTES` is decoded in a worker thread, each step (the
@@ -243,6 +246,11 @@ def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | 
     if repeated is not None:
         return Refused("repeated", repeated)
     between()
+    nulls = _null_is_left_out(kind)
+    if nulls and isinstance(decoded, dict) and any(name in decoded and decoded[name] is None for name in nulls):
+        decoded = {k: v for k, v in decoded.items() if not (v is None and k in nulls)}
+        raw = msgspec.json.encode(decoded)
+        between()
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
@@ -251,6 +259,29 @@ def _decode_body(raw: bytes, kind: type[B], between: Callable[[], None]) -> B | 
         return Refused("shape", str(exc), exc)
     except RecursionError:
         return Refused("deep")
+
+
+@functools.cache
+def _null_is_left_out(kind: type) -> frozenset[str]:
+    """The JSON names of the optional fields of the body ``kind`` that take no null: a null there
+    is the field left out, its default (a client that writes every field it does not set as null
+    means nothing else). A field that takes null gives it its own meaning (``PATCH
+    /sessions/{id}``: back to the default; ``expectDigest``: no file); a required one is still
+    refused naming it."""
+    try:
+        info = mi.type_info(kind)
+    except (TypeError, ValueError):
+        return frozenset()
+    if not isinstance(info, mi.StructType):
+        return frozenset()
+    return frozenset(f.encode_name for f in info.fields if not f.required and not _takes_null(f.type))
+
+
+def _takes_null(node: mi.Type) -> bool:
+    while isinstance(node, mi.Metadata):
+        node = node.type
+    members = node.types if isinstance(node, mi.UnionType) else (node,)
+    return any(isinstance(m, (mi.NoneType, mi.AnyType)) for m in members)
 
 
 def _high_surrogate_escape(raw: bytes, between: Callable[[], None]) -> bool:

@@ -228,17 +228,17 @@ def add_session_routes(app: QuartTrio, svc: Services) -> None:
         name = body.name if isinstance(body.name, str) else None
         reset = tuple(key for attr, key in PATCH_RESETS
                       if getattr(body, attr) is None)  # (null: back to the default; left out: UNSET)
-        if model is None and thinking_level is None and not reset and name is None and not settings:
+        # (a field given that changes nothing, an empty toolPolicy too, is answered with the view)
+        given = (model, thinking_level, name) != (None, None, None) or reset or settings
+        if not given and body.tool_policy is msgspec.UNSET:
             raise ApiError("VALIDATION_FAILED", "give at least one of model, thinkingLevel, name, autoCompaction, "
                                                 "compactionTriggerPercent, pruneToolResults and toolPolicy")
         check_session_settings(model, thinking_level)
         if name is not None:
             check_name(name, "name")
-        if model is not None or thinking_level is not None or reset or settings:
-            await svc.call(sid, a.Configure(model=model, thinking_level=thinking_level,
-                                                       settings=settings, reset=reset))
-        if name is not None:
-            await svc.call(sid, a.Rename(name))
+        # (one command: the change is recorded whole, or refused whole)
+        await svc.call(sid, a.Configure(model=model, thinking_level=thinking_level, settings=settings, reset=reset,
+                                        name=name))
         view = await svc.call(sid, a.GetView())
         return await json_answer(view, svc.store.secrets, chars=await strings_chars(view_texts(view)))
 

@@ -94,8 +94,6 @@ async def test_when_busy_takes_follow_up_and_steer_and_refuses_anything_else(dae
         r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "x", "content": "hi", "whenBusy": value})
         assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), (value, r.text)
         assert "whenBusy" in r.json()["error"]["message"], value
-    r = await daemon.post(f"/sessions/{sid}/inputs", token, {"requestId": "x", "content": "hi", "whenBusy": None})
-    assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED")
     assert await daemon.events(token, sid) == before
     # followUp is the default; a steer on an idle session simply starts its run
     await daemon.submit(token, sid, "plain", "one")
