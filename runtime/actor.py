@@ -354,9 +354,10 @@ class SessionActor:
         # read again (the tail after the snapshot loaded, a fork's source up to its fork point,
         # then what this actor appends). A snapshot is taken once it reaches snapshot_every.
         self._unsnapshotted = 0
-        self._skills = SkillLoads(deps.tools, session_id, deps.store.codec.pack_checked, deps.store.secrets)
         assert deps.tool_catalog is not None
         self.tool_catalog = deps.tool_catalog
+        self._skills = SkillLoads(deps.tools, session_id, deps.store.codec.pack_checked, deps.store.secrets,
+                                  catalog=deps.tool_catalog)
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
         # Whether a run of this actor ended with the session at rest (nothing running, queued or

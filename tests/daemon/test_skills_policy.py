@@ -1,0 +1,88 @@
+"""Skills as each agent may use them (F-TOOL-6 with F-TOOL-2): a user's ``/skill:`` command under
+the tool policy. A daemon on loopback port 0, the real executor, the ``faux`` provider."""
+
+from __future__ import annotations
+
+from .conftest import error_of, question_opened, run_tool, stop_daemon
+from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
+from .test_skills_capabilities_third_pass import REVIEW
+
+SKILL_OFF = {"toolPolicy": {"skill": {"enabled": False}}}
+
+
+def _kinds(events: list[dict]) -> list[str]:
+    return [e["kind"] for e in events]
+
+
+async def test_a_skill_command_is_refused_as_the_models_call_is_while_the_policy_disables_skill(daemon_factory):
+    # The session's policy disables `skill`: a model's call is refused TOOL_DISABLED, and so is
+    # the user's `/skill:review` (it loaded the skill before), with nothing recorded; a skill
+    # loaded before the policy changed is refused too, as the model's call of it is.
+    d = await daemon_factory(config=CONFIG)
+    token, _, sid = await _session(d, {"review": REVIEW, "two": TWO})
+    await run_tool(d, token, sid, "l0", "skill", {"name": "two"})
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body=SKILL_OFF)
+    assert r.status_code == 200, r.text
+    before = await d.events(token, sid)
+    for rid, name in (("r1", "review"), ("r2", "two"), ("r3", "nosuch")):
+        r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": rid, "content": f"/skill:{name} go"})
+        assert r.status_code == 422 and error_of(r) == "TOOL_DISABLED", r.text
+        assert r.json()["error"]["message"] == (
+            "skill is disabled by the tool policy (a /skill: command is held to the tool policy as the model's "
+            "skill calls are)"), r.text
+    assert await d.events(token, sid) == before  # nothing recorded
+    model = await run_tool(d, token, sid, "m1", "skill", {"name": "review"})
+    assert model["error_code"] == "TOOL_DISABLED", model
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r4", "content": "/skill:"})
+    assert r.status_code == 400 and error_of(r) == "INVALID_ARGUMENT", r.text  # (bad input first, as before)
+    # The policy lifted: the same command loads.
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"skill": None}})
+    assert r.status_code == 200, r.text
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r5", "content": "/skill:review go"})
+    assert r.status_code == 202, r.text
+    await d.wait_idle(token, sid)
+    assert [e["body"]["name"] for e in await d.events(token, sid) if e["kind"] == "skill.loaded"] == ["two", "review"]
+
+
+async def test_a_skill_command_is_held_to_the_configs_restriction_of_the_skill_name(daemon_factory):
+    # `paramRestrictions` on `skill`'s `name` hold for the user's command as for the model's call.
+    config = {**CONFIG, "tools": {"policy": {"skill": {"paramRestrictions": {"name": {"enum": ["two"]}}}}}}
+    d = await daemon_factory(config=config)
+    token, _, sid = await _session(d, {"review": REVIEW, "two": TWO})
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r1", "content": "/skill:review go"})
+    assert r.status_code == 422 and error_of(r) == "PARAM_NOT_ALLOWED", r.text
+    assert r.json()["error"]["message"] == ('skill: name must be one of ["two"] (a /skill: command is held to '
+                                            "the tool policy as the model's skill calls are)"), r.text
+    assert (await run_tool(d, token, sid, "m1", "skill", {"name": "review"}))["error_code"] == "PARAM_NOT_ALLOWED"
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "/skill:two go"})
+    assert r.status_code == 202, r.text
+    await d.wait_idle(token, sid)
+    assert [e["body"]["name"] for e in await d.events(token, sid) if e["kind"] == "skill.loaded"] == ["two"]
+
+
+async def test_a_queued_skill_command_placed_after_the_policy_disabled_skill_loads_nothing_and_says_so(daemon_factory):
+    # Accepted while `skill` was allowed, placed after the policy disabled it: the model is told
+    # the skill was not loaded and why (an instruction in the log), and a restart replays the same.
+    d = await daemon_factory(config=CONFIG)
+    token, _, sid = await _session(d, {"review": REVIEW})
+    qid = await question_opened(d, token, sid, "r1", '/tool ask_user {"questions": [{"id": "q", "text": "?"}]}')
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "/skill:review go"})
+    assert r.status_code == 202, r.text
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body=SKILL_OFF)
+    assert r.status_code == 200, r.text
+    r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "skip"})
+    assert r.status_code in (200, 202), r.text
+    view = await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    assert "skill.loaded" not in _kinds(events)
+    [note] = [e["body"] for e in events if e["kind"] == "instruction.appended"]
+    assert note["source"] == "skill-load-failed:review", note
+    assert note["text"] == ('Skill "review" could not be loaded after all (skill is disabled by the tool policy); '
+                            "its instructions are not in the context."), note
+    placed = [e for e in events if e["kind"] == "input.placed"]
+    assert _kinds(events).index("instruction.appended") < events.index(placed[-1])  # right before its input
+    await stop_daemon(d)
+    d2 = await daemon_factory(config=CONFIG, root=d.root)
+    again = await d2.view(token, sid)
+    assert again["items"] == view["items"], again
+
