@@ -1,13 +1,18 @@
-"""Skills as each agent may use them (F-TOOL-6 with F-TOOL-2): a user's ``/skill:`` command under
-the tool policy. A daemon on loopback port 0, the real executor, the ``faux`` provider."""
+"""Skills as each agent may use them (F-TOOL-6 with F-TOOL-2, F-ACT-5, F-CTX-4): a user's
+``/skill:`` command under the tool policy, and the system prompt's skills listing only for agents
+that can load skills. A daemon on loopback port 0, the real executor, the ``faux`` provider."""
 
 from __future__ import annotations
 
-from .conftest import error_of, question_opened, run_tool, stop_daemon
+from ..providers.servers import openai_chat as oc
+from ..providers.servers.base import ScriptedServer
+from .conftest import error_of, question_opened, run_tool, sdks_ready, stop_daemon
+from .keyleaks import loop_config
 from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
 from .test_skills_capabilities_third_pass import REVIEW
 
 SKILL_OFF = {"toolPolicy": {"skill": {"enabled": False}}}
+KEY_ENV = "LENS_TEST_SKILLS_POLICY_KEY"
 
 
 def _kinds(events: list[dict]) -> list[str]:
@@ -86,3 +91,55 @@ async def test_a_queued_skill_command_placed_after_the_policy_disabled_skill_loa
     again = await d2.view(token, sid)
     assert again["items"] == view["items"], again
 
+
+async def test_the_skills_listing_is_sent_only_to_agents_that_can_load_a_skill(daemon_factory, nursery, monkeypatch):
+    # F-CTX-4 with F-ACT-5 and F-TOOL-2: the prompt's skills section told every agent to load
+    # skills with the `skill` tool, also a subagent whose `tools` leave it out and a session whose
+    # policy disables it (each such call refused). Now those agents get the same prompt less that
+    # section; an agent that can load a skill gets the prompt as before, the same text for the main
+    # agent and a subagent (one cache prefix wherever the tools are the same).
+    monkeypatch.setenv(KEY_ENV, "sk-test-skills-policy-0123456789")
+    loop = ScriptedServer()
+    d = await daemon_factory(config=loop_config(await loop.start(nursery), KEY_ENV))
+    token, _, sid = await _session(d, {"review": REVIEW})
+    await sdks_ready()
+
+    async def turn(rid: str, tools: list[str] | None) -> list[dict]:
+        """A main agent's turn: one subagent given ``tools`` (None: no subagent); every request's body."""
+        before = len(loop.bodies)
+        if tools is not None:
+            loop.push(oc.chat_stream(calls=[("c" + rid, "subagent", {"prompt": "look", "tools": tools})]),
+                      oc.chat_stream(text="sub done"))
+        loop.push(oc.chat_stream(text="ok"))
+        await d.submit(token, sid, rid, f"input {rid}")
+        await d.wait_idle(token, sid)
+        return loop.bodies[before:]
+
+    def system(body: dict) -> str:
+        first = body["messages"][0]
+        assert first["role"] == "system", first
+        return first["content"]
+
+    def tool_names(body: dict) -> set[str]:
+        return {t["function"]["name"] for t in body.get("tools", [])}
+
+    main, sub, main_after = await turn("r1", ["read_file"])
+    full = system(main)
+    section = full[full.index("# Skills"):full.index("# Environment")]
+    assert section.startswith("# Skills\n") and "- review: Review a change (skills/review/SKILL.md)" in section
+    assert "skill" in tool_names(main) and "skill" not in tool_names(sub), tool_names(sub)
+    assert system(sub) == full.replace(section, "")  # the same sections, less the listing
+    assert system(main_after) == full
+    main, sub, _ = await turn("r2", ["read_file", "skill"])  # a subagent that can load one: the same text
+    assert system(sub) == system(main) == full
+    result = [e["body"] for e in await d.events(token, sid) if e["kind"] == "tool.finished"]
+    assert all(r["status"] == "ok" for r in result), result
+
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body=SKILL_OFF)
+    assert r.status_code == 200, r.text
+    [main] = await turn("r3", None)
+    assert "skill" not in tool_names(main) and system(main) == full.replace(section, "")
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body={"toolPolicy": {"skill": None}})
+    assert r.status_code == 200, r.text
+    [main] = await turn("r4", None)
+    assert system(main) == full  # (the prompt of an agent that can load skills is as it was)
