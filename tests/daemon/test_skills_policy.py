@@ -47,6 +47,11 @@ async def test_a_skill_command_is_refused_as_the_models_call_is_while_the_policy
     assert r.status_code == 202, r.text
     await d.wait_idle(token, sid)
     assert [e["body"]["name"] for e in await d.events(token, sid) if e["kind"] == "skill.loaded"] == ["two", "review"]
+    # A retry of that input after the policy disabled skill again is its duplicate, as any retry.
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body=SKILL_OFF)
+    assert r.status_code == 200, r.text
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r5", "content": "/skill:review go"})
+    assert r.status_code == 202 and r.json()["duplicate"] is True, r.text
 
 
 async def test_a_skill_command_is_held_to_the_configs_restriction_of_the_skill_name(daemon_factory):
