@@ -7,8 +7,9 @@
   then: the kept snapshot, or after a restart (memory lost) a fresh read of the skill. An abort
   reads nothing (:meth:`SkillLoads.due_at_abort`): a load whose snapshot is lost is dropped.
 * ``/skill:<name> args`` inputs: :meth:`SkillLoads.check_input` refuses one naming no loadable
-  skill, or one the tool policy would refuse the model's ``skill`` call of, at submit; :meth:`SkillLoads.placing` / :meth:`SkillLoads.before_placing` give the
-  ``skill.loaded`` that goes right before the input's ``input.placed``.
+  skill, or one the tool policy would refuse the model's ``skill`` call of, at submit;
+  :meth:`SkillLoads.placing` / :meth:`SkillLoads.before_placing` give the ``skill.loaded`` that
+  goes right before the input's ``input.placed`` (or the note saying why it was not loaded).
 
 The skill is read through the session's ``skill`` tool, so discovery has one implementation.
 """
@@ -141,7 +142,8 @@ class SkillLoads:
         """Raise the policy's refusal (:meth:`_policy_refusal`) as a ``/skill:`` input's error (422)."""
         refused = self._policy_refusal(state, name)
         if refused is not None:
-            raise SkillUnavailable(refused.error_code or "TOOL_DISABLED", f"{_error_message(refused)} ({POLICY_REFUSED})")
+            raise SkillUnavailable(refused.error_code or "TOOL_DISABLED",
+                                   f"{_error_message(refused)} ({POLICY_REFUSED})")
 
     async def _for_input(self, state: SessionState, name: str, request_id: str, *, refuse: bool) -> t._Event:
         """A fresh ``skill.loaded`` for a ``/skill:<name>`` input. When the skill cannot be loaded:
