@@ -51,7 +51,7 @@ from tools.ptc.tool import ProgramCut
 from . import decide as d
 from . import jobs as j
 from . import working_context as wc
-from .agent_tools import agent_planes
+from .agent_tools import agent_planes, can_load_skills
 from .config import ContextConfig
 from .errors import (
     ActorUnavailable,
@@ -66,6 +66,7 @@ from .errors import (
     SettingsInvalid,
     shortened_names,
 )
+from .prompt import SystemPrompt
 from .providers.base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
 from .providers.names import ids_for
@@ -174,8 +175,9 @@ class ActorDeps:
     idle_seconds: float = 300.0
     system_prompt: list[str] = field(default_factory=lambda: [DEFAULT_SYSTEM_PROMPT])
     on_delta: Callable[[str, str, Delta], None] = lambda session_id, agent_id, delta: None
-    # The system prompt for a project's agents (AGENTS.md etc.); None: ``system_prompt`` as is.
-    system_prompt_for: Callable[[str | None], Awaitable[list[str]]] | None = None
+    # The system prompt for a project's agents (AGENTS.md etc.): a list for every agent, or the
+    # two forms of a SystemPrompt, picked per agent; None: ``system_prompt`` as is.
+    system_prompt_for: Callable[[str | None], Awaitable[list[str] | SystemPrompt]] | None = None
     # Compaction and pruning settings (config ``context``; a session's saved values win).
     context: ContextConfig = field(default_factory=ContextConfig)
     # The tool planes over ``tools`` (deferral, execution policy); None: defaults over ``tools``.
@@ -357,9 +359,10 @@ class SessionActor:
         # read again (the tail after the snapshot loaded, a fork's source up to its fork point,
         # then what this actor appends). A snapshot is taken once it reaches snapshot_every.
         self._unsnapshotted = 0
-        self._skills = SkillLoads(deps.tools, session_id, deps.store.codec.pack_checked, deps.store.secrets)
         assert deps.tool_catalog is not None
         self.tool_catalog = deps.tool_catalog
+        self._skills = SkillLoads(deps.tools, session_id, deps.store.codec.pack_checked, deps.store.secrets,
+                                  catalog=deps.tool_catalog)
         self._replay_safe = frozenset(s.name for s in deps.tools.visible(is_main_agent=True) if s.replay_safe)
         self.passivated = False
         # Whether a run of this actor ended with the session at rest (nothing running, queued or
@@ -984,7 +987,7 @@ class SessionActor:
         provider, model_id, thinking_level = chosen
         items = working_context(agent)  # as of model.requested
         try:
-            system = await self._system_prompt()
+            system = await self._system_prompt(agent_id)
         except LensError as exc:  # (the project's workspace could not be looked up, say)
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=self.deps.store.secrets.scrub_message(exc.message),
                                                      retryable=True), agent_id, task_id)])
@@ -1156,11 +1159,16 @@ class SessionActor:
         offered, _searchable = agent_planes(self.tool_catalog, self.state, agent_id)
         return [s.schema() for s in offered]
 
-    async def _system_prompt(self) -> list[str]:
-        """The session's system prompt sections (raises LensError when its project cannot be read)."""
-        if self.deps.system_prompt_for is not None:
-            return await self.deps.system_prompt_for(self.state.project_id)
-        return list(self.deps.system_prompt)
+    async def _system_prompt(self, agent_id: str) -> list[str]:
+        """The system prompt sections ``agent_id``'s requests are sent: the project's, without its
+        skills listing for an agent that cannot load a skill (raises LensError when its project
+        cannot be read)."""
+        if self.deps.system_prompt_for is None:
+            return list(self.deps.system_prompt)
+        prompt = await self.deps.system_prompt_for(self.state.project_id)
+        if isinstance(prompt, SystemPrompt):
+            return prompt.for_agent(can_load_skills(self.tool_catalog, self.state, agent_id))
+        return list(prompt)
 
     def _describe_context(self, cmd: wc.DescribeContext, env: Envelope) -> Any:
         """``GET …/context``, answered from a task of its own: its estimate needs the system

@@ -41,3 +41,12 @@ def agent_planes(catalog: ToolCatalog, state: SessionState | None, agent_id: str
     if loaded is None:
         loaded = agent.capabilities if agent is not None else ()
     return catalog.planes(is_main_agent=is_main, allowed=allowed, loaded=loaded, session=session_tool_policy(state))
+
+
+def can_load_skills(catalog: ToolCatalog, state: SessionState | None, agent_id: str = MAIN_AGENT) -> bool:
+    """Whether ``agent_id`` can load a skill: its requests offer ``skill``, or it is deferred and
+    the agent can load it with ``capability_search``. Not so for a subagent whose ``tools`` leave
+    it out, under a policy that disables it, or with PTC's fixed native list without it. Which
+    form of the system prompt the agent is sent (``runtime.prompt.SystemPrompt``) follows from it."""
+    offered, searchable = agent_planes(catalog, state, agent_id)
+    return any(s.name == "skill" for s in (*offered, *searchable))

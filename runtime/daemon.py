@@ -75,8 +75,8 @@ from .projection_service import ProjectionService
 from . import server_answers
 from .head_limit import UNFINISHED_HEAD_BYTES
 from .providers.base import Delta
-from .prompt import (READ_LIMIT_BYTES, WORKSPACE_BUSY, Cut, NotRead, PromptCache, SkillMeta, Unusable,
-                     build_system_prompt, read_text_of)
+from .prompt import (READ_LIMIT_BYTES, WORKSPACE_BUSY, Cut, NotRead, PromptCache, SkillMeta, SystemPrompt, Unusable,
+                     build_system_prompts, read_text_of)
 from .providers.catalog import ProviderCatalog, build_catalog
 from .providers.sdk import HideUrlCredentials
 from .services import Services
@@ -238,7 +238,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             tools.add(ptc_tool(tool_catalog))
         home = os.path.expanduser("~")
 
-        async def build_prompt(project_id: str | None, wait: bool = True, busy: bool = False) -> list[str]:
+        async def build_prompt(project_id: str | None, wait: bool = True, busy: bool = False) -> SystemPrompt:
             """``busy``: the workspace's files are not read (a command holds them): a note stands in
             for its AGENTS.md, and its skills are left out."""
             ws = await workspace_of(project_id) if project_id else None
@@ -255,10 +255,10 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
                                                                        recordable=store.codec.pack_checked,
                                                                        sizes=skill_sizes, secrets=keys)]
                       if project_id and ws and not busy else [])
-            return await build_system_prompt(read_text, workspace=str(ws) if ws else None, home=home, skills=skills,
-                                             secrets=store.secrets)
+            return await build_system_prompts(read_text, workspace=str(ws) if ws else None, home=home, skills=skills,
+                                              secrets=store.secrets)
 
-        async def build_prompt_now(project_id: str | None) -> list[str] | None:
+        async def build_prompt_now(project_id: str | None) -> SystemPrompt | None:
             # A command of any session holding the project's workspace must not hold every other
             # session's model requests for as long as it runs: the prompt built before it serves.
             try:
@@ -266,7 +266,7 @@ async def serve(opts: ServeOptions, *, task_status: trio.TaskStatus[list[str]] =
             except DomainBusy:
                 return None
 
-        async def build_prompt_busy(project_id: str | None) -> list[str]:
+        async def build_prompt_busy(project_id: str | None) -> SystemPrompt:
             # A project's first prompt while a command holds its workspace (another project's, when
             # they share the domain): nothing built before can serve, and waiting held the request
             # for as long as the command ran. The files are never read in the middle of a write.

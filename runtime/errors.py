@@ -16,7 +16,8 @@
     ├── ForkPointInvalid       VALIDATION_FAILED (422): a fork's seq that is no event of its source
     ├── RequestIdReserved      VALIDATION_FAILED (422): a requestId of the form seq:<digits>
     ├── ModelUnavailable       PROVIDER_DISABLED / PROVIDER_KEY_REQUIRED / MODEL_UNKNOWN (422)
-    ├── SkillUnavailable       SKILL_NOT_FOUND / SKILL_INVALID / NO_WORKSPACE (422), SKILL_UNAVAILABLE (503)
+    ├── SkillUnavailable       SKILL_NOT_FOUND / SKILL_INVALID / NO_WORKSPACE / TOOL_DISABLED /
+    │                          PARAM_NOT_ALLOWED (422), SKILL_UNAVAILABLE (503)
     └── ActorUnavailable       SESSION_UNAVAILABLE (503): the actor crashed while serving the call
 """
 
@@ -164,7 +165,8 @@ class ModelUnavailable(LensError):
 
 
 class SkillUnavailable(LensError):
-    """A ``/skill:<name>`` input names a skill that cannot be loaded."""
+    """A ``/skill:<name>`` input names a skill that cannot be loaded, or the tool policy refuses
+    the ``skill`` call it stands for."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

@@ -5,6 +5,7 @@
 3. **project context** — ``~/.agents/AGENTS.md`` then ``<workspace>/AGENTS.md``, exactly these
    two files (no upward walk, no other file names); a missing file is left out;
 4. **skills** — metadata only (name, description, where it lives); bodies are loaded on demand;
+   only in the prompt of an agent that can load a skill (:class:`SystemPrompt`);
 5. **cwd** — the working directory.
 
 :func:`assemble` is pure (same inputs, same text: the prompt is a stable cache prefix).
@@ -21,8 +22,10 @@ are not part of this prompt: they are context items at their real position in hi
 from __future__ import annotations
 
 import codecs
+import copy
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Generic, Sequence, TypeVar
 
 import trio
 
@@ -213,6 +216,25 @@ async def load_project_files(read_text: ReadText, *, workspace: str | None, home
     return out
 
 
+@dataclass(frozen=True)
+class SystemPrompt:
+    """A project's system prompt in the two forms its agents are sent (each a ``ModelRequest.system``
+    list): ``full``, and ``without_skills``, the same text less the skills section, for an agent
+    that cannot load a skill (a subagent whose ``tools`` leave out ``skill``, a policy that disables
+    it, PTC's fixed native list without it): the listing would promise it a tool it cannot call.
+
+    Built once from one reading of the files, so the two differ in that section only. Which form an
+    agent gets follows from its tool list (``runtime.agent_tools.can_load_skills``), which a
+    provider's cache prefix holds before the system prompt (Anthropic: tools, system, messages): two
+    requests with the same tools get the same form, so no prefix that was shared before is split."""
+
+    full: tuple[str, ...]
+    without_skills: tuple[str, ...]
+
+    def for_agent(self, can_load_skills: bool) -> list[str]:
+        return list(self.full if can_load_skills else self.without_skills)
+
+
 async def build_system_prompt(
     read_text: ReadText,
     *,
@@ -229,19 +251,41 @@ async def build_system_prompt(
     :data:`MAX_PROJECT_FILE_CHARS` (a key across the cut is replaced whole, and a marker the cut
     would split left out whole); a file the read cut
     at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
+    return (await build_system_prompts(read_text, workspace=workspace, home=home, cwd=cwd, skills=skills,
+                                       preamble=preamble, rules=rules, secrets=secrets)).for_agent(True)
+
+
+async def build_system_prompts(
+    read_text: ReadText,
+    *,
+    workspace: str | None,
+    home: str | None,
+    cwd: str | None = None,
+    skills: Sequence[SkillMeta] = (),
+    preamble: str = DEFAULT_PREAMBLE,
+    rules: Sequence[str] = DEFAULT_RULES,
+    secrets: Secrets | None = None,
+) -> SystemPrompt:
+    """Both forms of the project's prompt (:class:`SystemPrompt`) from one reading of its files;
+    otherwise as :func:`build_system_prompt`."""
     secrets = secrets or Secrets()
     files = await load_project_files(read_text, workspace=workspace, home=home)
-    text = assemble(PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills),
-                                 cwd if cwd is not None else workspace, secrets))
-    return [text]
+    inputs = PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills),
+                          cwd if cwd is not None else workspace, secrets)
+    return SystemPrompt((assemble(inputs),), (assemble(dataclasses.replace(inputs, skills=())),))
 
 
 # How long an assembled prompt is reused for its project before the files are read again.
 PROMPT_REFRESH_SECONDS = 2.0
 
 
-class PromptCache:
+V = TypeVar("V")
+
+
+class PromptCache(Generic[V]):
     """Each project's assembled system prompt, rebuilt at most once per ``refresh`` seconds.
+    (Of any type ``V``: a list of sections, or a :class:`SystemPrompt`; each caller gets its own
+    copy, so no change of a caller's reaches the cache.)
 
     Building reads ``~/.agents/AGENTS.md`` (a thread hop) and ``<workspace>/AGENTS.md`` through
     the project's executor (a gRPC round trip); doing that for every model request cost the
@@ -264,26 +308,26 @@ class PromptCache:
 
     def __init__(
         self,
-        build: Callable[[str | None], Awaitable[list[str]]],
+        build: Callable[[str | None], Awaitable[V]],
         *,
         refresh: float | None = None,
-        build_now: Callable[[str | None], Awaitable[list[str] | None]] | None = None,
-        build_busy: Callable[[str | None], Awaitable[list[str]]] | None = None,
+        build_now: Callable[[str | None], Awaitable[V | None]] | None = None,
+        build_busy: Callable[[str | None], Awaitable[V]] | None = None,
     ) -> None:
         self._build = build
         self._build_now = build_now
         self._build_busy = build_busy
         self._refresh = PROMPT_REFRESH_SECONDS if refresh is None else refresh  # (read now: tests set it)
-        self._entries: dict[str | None, tuple[float, list[str]]] = {}
+        self._entries: dict[str | None, tuple[float, V]] = {}
         self._locks: dict[str | None, trio.Lock] = {}
 
-    def _fresh(self, key: str | None) -> list[str] | None:
+    def _fresh(self, key: str | None) -> V | None:
         entry = self._entries.get(key)
         if entry is None or trio.current_time() - entry[0] >= self._refresh:
             return None
-        return list(entry[1])
+        return copy.copy(entry[1])
 
-    async def get(self, key: str | None) -> list[str]:
+    async def get(self, key: str | None) -> V:
         hit = self._fresh(key)
         if hit is not None:
             return hit
@@ -300,10 +344,11 @@ class PromptCache:
                 now = await self._build_now(key)
                 if now is None:  # the workspace is being written
                     if before is not None:  # the last prompt serves meanwhile
-                        return list(before[1])
-                    return list(await self._build_busy(key))  # (offered: nothing to serve, one without its files)
+                        return copy.copy(before[1])
+                    assert self._build_busy is not None  # (offered: nothing to serve, one without its files)
+                    return copy.copy(await self._build_busy(key))
                 value = now
             else:
                 value = await self._build(key)
-            self._entries[key] = (started, list(value))
-            return list(value)
+            self._entries[key] = (started, copy.copy(value))
+            return copy.copy(value)

@@ -7,8 +7,9 @@
   then: the kept snapshot, or after a restart (memory lost) a fresh read of the skill. An abort
   reads nothing (:meth:`SkillLoads.due_at_abort`): a load whose snapshot is lost is dropped.
 * ``/skill:<name> args`` inputs: :meth:`SkillLoads.check_input` refuses one naming no loadable
-  skill at submit; :meth:`SkillLoads.placing` / :meth:`SkillLoads.before_placing` give the
-  ``skill.loaded`` that goes right before the input's ``input.placed``.
+  skill, or one the tool policy would refuse the model's ``skill`` call of, at submit;
+  :meth:`SkillLoads.placing` / :meth:`SkillLoads.before_placing` give the ``skill.loaded`` that
+  goes right before the input's ``input.placed`` (or the note saying why it was not loaded).
 
 The skill is read through the session's ``skill`` tool, so discovery has one implementation.
 """
@@ -34,11 +35,15 @@ from projections.session_state import (
     skill_name_on_its_line,
     text_of,
 )
-from tools.base import ToolContext, ToolRegistry
+from tools.base import ToolContext, ToolRegistry, ToolResult
+from tools.catalog import ToolCatalog
 
+from .agent_tools import session_tool_policy
 from .errors import InvalidCommand, SkillUnavailable
 
 SKILL_ERROR_CODES = frozenset({"SKILL_NOT_FOUND", "SKILL_INVALID", "NO_WORKSPACE"})
+# What a /skill: input is told after the policy's own refusal of the skill tool's call.
+POLICY_REFUSED = "a /skill: command is held to the tool policy as the model's skill calls are"
 
 
 def load_failed(name: str, call_id: str | None, reason: str) -> list[t._Event]:
@@ -54,11 +59,15 @@ class SkillLoads:
     ``pack_checked``): instructions under the SKILL.md cap may still be over ``log.maxEventBytes``.
     The ``skill`` tool is given it too (``ToolContext.recordable``), so a skill the log could never
     hold is one it cannot load; the check here is for what that leaves (a call id longer than
-    ``tools.skills.CALL_ID_ROOM``)."""
+    ``tools.skills.CALL_ID_ROOM``).
+
+    ``catalog``: the policy planes over ``tools``, whose execution policy a ``/skill:`` input is
+    held to as the model's ``skill`` call is (:meth:`ToolCatalog.policy_refusal`)."""
 
     def __init__(self, tools: ToolRegistry, session_id: str, recordable: Callable[[t._Event], object],
-                 secrets: Secrets | None = None) -> None:
+                 secrets: Secrets | None = None, catalog: ToolCatalog | None = None) -> None:
         self._tools = tools
+        self._catalog = catalog
         self._secrets = secrets or Secrets()  # (the store's message is cut after they are replaced)
         self._session_id = session_id
         self._recordable = recordable
@@ -121,10 +130,30 @@ class SkillLoads:
                 d.name, d.call_id, "the run was aborted before its instructions were read again after a restart")
         return out
 
+    def _policy_refusal(self, state: SessionState, name: str) -> ToolResult | None:
+        """The session's tool policy's refusal of a ``skill`` call loading ``name`` (the config's
+        policy under the session's ``toolPolicy``): ``TOOL_DISABLED``, ``PARAM_NOT_ALLOWED``."""
+        spec = self._tools.get("skill")
+        if self._catalog is None or spec is None:
+            return None
+        return self._catalog.policy_refusal(spec, {"name": name}, session_tool_policy(state))
+
+    def _refuse_by_policy(self, state: SessionState, name: str) -> None:
+        """Raise the policy's refusal (:meth:`_policy_refusal`) as a ``/skill:`` input's error (422)."""
+        refused = self._policy_refusal(state, name)
+        if refused is not None:
+            raise SkillUnavailable(refused.error_code or "TOOL_DISABLED",
+                                   f"{_error_message(refused)} ({POLICY_REFUSED})")
+
     async def _for_input(self, state: SessionState, name: str, request_id: str, *, refuse: bool) -> t._Event:
         """A fresh ``skill.loaded`` for a ``/skill:<name>`` input. When the skill cannot be loaded:
         ``refuse`` raises ``SKILL_NOT_FOUND`` / ``SKILL_INVALID`` / ``NO_WORKSPACE`` (422) or
-        ``SKILL_UNAVAILABLE`` (503); otherwise an instruction telling the model so."""
+        ``SKILL_UNAVAILABLE`` (503); otherwise an instruction telling the model so. The tool
+        policy comes first (:meth:`_policy_refusal`): when it refuses, nothing is read."""
+        if refuse:
+            self._refuse_by_policy(state, name)
+        elif (refused := self._policy_refusal(state, name)) is not None:
+            return load_failed(name, None, _error_message(refused))[0]
         ctx = ToolContext(state.project_id, self._session_id, MAIN_AGENT, None, f"input:{request_id}", True,
                           loaded_skills=dict, recordable=self._recordable)
         result = await self._tools.run("skill", json.dumps({"name": name}), ctx)
@@ -139,12 +168,8 @@ class SkillLoads:
         message = text_of(result.content) or f"skill {name!r} cannot be loaded"
         if refuse:
             code = result.error_code or "SKILL_NOT_FOUND"
-            # The HTTP error carries the code in its own field: its message is the tool error's
-            # message alone, not the tool result's text ("CODE: message"), which would repeat it.
-            error = result.structured_content.get("error") if isinstance(result.structured_content, dict) else None
-            if isinstance(error, dict) and error.get("code") == result.error_code and isinstance(error.get("message"), str):
-                message = error["message"]
-            raise SkillUnavailable(code if code in SKILL_ERROR_CODES else "SKILL_UNAVAILABLE", message)
+            raise SkillUnavailable(code if code in SKILL_ERROR_CODES else "SKILL_UNAVAILABLE",
+                                   _error_message(result, message))
         return load_failed(name, None, message)[0]
 
     @staticmethod
@@ -165,9 +190,12 @@ class SkillLoads:
 
     async def check_input(self, state: SessionState, request_id: str, name: str) -> None:
         """Refuse a ``/skill:<name>`` input that names no loadable skill (it reads the workspace
-        under the execution-domain read lock: the actor runs it in a task of its own). A skill the
+        under the execution-domain read lock: the actor runs it in a task of its own), or that the
+        tool policy refuses as it would the model's ``skill`` call (``TOOL_DISABLED``,
+        ``PARAM_NOT_ALLOWED``; for a loaded skill too, as the model's call is). A skill the
         main agent has loaded is not read: placing the input loads nothing (:meth:`placing`), so
         what its SKILL.md holds now (broken, gone) does not matter; its snapshot stands."""
+        self._refuse_by_policy(state, name)
         if name in loaded_skill_states(state.agent(MAIN_AGENT)):
             return
         await self._for_input(state, name, request_id, refuse=True)
@@ -194,3 +222,12 @@ class SkillLoads:
         if isinstance(ev, t.SkillLoaded) and ev.name in loaded_skill_states(state.agent(agent_id)):
             return []
         return [ev] if ev is not None else []
+
+
+def _error_message(result: ToolResult, default: str = "") -> str:
+    """A tool error's message alone, not the result's text ("CODE: message"): an HTTP error
+    carries the code in a field of its own, and a note to the model needs none."""
+    error = result.structured_content.get("error") if isinstance(result.structured_content, dict) else None
+    if isinstance(error, dict) and error.get("code") == result.error_code and isinstance(error.get("message"), str):
+        return error["message"]
+    return default or text_of(result.content)

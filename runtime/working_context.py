@@ -313,7 +313,7 @@ class WorkingContextOps:
     """The Working Context side of one session actor (see the module docstring)."""
 
     def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState], catalog: ProviderCatalog,
-                 config: ContextConfig, system_prompt: Callable[[], Awaitable[list[str]]],
+                 config: ContextConfig, system_prompt: Callable[[str], Awaitable[list[str]]],
                  tool_schemas: Callable[[str], list[dict[str, Any]]], scoped: Callable[..., Any],
                  secrets: Secrets | None = None) -> None:
         self._session_id = session_id
@@ -353,7 +353,7 @@ class WorkingContextOps:
             return False  # failed in this task a few answers ago: later, or the next input, tries again
         try:
             model = self._catalog.model_config(state.model)
-            system = await self._system_prompt()
+            system = await self._system_prompt(agent_id)
         except LensError:
             return False  # the request itself records why it cannot be made
         window = model.context_window
@@ -415,7 +415,7 @@ class WorkingContextOps:
         items = working_context(agent)
         schemas = self._tool_schemas(agent_id)
         try:
-            system = await self._system_prompt()
+            system = await self._system_prompt(agent_id)
         except LensError:
             system = []  # (the next request says why it cannot be made; the inputs are judged without it)
         # The inputs not answered yet stay as written after the summary, which is of the rest.
@@ -713,7 +713,7 @@ class WorkingContextOps:
         settings = self.settings()
         window = self._catalog.model_config(state.model).context_window
         try:
-            system = await self._system_prompt()
+            system = await self._system_prompt(agent_id)
         except LensError:
             system = []
         items = working_context(agent)

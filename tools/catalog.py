@@ -477,8 +477,8 @@ class ToolCatalog:
               session: Mapping[str, Any] | None, is_main_agent: bool = True,
               from_program: bool = False) -> Any:
         """The ``check`` for :meth:`ToolRegistry.run`: refuses a deferred tool not loaded
-        (``TOOL_NOT_LOADED``), a disabled one (``TOOL_DISABLED``), a path outside the allowlist
-        (``PATH_NOT_ALLOWED``) and an argument outside its restriction (``PARAM_NOT_ALLOWED``).
+        (``TOOL_NOT_LOADED``), then what :meth:`policy_refusal` refuses (a disabled tool, a path
+        outside the allowlist, an argument outside its restriction).
         With PTC assigned, a native call of a tool outside the native list is refused
         (``TOOL_NOT_NATIVE``); ``from_program``: the call comes from a program, which cannot call
         the tools in :data:`NOT_FROM_PROGRAMS` (``PTC_TOOL_NOT_ALLOWED``)."""
@@ -502,39 +502,49 @@ class ToolCatalog:
             if spec.name in self.deferred_names() and spec.name not in have:
                 return ToolResult.error("TOOL_NOT_LOADED", f"{spec.name} is deferred: load it with "
                                         f"{CAPABILITY_SEARCH} first (it is callable from the next request)")
-            p = {f: v["value"] for f, v in self.profile(spec.name, session).items()}
-            if not p["enabled"]:
-                return ToolResult.error("TOOL_DISABLED", f"{spec.name} is disabled by the tool policy")
-            prefixes = p["workspaceAllowlist"]
-            if prefixes is not None:
-                props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
-                for arg in PATH_ARGUMENTS:
-                    value = args.get(arg)
-                    # (a command without a cwd runs at the workspace root; a call that runs none,
-                    # such as job list/read/stop, has no directory to check)
-                    takes_cwd = isinstance(props, dict) and "cwd" in props
-                    if value is None and arg == "cwd" and takes_cwd and "command" in args:
-                        value = "."
-                    if isinstance(value, str) and not _within(value, prefixes):
-                        return ToolResult.error("PATH_NOT_ALLOWED", f"{spec.name}: {arg} {value[:200]!r} is outside "
-                                                f"the workspace allowlist ({', '.join(prefixes) or 'empty'})")
-            for arg, r in (p["paramRestrictions"] or {}).items():
-                if arg not in args:
-                    continue  # (the tool's own default applies)
-                value = args[arg]
-                if r.get("enum") is not None and not any(_same_json(value, e) for e in r["enum"]):
-                    return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be one of "
-                                            f"{json.dumps(r['enum'])[:300]}")
-                if r.get("min") is not None or r.get("max") is not None:
-                    if isinstance(value, bool) or not isinstance(value, (int, float)):
-                        return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be a number")
-                    if r.get("min") is not None and value < r["min"]:
-                        return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be at least {r['min']:g}")
-                    if r.get("max") is not None and value > r["max"]:
-                        return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be at most {r['max']:g}")
-            return None
+            return self.policy_refusal(spec, args, session)
 
         return check
+
+    def policy_refusal(self, spec: ToolSpec, args: Mapping[str, Any],
+                       session: Mapping[str, Any] | None) -> ToolResult | None:
+        """The execution plane's refusal of a call of ``spec`` with ``args`` under the effective
+        policy (``session``: the session's saved ``toolPolicy``): a disabled tool
+        (``TOOL_DISABLED``), a path outside the allowlist (``PATH_NOT_ALLOWED``), an argument outside
+        its restriction (``PARAM_NOT_ALLOWED``); None when the policy lets it run. Part of
+        :meth:`check`, and what a user's own ``/skill:`` command is held to (it is no model's
+        call: the context plane does not apply to it)."""
+        p = {f: v["value"] for f, v in self.profile(spec.name, session).items()}
+        if not p["enabled"]:
+            return ToolResult.error("TOOL_DISABLED", f"{spec.name} is disabled by the tool policy")
+        prefixes = p["workspaceAllowlist"]
+        if prefixes is not None:
+            props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
+            for arg in PATH_ARGUMENTS:
+                value = args.get(arg)
+                # (a command without a cwd runs at the workspace root; a call that runs none,
+                # such as job list/read/stop, has no directory to check)
+                takes_cwd = isinstance(props, dict) and "cwd" in props
+                if value is None and arg == "cwd" and takes_cwd and "command" in args:
+                    value = "."
+                if isinstance(value, str) and not _within(value, prefixes):
+                    return ToolResult.error("PATH_NOT_ALLOWED", f"{spec.name}: {arg} {value[:200]!r} is outside "
+                                            f"the workspace allowlist ({', '.join(prefixes) or 'empty'})")
+        for arg, r in (p["paramRestrictions"] or {}).items():
+            if arg not in args:
+                continue  # (the tool's own default applies)
+            value = args[arg]
+            if r.get("enum") is not None and not any(_same_json(value, e) for e in r["enum"]):
+                return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be one of "
+                                        f"{json.dumps(r['enum'])[:300]}")
+            if r.get("min") is not None or r.get("max") is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be a number")
+                if r.get("min") is not None and value < r["min"]:
+                    return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be at least {r['min']:g}")
+                if r.get("max") is not None and value > r["max"]:
+                    return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be at most {r['max']:g}")
+        return None
 
     def allowlist(self, name: str, session: Mapping[str, Any] | None) -> list[str] | None:
         """The workspace allowlist in effect for tool ``name`` (None: none)."""

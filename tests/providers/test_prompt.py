@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from runtime.prompt import (
     DEFAULT_PREAMBLE,
     Cut,
@@ -11,6 +13,7 @@ from runtime.prompt import (
     SkillMeta,
     assemble,
     build_system_prompt,
+    build_system_prompts,
     load_project_files,
     sections,
 )
@@ -104,3 +107,22 @@ async def test_whether_a_file_was_cut_is_judged_on_its_text_as_read_not_as_scrub
     # (counted on the text as read, 262,043 characters once stripped: the markers made it 1,514,031)
     assert "[redacted A_VERY_LONG_VARIABLE_NAME_FOR_ITS_MARKER] \n[… truncated: the file has 262043 characters; read it " \
            "for the rest]\n\n# Environment" in note, note[-300:]
+
+
+async def test_both_forms_of_the_prompt_come_from_one_reading_and_differ_by_the_skills_section_alone():
+    # An agent that cannot load a skill is sent the prompt less its skills listing; the full form
+    # is the prompt as before (an agent that can load one keeps its cache prefix).
+    fs = FakeFs({"/repo/AGENTS.md": "Run make test."})
+    skills = [SkillMeta("review", "Review a change", "skills/review/SKILL.md")]
+    both = await build_system_prompts(fs, workspace="/repo", home=None, skills=skills)
+    assert fs.asked == ["/repo/AGENTS.md"]  # (read once for both)
+    assert both.for_agent(True) == await build_system_prompt(fs, workspace="/repo", home=None, skills=skills)
+    full = PromptInputs(project_files=[ProjectFile("<workspace>/AGENTS.md", "Run make test.")], skills=skills, cwd="/repo")
+    without = dataclasses.replace(full, skills=())
+    assert both.for_agent(True) == [assemble(full)] and both.for_agent(False) == [assemble(without)]
+    assert [n for n, _ in sections(without)] == [n for n, _ in sections(full) if n != "skills"]
+    mine = both.for_agent(False)
+    mine.append("tampered")
+    assert both.for_agent(False) == [assemble(without)]  # (each caller its own list)
+    none = await build_system_prompts(fs, workspace="/repo", home=None)
+    assert none.for_agent(True) == none.for_agent(False)  # no skills: one text for every agent

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from projections.session_state import AgentState, SessionState
+from runtime.agent_tools import can_load_skills
 from runtime.config import ConfigError, parse_config
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.catalog import CAPABILITY_SEARCH, NOT_FROM_PROGRAMS, PTC, ToolCatalog, capability_search_tool
@@ -166,3 +168,23 @@ def test_a_bad_localptc_section_is_refused_naming_the_key(local_ptc: dict[str, A
 def test_localptc_limits_at_their_edges_are_accepted():
     cfg = parse_config(json.dumps({"localPtc": {"nativeCapabilities": ["x" * 256] + ["t"] * 999}}))
     assert cfg.local_ptc is not None and len(cfg.local_ptc.native_capabilities or []) == 1000
+
+
+@pytest.mark.parametrize(("config", "settings", "agent", "can"), [
+    ({}, {}, "main", True),
+    ({}, {}, "sub_read", False),  # (a subagent whose tools leave skill out)
+    ({}, {}, "sub_skill", True),
+    ({}, {"toolPolicy": {"skill": {"enabled": False}}}, "main", False),
+    ({"tools": {"policy": {"skill": {"enabled": False}}}}, {}, "main", False),
+    ({"tools": {"deferred": ["skill"]}}, {}, "main", True),  # (searchable: loaded by capability_search first)
+    ({"localPtc": {}}, {}, "main", True),  # (no program can call it: native)
+    ({"localPtc": {"nativeCapabilities": []}}, {}, "main", False),
+    ({"localPtc": {"nativeCapabilities": ["skill"]}}, {}, "sub_skill", True),
+])
+def test_an_agent_can_load_a_skill_where_skill_is_offered_or_searchable_to_it(config, settings, agent, can):
+    # Which form of the system prompt an agent is sent (with the skills listing or without it).
+    cat = catalog([*TOOLS, spec("skill")], config)
+    state = SessionState("ses_1", project_id="p", settings=settings, agents={
+        "main": AgentState("main"), "sub_read": AgentState("sub_read", role="subagent", tools=["read"]),
+        "sub_skill": AgentState("sub_skill", role="subagent", tools=["read", "skill"])})
+    assert can_load_skills(cat, state, agent) is can
