@@ -300,36 +300,46 @@ class Workspace:
                                        journal.blob(rec.after_sha256), rec.written_path)
         with self._resolve(path, follow_final=follow_final, create_parents=create_parents,
                            missing_parents=missing_parents) as t:
-            p = plan(t)
-            if self.still_wanted is not None and not self.still_wanted():
-                raise FileToolError("CANCELLED", f"{shown}: the caller went away before the edit was "
-                                                 "written; nothing was changed")
-            changed = p.before != p.after
-            structured = {"path": path, "changed": changed, "units_applied": p.units,
-                          "bytes_written": len(p.after) if changed and p.after is not None else 0}
-            rec = None
-            if journal is not None and call_id:
-                rec = CallRecord(call_id, tool, path, digest, PENDING if changed else DONE,
-                                 journal.put_blob(p.before), journal.put_blob(p.after), structured,
-                                 written_path=t.rel)
+            try:
+                return self._edit_at(t, tool, path, shown, call_id, digest, plan)
+            except BaseException:
+                t.unmake()  # (the directories made for a file not written: nothing is left of the call)
+                raise
+
+    def _edit_at(self, t: Target, tool: str, path: str, shown: str, call_id: str | None, digest: str,
+                 plan: Callable[[Target], _Plan]) -> EditOutcome:
+        """The second half of :meth:`_editing`: plan, journal and commit at the walked target."""
+        journal = self.journal if call_id else None
+        p = plan(t)
+        if self.still_wanted is not None and not self.still_wanted():
+            raise FileToolError("CANCELLED", f"{shown}: the caller went away before the edit was "
+                                             "written; nothing was changed")
+        changed = p.before != p.after
+        structured = {"path": path, "changed": changed, "units_applied": p.units,
+                      "bytes_written": len(p.after) if changed and p.after is not None else 0}
+        rec = None
+        if journal is not None and call_id:
+            rec = CallRecord(call_id, tool, path, digest, PENDING if changed else DONE,
+                             journal.put_blob(p.before), journal.put_blob(p.after), structured,
+                             written_path=t.rel)
+            journal.put(rec)
+        if changed:
+            assert t.name is not None
+            expect = (t.fd, p.before) if p.before is not None and t.fd is not None else None
+            try:
+                if p.after is None:
+                    commit.remove(t.dir_fd, t.name, shown=shown, expect=expect, hook=self.commit_hook)
+                else:
+                    commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
+                                        like=p.like, hook=self.commit_hook, expect=expect)
+            except FileToolError as exc:
+                if exc.code == "FILE_CHANGED" and journal is not None and call_id:
+                    journal.drop(call_id)  # nothing was written: a failed call is not journaled
+                raise
+            if journal is not None and rec is not None:
+                rec.state = DONE
                 journal.put(rec)
-            if changed:
-                assert t.name is not None
-                expect = (t.fd, p.before) if p.before is not None and t.fd is not None else None
-                try:
-                    if p.after is None:
-                        commit.remove(t.dir_fd, t.name, shown=shown, expect=expect, hook=self.commit_hook)
-                    else:
-                        commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
-                                            like=p.like, hook=self.commit_hook, expect=expect)
-                except FileToolError as exc:
-                    if exc.code == "FILE_CHANGED" and journal is not None and call_id:
-                        journal.drop(call_id)  # nothing was written: a failed call is not journaled
-                    raise
-                if journal is not None and rec is not None:
-                    rec.state = DONE
-                    journal.put(rec)
-            return EditOutcome(structured, p.before, p.after, t.rel)
+        return EditOutcome(structured, p.before, p.after, t.rel)
 
     def _confined_link(self, path: str) -> None:
         """``PATH_OUTSIDE_WORKSPACE`` when the final symlink a create met (and left unfollowed:
