@@ -17,7 +17,7 @@ from tests.daemon.test_full_disk import limit_files
 from tests.files.helpers import leftovers
 
 from .conftest import start_executor, stop_process
-from .test_tools import fails
+from .test_tools import fails, sub  # noqa: F401  (sub is a fixture)
 
 ROOM = 4096  # the largest file the limited executor can write
 
@@ -64,3 +64,45 @@ async def test_a_call_the_disk_has_no_room_for_changes_nothing_and_leaves_nothin
     finally:
         client.close()
         stop_process(ex.proc)
+
+
+# ---------------------------------------------------------------------------- a new file by the wrong tool
+
+
+async def test_a_patch_that_adds_a_file_is_refused_saying_which_call_makes_one(client: ExecutorClient,
+                                                                              workspace: Path, sub: str) -> None:
+    # A model used to the apply_patch envelope sends "*** Add File:", or a pure add to a path that
+    # does not exist; both were refused without a word of what makes a new file.
+    for patch in ("*** Begin Patch\n*** Add File: new.txt\n+hello\n*** End Patch\n",
+                  "*** Add File: new.txt\n+hello\n"):
+        err = await fails("INVALID_PATCH", client.call("patch_file", {"path": f"{sub}/new.txt", "patch": patch}))
+        assert str(err).endswith("(no envelope: patch_file takes only the hunks of the existing file its path "
+                                 "names; edit_file with mode create makes a new file)"), str(err)
+    for tool, args in [("patch_file", {"patch": "@@\n+hello\n"}), ("edit_file", {"mode": "rewrite", "content": "x"}),
+                       ("edit_file", {"mode": "edit", "edits": [{"old_string": "a", "new_string": "b"}]})]:
+        err = await fails("NOT_FOUND", client.call(tool, {"path": f"{sub}/new.txt", **args}))
+        assert str(err) == f"{sub}/new.txt: no such file (edit_file with mode create makes a new file)"
+    # a patch whose header names another file than its path: refused, the file untouched
+    (workspace / sub / "f.txt").write_bytes(b"a\n")
+    err = await fails("INVALID_PATCH", client.call("patch_file", {"path": f"{sub}/f.txt",
+                                                                 "patch": "--- a/other.txt\n+++ b/other.txt\n@@\n-a\n+b\n"}))
+    assert str(err) == ("line 1: expected a '@@' hunk header (no envelope: patch_file takes only the hunks of the "
+                        "existing file its path names)")
+    assert sorted(p.name for p in (workspace / sub).iterdir()) == ["f.txt"]
+    assert (workspace / sub / "f.txt").read_bytes() == b"a\n"
+    out = await client.call("edit_file", {"path": f"{sub}/new.txt", "mode": "create", "content": "hello\n"})
+    assert out.result == {"path": f"{sub}/new.txt", "changed": True, "units_applied": 1, "bytes_written": 6}
+
+
+async def test_a_create_over_a_link_to_nothing_says_it_is_a_link(client: ExecutorClient, workspace: Path,
+                                                                 sub: str) -> None:
+    # read_file answers such a path "no such file", and the create then said "already exists":
+    # both true, neither saying why. The link is named, and left as it is.
+    (workspace / sub / "dangling").symlink_to("gone.txt")
+    await fails("NOT_FOUND", client.call("read_file", {"path": f"{sub}/dangling"}))
+    err = await fails("ALREADY_EXISTS", client.call("edit_file", {"path": f"{sub}/dangling", "mode": "create",
+                                                                  "content": "x"}))
+    assert str(err) == (f"{sub}/dangling: already exists as a symbolic link whose target does not exist; create "
+                        "never overwrites, nor writes through a link")
+    assert (workspace / sub / "dangling").readlink() == Path("gone.txt")
+    assert not (workspace / sub / "gone.txt").exists()

@@ -120,7 +120,11 @@ def parse(patch: object) -> list[Hunk]:
             continue
         if current is None:
             text = line.decode("utf-8")
-            hint = " (no envelope: patch_file takes only hunks)" if text.startswith(_ENVELOPE) else ""
+            hint = ""
+            if text.startswith(_ENVELOPE):
+                adds = any(ln.startswith(b"*** Add File:") for ln in lines)
+                hint = (" (no envelope: patch_file takes only the hunks of the existing file its path names"
+                        f"{'; edit_file with mode create makes a new file' if adds else ''})")
             raise FileToolError("INVALID_PATCH", f"line {no}: expected a '@@' hunk header{hint}")
         if current["pin"]:
             if line == b"":

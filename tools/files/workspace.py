@@ -211,6 +211,9 @@ class Workspace:
                 if req.mode == "create":
                     if t.st is not None and stat.S_ISLNK(t.st.st_mode):
                         self._confined_link(path)
+                        raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists as a symbolic link"
+                                                              f"{self._link_leads(path)}; create never overwrites, "
+                                                              "nor writes through a link")
                     if t.exists or t.name is None:
                         raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites")
                     assert req.content is not None
@@ -353,6 +356,18 @@ class Workspace:
             if exc.code == "PATH_OUTSIDE_WORKSPACE":
                 raise
 
+    def _link_leads(self, path: str) -> str:
+        """What the final symlink of ``path`` (inside: :meth:`_confined_link` passed) leads to, for
+        a create's ``ALREADY_EXISTS``: read_file says "no such file" of a link to nothing, so the
+        create says why it exists."""
+        try:
+            with self._resolve(path, missing_parents=True) as t:
+                if not t.exists:
+                    return " whose target does not exist"
+                return " to a directory" if t.is_dir else ""
+        except FileToolError:
+            return ""  # (a loop of links, say)
+
     def _remove_interrupted_temps(self, path: str) -> None:
         """A pending record means the process died while writing ``path``: its temp file (up to
         the file's whole size) would otherwise stay in the workspace for good."""
@@ -418,6 +433,8 @@ class Workspace:
 
     def _original(self, t: Target) -> bytes:
         """The existing UTF-8 regular file an update starts from (TOO_LARGE / NOT_UTF8 checked)."""
+        if not t.exists:  # (an update, sent where a new file was meant: say which call makes one)
+            raise FileToolError("NOT_FOUND", f"{t.shown}: no such file (edit_file with mode create makes a new file)")
         fd = self._regular(t)
         assert t.st is not None
         if t.st.st_size > MAX_TEXT_BYTES:
