@@ -106,3 +106,23 @@ async def test_a_create_over_a_link_to_nothing_says_it_is_a_link(client: Executo
                         "never overwrites, nor writes through a link")
     assert (workspace / sub / "dangling").readlink() == Path("gone.txt")
     assert not (workspace / sub / "gone.txt").exists()
+
+
+async def test_a_hunk_repeated_after_its_anchor_is_not_told_to_add_the_anchor_it_has(client: ExecutorClient,
+                                                                                     workspace: Path, sub: str) -> None:
+    # The hunk must be unique among the places after its anchor; with two such places the answer
+    # said "add context or an anchor" to a hunk that had one.
+    f = workspace / sub / "f.py"
+    f.write_bytes(b"def f():\n    return 1\n\ndef g():\n    return 1\n")
+    err = await fails("NOT_UNIQUE", client.call("patch_file", {"path": f"{sub}/f.py",
+                                                               "patch": "@@ def f():\n-    return 1\n+    return 2\n"}))
+    assert str(err) == (f"{sub}/f.py: hunk 0: matches 2 places after its anchor; add context (the hunk must be "
+                        "the only match after its anchor line, not only the first)")
+    err = await fails("NOT_UNIQUE", client.call("patch_file", {"path": f"{sub}/f.py",
+                                                               "patch": "@@\n-    return 1\n+    return 2\n"}))
+    assert str(err) == f"{sub}/f.py: hunk 0: matches 2 places in the file; add context or an anchor"
+    out = await client.call("patch_file", {"path": f"{sub}/f.py",
+                                           "patch": "@@ def f():\n-    return 1\n+    return 2\n \n def g():\n"})
+    after = b"def f():\n    return 2\n\ndef g():\n    return 1\n"
+    assert out.result == {"path": f"{sub}/f.py", "changed": True, "units_applied": 1, "bytes_written": len(after)}
+    assert f.read_bytes() == after
