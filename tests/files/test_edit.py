@@ -52,6 +52,28 @@ def test_long_names_of_wide_characters_can_be_created_and_rewritten(ws: Workspac
     assert leftovers(root) == []
 
 
+def test_a_create_that_fails_after_making_its_directories_removes_them(ws: Workspace, root: Path) -> None:
+    # A failed create left the directories it had made for its file: when its caller had gone
+    # (CANCELLED, asked once the edit is computed) and when a link spliced in levels that took
+    # the walk past its depth while it made them. A directory someone else put a file in stays.
+    from tools.files.confine import MAX_PATH_DEPTH
+
+    (root / "kept").mkdir()
+    ws.still_wanted = lambda: False
+    fails("CANCELLED", ws.edit_file, "kept/a/b/f.txt", "create", content="x")
+    assert [p.name for p in root.rglob("*")] == ["kept"]
+    ws.still_wanted = None
+    (root / "s").symlink_to("kept/" + "d/" * (MAX_PATH_DEPTH - 2) + "e")
+    err = fails("INVALID_ARGUMENT", ws.edit_file, "s/x/y/f.txt", "create", content="x")
+    assert f"more than {MAX_PATH_DEPTH} directories deep" in err.message
+    assert sorted(p.name for p in root.rglob("*")) == ["kept", "s"]
+    (root / "kept" / "a").mkdir()
+    ws.still_wanted = lambda: (root / "kept" / "a" / "b" / "theirs").write_text("") and False
+    fails("CANCELLED", ws.edit_file, "kept/a/b/f.txt", "create", content="x")
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == ["kept", "kept/a", "kept/a/b",
+                                                                          "kept/a/b/theirs", "s"]
+
+
 def test_create_empty_file(ws: Workspace, root: Path) -> None:
     out = ws.edit_file("e", "create", content="")
     assert out.structured == {"path": "e", "changed": True, "units_applied": 1, "bytes_written": 0}

@@ -131,7 +131,9 @@ class Target:
     ``name`` is None when the path is the root itself. ``st`` is the entry's lstat (after the
     last symlink), None when it does not exist. ``fd`` is the entry opened read-only (regular
     files and directories only, when the walk was asked to follow the final component).
-    ``rel`` is the canonical workspace-relative path ("." for the root).
+    ``rel`` is the canonical workspace-relative path ("." for the root). ``made``: the
+    directories the walk made (``create_parents``), as (fd of the parent, name), outermost
+    first; :meth:`unmake` removes them again for a call that failed.
     """
 
     shown: str
@@ -141,6 +143,7 @@ class Target:
     st: os.stat_result | None
     fd: int | None = None
     _fds: list[int] = field(default_factory=list, repr=False)
+    made: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
     @property
     def exists(self) -> bool:
@@ -153,6 +156,12 @@ class Target:
     @property
     def is_file(self) -> bool:
         return self.st is not None and stat.S_ISREG(self.st.st_mode)
+
+    def unmake(self) -> None:
+        """Remove the directories this walk made, innermost first, each only while it is still
+        empty: a call that failed (no room for its file, its caller gone) leaves nothing of
+        itself. Call before :meth:`close` (the parents' fds are held until then)."""
+        _remove_made(self.made)
 
     def close(self) -> None:
         for fd in reversed(self._fds):
@@ -202,11 +211,12 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
     ending = "/" if path.endswith("/") else "/."
     names_dir = said_dir and not follow_final  # a create of "a/b/": refused, so nothing is made
     fds: list[int] = []
+    made: list[tuple[int, str]] = []
     try:
         fds.append(root.open())
         try:
             target = _walk(root, shown, pending, fds, follow_final, create_parents and not names_dir, hook,
-                           no_symlinks, missing_parents)
+                           no_symlinks, missing_parents, made)
         except FileToolError as exc:
             if names_dir and exc.code == "NOT_FOUND":
                 raise FileToolError("INVALID_ARGUMENT",
@@ -221,8 +231,10 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
             if not follow_final:
                 raise FileToolError("INVALID_ARGUMENT", f"{shown}: a path ending with \"{ending}\" names a directory")
             raise FileToolError("NOT_FOUND", f"{shown}: no such directory")
+        target.made = made
         return target
     except BaseException:
+        _remove_made(made)  # (a deeper directory it could not make: the ones above it go too)
         for fd in reversed(fds):
             os.close(fd)
         raise
@@ -230,7 +242,7 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
 
 def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_final: bool,
           create_parents: bool, hook: ResolveHook | None, no_symlinks: bool = False,
-          missing_parents: bool = False) -> Target:
+          missing_parents: bool = False, made: list[tuple[int, str]] | None = None) -> Target:
     names: list[str] = []
     hops = 0
 
@@ -241,12 +253,20 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
         rel = "/".join(names + ([name] if name else [])) or "."
         return Target(shown, rel, fds[-1], name, st, fd, fds)
 
+    def leave() -> None:
+        """Close the directory the walk is in (``..``, or a link that restarts at the root): a
+        directory made in it can no longer be removed by that fd, whose number may be reused."""
+        fd = fds.pop()
+        os.close(fd)
+        if made:
+            made[:] = [m for m in made if m[0] != fd]
+
     while pending:
         comp = pending.pop(0)
         if comp == "..":
             if len(fds) == 1:
                 raise outside()
-            os.close(fds.pop())
+            leave()
             names.pop()
             continue
         last = not pending
@@ -268,7 +288,10 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
             try:
                 os.mkdir(comp, 0o777, dir_fd=fds[-1])
             except FileExistsError:
-                pass  # raced with another creator: look again
+                pass  # raced with another creator: look again (not ours to remove)
+            else:
+                if made is not None:
+                    made.append((fds[-1], comp))
             pending.insert(0, comp)
             continue
         except OSError as exc:
@@ -293,7 +316,7 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
                 if below is None:
                     raise outside()
                 while len(fds) > 1:
-                    os.close(fds.pop())
+                    leave()
                 names.clear()
                 pending[:0] = below
             else:
@@ -335,6 +358,17 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
         fds.append(fd)
         names.append(comp)
     return _root_target(shown, names, fds)
+
+
+def _remove_made(made: list[tuple[int, str]]) -> None:
+    """rmdir the directories a walk made, innermost first; one that is no longer empty (another
+    writer put something in it meanwhile) or gone already is left as it is."""
+    while made:
+        parent, name = made.pop()
+        try:
+            os.rmdir(name, dir_fd=parent)
+        except OSError:
+            pass
 
 
 def _hop(hops: int, shown: str) -> int:

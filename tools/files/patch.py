@@ -120,7 +120,11 @@ def parse(patch: object) -> list[Hunk]:
             continue
         if current is None:
             text = line.decode("utf-8")
-            hint = " (no envelope: patch_file takes only hunks)" if text.startswith(_ENVELOPE) else ""
+            hint = ""
+            if text.startswith(_ENVELOPE):
+                adds = any(ln.startswith(b"*** Add File:") for ln in lines)
+                hint = (" (no envelope: patch_file takes only the hunks of the existing file its path names"
+                        f"{'; edit_file with mode create makes a new file' if adds else ''})")
             raise FileToolError("INVALID_PATCH", f"line {no}: expected a '@@' hunk header{hint}")
         if current["pin"]:
             if line == b"":
@@ -259,8 +263,9 @@ def _locate(h: Hunk, lines: list[tuple[bytes, bytes]], by_text: dict[bytes, list
         raise FileToolError("NO_MATCH", f"{shown}: hunk {h.index}: its context and '-' lines are not {where}"
                                         f"{_why_not(old, lines, by_text, after, where)}")
     if len(found) > 1:
-        raise FileToolError("NOT_UNIQUE", f"{shown}: hunk {h.index}: matches {len(found)} places {where}; "
-                                          "add context or an anchor")
+        fix = ("add context (the hunk must be the only match after its anchor line, not only the first)"
+               if h.anchor is not None else "add context or an anchor")
+        raise FileToolError("NOT_UNIQUE", f"{shown}: hunk {h.index}: matches {len(found)} places {where}; {fix}")
     return found[0]
 
 

@@ -211,6 +211,9 @@ class Workspace:
                 if req.mode == "create":
                     if t.st is not None and stat.S_ISLNK(t.st.st_mode):
                         self._confined_link(path)
+                        raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists as a symbolic link"
+                                                              f"{self._link_leads(path)}; create never overwrites, "
+                                                              "nor writes through a link")
                     if t.exists or t.name is None:
                         raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites")
                     assert req.content is not None
@@ -300,36 +303,46 @@ class Workspace:
                                        journal.blob(rec.after_sha256), rec.written_path)
         with self._resolve(path, follow_final=follow_final, create_parents=create_parents,
                            missing_parents=missing_parents) as t:
-            p = plan(t)
-            if self.still_wanted is not None and not self.still_wanted():
-                raise FileToolError("CANCELLED", f"{shown}: the caller went away before the edit was "
-                                                 "written; nothing was changed")
-            changed = p.before != p.after
-            structured = {"path": path, "changed": changed, "units_applied": p.units,
-                          "bytes_written": len(p.after) if changed and p.after is not None else 0}
-            rec = None
-            if journal is not None and call_id:
-                rec = CallRecord(call_id, tool, path, digest, PENDING if changed else DONE,
-                                 journal.put_blob(p.before), journal.put_blob(p.after), structured,
-                                 written_path=t.rel)
+            try:
+                return self._edit_at(t, tool, path, shown, call_id, digest, plan)
+            except BaseException:
+                t.unmake()  # (the directories made for a file not written: nothing is left of the call)
+                raise
+
+    def _edit_at(self, t: Target, tool: str, path: str, shown: str, call_id: str | None, digest: str,
+                 plan: Callable[[Target], _Plan]) -> EditOutcome:
+        """The second half of :meth:`_editing`: plan, journal and commit at the walked target."""
+        journal = self.journal if call_id else None
+        p = plan(t)
+        if self.still_wanted is not None and not self.still_wanted():
+            raise FileToolError("CANCELLED", f"{shown}: the caller went away before the edit was "
+                                             "written; nothing was changed")
+        changed = p.before != p.after
+        structured = {"path": path, "changed": changed, "units_applied": p.units,
+                      "bytes_written": len(p.after) if changed and p.after is not None else 0}
+        rec = None
+        if journal is not None and call_id:
+            rec = CallRecord(call_id, tool, path, digest, PENDING if changed else DONE,
+                             journal.put_blob(p.before), journal.put_blob(p.after), structured,
+                             written_path=t.rel)
+            journal.put(rec)
+        if changed:
+            assert t.name is not None
+            expect = (t.fd, p.before) if p.before is not None and t.fd is not None else None
+            try:
+                if p.after is None:
+                    commit.remove(t.dir_fd, t.name, shown=shown, expect=expect, hook=self.commit_hook)
+                else:
+                    commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
+                                        like=p.like, hook=self.commit_hook, expect=expect)
+            except FileToolError as exc:
+                if exc.code == "FILE_CHANGED" and journal is not None and call_id:
+                    journal.drop(call_id)  # nothing was written: a failed call is not journaled
+                raise
+            if journal is not None and rec is not None:
+                rec.state = DONE
                 journal.put(rec)
-            if changed:
-                assert t.name is not None
-                expect = (t.fd, p.before) if p.before is not None and t.fd is not None else None
-                try:
-                    if p.after is None:
-                        commit.remove(t.dir_fd, t.name, shown=shown, expect=expect, hook=self.commit_hook)
-                    else:
-                        commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
-                                            like=p.like, hook=self.commit_hook, expect=expect)
-                except FileToolError as exc:
-                    if exc.code == "FILE_CHANGED" and journal is not None and call_id:
-                        journal.drop(call_id)  # nothing was written: a failed call is not journaled
-                    raise
-                if journal is not None and rec is not None:
-                    rec.state = DONE
-                    journal.put(rec)
-            return EditOutcome(structured, p.before, p.after, t.rel)
+        return EditOutcome(structured, p.before, p.after, t.rel)
 
     def _confined_link(self, path: str) -> None:
         """``PATH_OUTSIDE_WORKSPACE`` when the final symlink a create met (and left unfollowed:
@@ -342,6 +355,18 @@ class Workspace:
         except FileToolError as exc:
             if exc.code == "PATH_OUTSIDE_WORKSPACE":
                 raise
+
+    def _link_leads(self, path: str) -> str:
+        """What the final symlink of ``path`` (inside: :meth:`_confined_link` passed) leads to, for
+        a create's ``ALREADY_EXISTS``: read_file says "no such file" of a link to nothing, so the
+        create says why it exists."""
+        try:
+            with self._resolve(path, missing_parents=True) as t:
+                if not t.exists:
+                    return " whose target does not exist"
+                return " to a directory" if t.is_dir else ""
+        except FileToolError:
+            return ""  # (a loop of links, say)
 
     def _remove_interrupted_temps(self, path: str) -> None:
         """A pending record means the process died while writing ``path``: its temp file (up to
@@ -408,6 +433,8 @@ class Workspace:
 
     def _original(self, t: Target) -> bytes:
         """The existing UTF-8 regular file an update starts from (TOO_LARGE / NOT_UTF8 checked)."""
+        if not t.exists:  # (an update, sent where a new file was meant: say which call makes one)
+            raise FileToolError("NOT_FOUND", f"{t.shown}: no such file (edit_file with mode create makes a new file)")
         fd = self._regular(t)
         assert t.st is not None
         if t.st.st_size > MAX_TEXT_BYTES:
