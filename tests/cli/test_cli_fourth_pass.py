@@ -13,7 +13,7 @@ import pytest
 
 from tools.executor.server import TOKEN_ENV
 
-from tests.cli.lens_script import lens_script
+from tests.cli.lens_script import lens, lens_script, write_log
 
 
 def executor_serve(cwd: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
@@ -70,3 +70,44 @@ def test_a_tilde_naming_no_home_directory_is_named(places: tuple[Path, Path, Pat
     assert res.stderr == f"lens executor: {code}: the command line: {option} {value!r}: there is no home " \
                          f"directory of user 'nosuchuser-lens'\n", res.stderr
     assert list(cwd.iterdir()) == [] and not (home / ".local").exists()
+
+
+# ------------------------------------------------------------ `lens log` with --data or --config twice in one place
+
+TWICE_IN_ONE_PLACE = [
+    ("log", "verify", "--data", "a", "--data", "b"),
+    ("log", "rebuild", "--data", "a", "--data=b"),
+    ("log", "--data", "a", "--data", "b", "stats"),
+    ("log", "decode", "--config", "a.jsonc", "--config", "b.jsonc"),
+    ("log", "--config", "a.jsonc", "--config=b.jsonc", "rebuild"),
+]
+
+
+@pytest.mark.parametrize("argv", TWICE_IN_ONE_PLACE, ids=[" ".join(a) for a in TWICE_IN_ONE_PLACE])
+def test_data_or_config_twice_in_one_place_is_a_usage_error(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    # `lens log rebuild --data a --data b` rebuilt b's projections alone, silently, where `lens serve
+    # --data a --data b` is a usage error; the documented rule ("given before and after the
+    # subcommand, the later one wins") is about two places, not a repeat in one.
+    for name in ("a", "b"):
+        write_log(tmp_path / name)
+        (tmp_path / f"{name}.jsonc").write_text(f'{{"dataDir": "{name}"}}')
+    before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    res = lens(tmp_path, *argv)
+    option = "--config" if "--config" in argv else "--data"
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.startswith("usage: lens log") and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.splitlines()[-1].endswith(
+        f": USAGE_ERROR: argument {option}: given more than once (it takes one value)"), res.stderr
+    assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before  # nothing rebuilt
+
+
+@pytest.mark.parametrize("option", ["--data", "--config"])
+def test_data_or_config_before_and_after_the_subcommand_the_later_one_wins(tmp_path: Path, option: str) -> None:
+    # (the documented rule, kept: one in each place is no repeat)
+    write_log(tmp_path / "b")
+    (tmp_path / "a.jsonc").write_text('{"dataDir": "a"}')
+    (tmp_path / "b.jsonc").write_text('{"dataDir": "b"}')
+    first, later = ("a", "b") if option == "--data" else ("a.jsonc", "b.jsonc")
+    res = lens(tmp_path, "log", option, first, "verify", option, later)
+    assert (res.returncode, res.stdout) == (0, "ok: 1 event(s) verified\n"), (res.returncode, res.stdout, res.stderr)
+
