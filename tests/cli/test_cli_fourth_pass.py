@@ -111,3 +111,37 @@ def test_data_or_config_before_and_after_the_subcommand_the_later_one_wins(tmp_p
     res = lens(tmp_path, "log", option, first, "verify", option, later)
     assert (res.returncode, res.stdout) == (0, "ok: 1 event(s) verified\n"), (res.returncode, res.stdout, res.stderr)
 
+
+# ------------------------------------------------------------ an option of a command written before it
+
+BEFORE_THE_COMMAND = [
+    (("pair", "--config", "x.jsonc", "list"), "lens pair", "--config", "lens pair list --config x.jsonc"),
+    (("pair", "--client", "c1", "approve"), "lens pair", "--client", "lens pair approve --client c1"),
+    (("--data", "d", "log", "verify"), "lens", "--data", "lens log --data d verify"),
+    (("--port", "0", "serve"), "lens", "--port", "lens serve --port 0"),
+    (("executor", "--workspace", "w", "serve"), "lens executor", "--workspace",
+     "lens executor serve --workspace w"),
+]
+
+
+@pytest.mark.parametrize("argv, prog, option, written", BEFORE_THE_COMMAND,
+                         ids=[" ".join(case[0]) for case in BEFORE_THE_COMMAND])
+def test_an_option_written_before_its_command_is_named(tmp_path: Path, argv: tuple[str, ...], prog: str,
+                                                       option: str, written: str) -> None:
+    # `lens pair --config x.jsonc list` (as `lens log --config x.jsonc verify` is written) was told
+    # "argument COMMAND: invalid choice: 'x.jsonc'": argparse took the option for an unknown one
+    # and its value for the command. The option is named, and where it goes.
+    res = lens(tmp_path, *argv)
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.startswith(f"usage: {prog} ") and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.splitlines()[-1] == (
+        f"{prog}: USAGE_ERROR: unrecognized arguments: {option} (an option of the command after it: "
+        f"write it there, as in `{written}`)"), res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_command_that_is_no_command_is_still_named_as_such(tmp_path: Path) -> None:
+    # (the other side: no option before it, argparse's own words)
+    res = lens(tmp_path, "pair", "lst")
+    assert res.stderr.splitlines()[-1] == ("lens pair: USAGE_ERROR: argument COMMAND: invalid choice: 'lst' "
+                                           "(choose from 'approve', 'list', 'revoke')"), res.stderr
