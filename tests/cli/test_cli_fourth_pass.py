@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from runtime.pairing import PairStore
 from tools.executor.server import TOKEN_ENV
 
 from tests.cli.lens_script import lens, lens_script, write_log
+from tests.cli.test_pair_cli import pending_client
 
 
 def executor_serve(cwd: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
@@ -145,3 +147,21 @@ def test_a_command_that_is_no_command_is_still_named_as_such(tmp_path: Path) -> 
     res = lens(tmp_path, "pair", "lst")
     assert res.stderr.splitlines()[-1] == ("lens pair: USAGE_ERROR: argument COMMAND: invalid choice: 'lst' "
                                            "(choose from 'approve', 'list', 'revoke')"), res.stderr
+
+
+# ------------------------------------------------------------ `lens pair approve` onto a full disk
+
+def test_approve_onto_a_full_disk_says_the_client_was_approved_and_to_approve_again(tmp_path: Path) -> None:
+    # `lens pair approve --client c1 > /dev/full` said only "lens: IO_ERROR: No space left on device":
+    # the client was approved by then (any earlier credential revoked) with a credential nobody saw,
+    # which the message did not say. It now says so, as when the reader of the output went away.
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    pair = pending_client(tmp_path)
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([str(lens_script()), "pair", "approve", "--client", "c1"], cwd=tmp_path, stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=60)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert res.stderr == ("lens: IO_ERROR: client c1 was approved but its credential could not be printed (No "
+                          "space left on device), and it cannot be shown again: run lens pair approve again\n")
+    assert PairStore(pair).find("c1").status == "approved"  # (what the message says)
