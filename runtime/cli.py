@@ -42,7 +42,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         def error(self, message: str) -> NoReturn:
             self.print_usage(sys.stderr)
             args = list(sys.argv[1:] if argv is None else argv)
-            message += _dash_value_hint(message, args)
+            message = _option_before_command(self, message, args) or message + _dash_value_hint(message, args)
             secrets = _secrets_for(_config_named(args))[0]
             self.exit(2, f"{self.prog}: USAGE_ERROR: {secrets.scrub_message(message)}\n")
 
@@ -73,6 +73,31 @@ def _dash_value_hint(message: str, args: list[str]) -> str:
         if _option_word(arg, option) == (True, None) and args[at].startswith("-"):
             return f" (if {args[at]!r} is its value, write {option}={args[at]})"
     return ""
+
+
+def _option_before_command(parser: argparse.ArgumentParser, message: str, args: list[str]) -> str | None:
+    """What to say of an option of a command written before it (``lens pair --config PATH list``),
+    which argparse takes for an unknown option whose value is the command: "argument COMMAND:
+    invalid choice: 'PATH'". The option is named unrecognized, with the line written as it goes
+    (``lens pair list --config PATH``); None: not that case."""
+    import argparse
+    import shlex
+
+    commands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not commands or not message.startswith("argument COMMAND: invalid choice: "):
+        return None
+    for at in range(1, len(args) - 1):
+        option, value, command = args[at - 1], args[at], args[at + 1]
+        if "--" in args[:at] or not option.startswith("-") or "=" in option or option == "--":
+            continue
+        if option in parser._option_string_actions or command not in commands[0].choices:
+            continue
+        if not message.startswith(f"argument COMMAND: invalid choice: {value!r} "):
+            continue
+        said = f"unrecognized arguments: {option} (an option of the command after it: write it there"
+        written = "lens " + shlex.join([*args[:at - 1], command, option, value, *args[at + 2:]])
+        return said + (f", as in `{written}`)" if len(written) <= 200 else ")")
+    return None
 
 
 def _option_word(arg: str, option: str) -> tuple[bool, str | None]:

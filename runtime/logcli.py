@@ -139,18 +139,20 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     # --data is taken before the subcommand too (`lens log --data DIR verify`); the subcommand's
     # own has no default, so that it replaces this one only when given (the later one wins).
     # --config likewise: the data directory is found as `lens serve` finds it (resolve_data_dir).
-    log.add_argument("--data", type=_path, default=None, metavar="DIR",
+    # Given twice in one place (`verify --data a --data b`) either is a usage error, as for `lens
+    # serve` (cliargs.Once): a repeat is no choice of place.
+    log.add_argument("--data", type=_path, default=None, action=Once, metavar="DIR",
                      help="data directory (default: the config's dataDir, else .lens), also accepted after "
                           "the subcommand")
-    log.add_argument("--config", type=_config_path, default=None, metavar="PATH",
+    log.add_argument("--config", type=_config_path, default=None, action=Once, metavar="PATH",
                      help="config file whose dataDir is read (default config/lens.jsonc if present), also "
                           "accepted after the subcommand")
     cmds = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
 
     def data_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data", type=_path, default=argparse.SUPPRESS, metavar="DIR",
+        p.add_argument("--data", type=_path, default=argparse.SUPPRESS, action=Once, metavar="DIR",
                        help="data directory (default: the config's dataDir, else .lens)")
-        p.add_argument("--config", type=_config_path, default=argparse.SUPPRESS, metavar="PATH",
+        p.add_argument("--config", type=_config_path, default=argparse.SUPPRESS, action=Once, metavar="PATH",
                        help="config file whose dataDir is read (default config/lens.jsonc if present)")
 
     p = cmds.add_parser("decode", help="print events as JSON lines")

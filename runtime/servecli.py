@@ -137,11 +137,11 @@ def cmd_pair_approve(args: argparse.Namespace) -> int:
         print(f"approved client {args.client} ({trust}); any earlier credential of it is revoked.")
         print("The credential is shown once; store it now:")
         print(token, flush=True)
-    except BrokenPipeError:
+    except OSError as exc:  # (the reader went away, or a full disk: said, not a bare "No space left")
         silence_stdout()
+        why = "the reader of standard output went away" if isinstance(exc, BrokenPipeError) else exc.strerror or exc
         raise CredentialNotShown(f"client {args.client} was approved but its credential could not be printed "
-                                 f"(the reader of standard output went away), and it cannot be shown again: "
-                                 f"run lens pair approve again") from None
+                                 f"({why}), and it cannot be shown again: run lens pair approve again") from None
     return 0
 
 

@@ -529,11 +529,25 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
         # wherever the executor was started, a home directory as readily as a project.)
         _fail("WORKSPACE_INVALID", "workspace is empty: --workspace needs a directory")
         return 2
-    root = Path(workspace)
+    # `~` is the home directory, as in `lens serve --data` (`--state=~/x`, which no shell expands,
+    # made a directory named `~` in the working directory); an empty --state is refused as an
+    # empty --data is (it was taken for the default). (runtime.config is loaded already: the CLI
+    # read the config's keys with it.)
+    from runtime.config import ConfigError, expand_path
+    try:
+        root = expand_path(workspace, "--workspace", "the command line")
+    except ConfigError as exc:
+        _fail("WORKSPACE_INVALID", exc.message)
+        return 2
     if not root.is_dir():
         _fail("WORKSPACE_INVALID", f"workspace {_printable(workspace, 500)} is not a directory")
         return 2
-    state_dir = Path(state) if state else _default_state_dir(root)
+    try:
+        state_dir = expand_path(state, "--state", "the command line") if state is not None \
+            else _default_state_dir(root)
+    except ConfigError as exc:
+        _fail("STATE_DIR_INVALID", exc.message)
+        return 2
     if _overlaps(state_dir, root):
         # The state holds the call journal and the records of running commands (which a later
         # executor kills); inside the workspace, the agent's own tools could rewrite them.

@@ -1,0 +1,167 @@
+"""The installed ``lens`` script driven as a user at a shell drives it, on the cases the earlier
+command-line passes do not list: ``lens executor serve``'s ``--state`` and ``--workspace`` written
+empty or with a leading ``~``."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runtime.pairing import PairStore
+from tools.executor.server import TOKEN_ENV
+
+from tests.cli.lens_script import lens, lens_script, write_log
+from tests.cli.test_pair_cli import pending_client
+
+
+def executor_serve(cwd: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``lens executor serve --listen 127.0.0.1:0 --exit-with-stdin ARGS`` in ``cwd`` with ``home``
+    as HOME and XDG_STATE_HOME under it; one that starts serving stops at its input's end."""
+    env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32), "HOME": str(home),
+           "XDG_STATE_HOME": str(home / ".local" / "state")}
+    return subprocess.run([str(lens_script()), "executor", "serve", "--listen", "127.0.0.1:0", "--exit-with-stdin",
+                           *args], cwd=cwd, env=env, input="", capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def places(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A working directory, a home directory and a workspace (``~/ws``), each empty."""
+    cwd, home = tmp_path / "cwd", tmp_path / "home"
+    cwd.mkdir()
+    (home / "ws").mkdir(parents=True)
+    return cwd, home, home / "ws"
+
+
+def test_an_empty_state_directory_is_refused_not_taken_for_the_default(places: tuple[Path, Path, Path]) -> None:
+    # `--state ""` (as `--state "$STATE"` with STATE unset writes it) served with the default
+    # state directory, as if --state were left out, where `--workspace ""` and `lens serve --data ""`
+    # are refused.
+    cwd, home, workspace = places
+    res = executor_serve(cwd, "--workspace", str(workspace), "--state", "", home=home)
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr == "lens executor: STATE_DIR_INVALID: the command line: --state must be a non-empty path " \
+                         "without NUL characters\n", res.stderr
+    assert not (home / ".local").exists() and list(cwd.iterdir()) == []
+
+
+def test_a_tilde_in_state_and_workspace_is_the_home_directory(places: tuple[Path, Path, Path]) -> None:
+    # `--state ~/state` (quoted, or written `--state=~/state`, which the shell leaves alone) made a
+    # directory named `~` in the working directory, and `--workspace ~/ws` was "not a directory",
+    # where `~` in `lens serve --data`, `dataDir` and `pairFile` is the home directory.
+    cwd, home, _workspace = places
+    res = executor_serve(cwd, "--workspace", "~/ws", "--state=~/state", home=home)
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout.startswith("lens executor: listening on 127.0.0.1:"), res.stdout
+    assert list(cwd.iterdir()) == []  # no directory named `~` here
+    assert sorted(p.name for p in (home / "state").iterdir()) == ["blobs", "calls", "commands"]
+
+
+@pytest.mark.parametrize("option", ["--workspace", "--state"])
+def test_a_tilde_naming_no_home_directory_is_named(places: tuple[Path, Path, Path], option: str) -> None:
+    cwd, home, workspace = places
+    args = {"--workspace": ["--workspace", "~nosuchuser-lens/ws"],
+            "--state": ["--workspace", str(workspace), "--state", "~nosuchuser-lens/state"]}[option]
+    res = executor_serve(cwd, *args, home=home)
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    code = "WORKSPACE_INVALID" if option == "--workspace" else "STATE_DIR_INVALID"
+    value = args[-1]
+    assert res.stderr == f"lens executor: {code}: the command line: {option} {value!r}: there is no home " \
+                         f"directory of user 'nosuchuser-lens'\n", res.stderr
+    assert list(cwd.iterdir()) == [] and not (home / ".local").exists()
+
+
+# ------------------------------------------------------------ `lens log` with --data or --config twice in one place
+
+TWICE_IN_ONE_PLACE = [
+    ("log", "verify", "--data", "a", "--data", "b"),
+    ("log", "rebuild", "--data", "a", "--data=b"),
+    ("log", "--data", "a", "--data", "b", "stats"),
+    ("log", "decode", "--config", "a.jsonc", "--config", "b.jsonc"),
+    ("log", "--config", "a.jsonc", "--config=b.jsonc", "rebuild"),
+]
+
+
+@pytest.mark.parametrize("argv", TWICE_IN_ONE_PLACE, ids=[" ".join(a) for a in TWICE_IN_ONE_PLACE])
+def test_data_or_config_twice_in_one_place_is_a_usage_error(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    # `lens log rebuild --data a --data b` rebuilt b's projections alone, silently, where `lens serve
+    # --data a --data b` is a usage error; the documented rule ("given before and after the
+    # subcommand, the later one wins") is about two places, not a repeat in one.
+    for name in ("a", "b"):
+        write_log(tmp_path / name)
+        (tmp_path / f"{name}.jsonc").write_text(f'{{"dataDir": "{name}"}}')
+    before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    res = lens(tmp_path, *argv)
+    option = "--config" if "--config" in argv else "--data"
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.startswith("usage: lens log") and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.splitlines()[-1].endswith(
+        f": USAGE_ERROR: argument {option}: given more than once (it takes one value)"), res.stderr
+    assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before  # nothing rebuilt
+
+
+@pytest.mark.parametrize("option", ["--data", "--config"])
+def test_data_or_config_before_and_after_the_subcommand_the_later_one_wins(tmp_path: Path, option: str) -> None:
+    # (the documented rule, kept: one in each place is no repeat)
+    write_log(tmp_path / "b")
+    (tmp_path / "a.jsonc").write_text('{"dataDir": "a"}')
+    (tmp_path / "b.jsonc").write_text('{"dataDir": "b"}')
+    first, later = ("a", "b") if option == "--data" else ("a.jsonc", "b.jsonc")
+    res = lens(tmp_path, "log", option, first, "verify", option, later)
+    assert (res.returncode, res.stdout) == (0, "ok: 1 event(s) verified\n"), (res.returncode, res.stdout, res.stderr)
+
+
+# ------------------------------------------------------------ an option of a command written before it
+
+BEFORE_THE_COMMAND = [
+    (("pair", "--config", "x.jsonc", "list"), "lens pair", "--config", "lens pair list --config x.jsonc"),
+    (("pair", "--client", "c1", "approve"), "lens pair", "--client", "lens pair approve --client c1"),
+    (("--data", "d", "log", "verify"), "lens", "--data", "lens log --data d verify"),
+    (("--port", "0", "serve"), "lens", "--port", "lens serve --port 0"),
+    (("executor", "--workspace", "w", "serve"), "lens executor", "--workspace",
+     "lens executor serve --workspace w"),
+]
+
+
+@pytest.mark.parametrize("argv, prog, option, written", BEFORE_THE_COMMAND,
+                         ids=[" ".join(case[0]) for case in BEFORE_THE_COMMAND])
+def test_an_option_written_before_its_command_is_named(tmp_path: Path, argv: tuple[str, ...], prog: str,
+                                                       option: str, written: str) -> None:
+    # `lens pair --config x.jsonc list` (as `lens log --config x.jsonc verify` is written) was told
+    # "argument COMMAND: invalid choice: 'x.jsonc'": argparse took the option for an unknown one
+    # and its value for the command. The option is named, and where it goes.
+    res = lens(tmp_path, *argv)
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.startswith(f"usage: {prog} ") and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.splitlines()[-1] == (
+        f"{prog}: USAGE_ERROR: unrecognized arguments: {option} (an option of the command after it: "
+        f"write it there, as in `{written}`)"), res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_command_that_is_no_command_is_still_named_as_such(tmp_path: Path) -> None:
+    # (the other side: no option before it, argparse's own words)
+    res = lens(tmp_path, "pair", "lst")
+    assert res.stderr.splitlines()[-1] == ("lens pair: USAGE_ERROR: argument COMMAND: invalid choice: 'lst' "
+                                           "(choose from 'approve', 'list', 'revoke')"), res.stderr
+
+
+# ------------------------------------------------------------ `lens pair approve` onto a full disk
+
+def test_approve_onto_a_full_disk_says_the_client_was_approved_and_to_approve_again(tmp_path: Path) -> None:
+    # `lens pair approve --client c1 > /dev/full` said only "lens: IO_ERROR: No space left on device":
+    # the client was approved by then (any earlier credential revoked) with a credential nobody saw,
+    # which the message did not say. It now says so, as when the reader of the output went away.
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    pair = pending_client(tmp_path)
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([str(lens_script()), "pair", "approve", "--client", "c1"], cwd=tmp_path, stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=60)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert res.stderr == ("lens: IO_ERROR: client c1 was approved but its credential could not be printed (No "
+                          "space left on device), and it cannot be shown again: run lens pair approve again\n")
+    assert PairStore(pair).find("c1").status == "approved"  # (what the message says)
