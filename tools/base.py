@@ -169,11 +169,21 @@ class ToolSpec:
     # The context plane: a deferred tool stays out of the model's tool list until the agent loads
     # it with ``capability_search`` (config ``tools.deferred`` / ``tools.eager`` can change this).
     deferred: bool = False
-    # Example argument objects, shown to the model by ``capability_search`` and in the inventory.
+    # Example argument objects (the context plane's): sent to the model after the description
+    # (:meth:`offered_description`), shown by ``capability_search`` and in the inventory.
     input_examples: tuple[dict[str, Any], ...] = ()
 
     def schema(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        """The tool as model requests offer it (providers send the name under its F-MOD-3 alias)."""
+        return {"name": self.name, "description": self.offered_description(), "input_schema": self.input_schema}
+
+    def offered_description(self) -> str:
+        """The description a model request carries: the tool's own, then its input examples, one
+        JSON object a line (no protocol has a portable field for them)."""
+        if not self.input_examples:
+            return self.description
+        examples = "\n".join(json.dumps(e, ensure_ascii=False) for e in self.input_examples)
+        return f"{self.description}\n\nInput examples:\n{examples}"
 
 
 class ToolRegistry:
