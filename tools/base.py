@@ -121,6 +121,13 @@ class ToolResult:
         return cls([t.TextPart(f"{code}: {message}")], {"error": {"code": code, "message": message}},
                    is_error=True, error_code=code)
 
+    @property
+    def error_message(self) -> str | None:
+        """An :meth:`error`'s message; None for any other result."""
+        error = self.structured_content.get("error") if isinstance(self.structured_content, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        return message if isinstance(message, str) else None
+
     def message_scrubbed(self, secrets: Secrets, sent: Secrets | None = None) -> "ToolResult":
         """This result, when it is an :meth:`error`'s, with its message without ``secrets``
         whole (``Secrets.scrub_text``), and without the pieces of ``sent`` (the keys the call's
@@ -162,11 +169,21 @@ class ToolSpec:
     # The context plane: a deferred tool stays out of the model's tool list until the agent loads
     # it with ``capability_search`` (config ``tools.deferred`` / ``tools.eager`` can change this).
     deferred: bool = False
-    # Example argument objects, shown to the model by ``capability_search`` and in the inventory.
+    # Example argument objects (the context plane's): sent to the model after the description
+    # (:meth:`offered_description`), shown by ``capability_search`` and in the inventory.
     input_examples: tuple[dict[str, Any], ...] = ()
 
     def schema(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        """The tool as model requests offer it (providers send the name under its F-MOD-3 alias)."""
+        return {"name": self.name, "description": self.offered_description(), "input_schema": self.input_schema}
+
+    def offered_description(self) -> str:
+        """The description a model request carries: the tool's own, then its input examples, one
+        JSON object a line (no protocol has a portable field for them)."""
+        if not self.input_examples:
+            return self.description
+        examples = "\n".join(json.dumps(e, ensure_ascii=False) for e in self.input_examples)
+        return f"{self.description}\n\nInput examples:\n{examples}"
 
 
 class ToolRegistry:
@@ -216,7 +233,9 @@ class ToolRegistry:
                   check: Callable[[ToolSpec, dict[str, Any]], ToolResult | None] | None = None) -> ToolResult:
         """Run one call; every failure comes back as an error result, never as an exception.
         ``check`` (the context and execution planes, tools/catalog.py) sees the decoded arguments
-        first and may answer with an error result instead of running the tool. An error's message
+        first and may answer with an error result instead of running the tool; its ``absent``
+        (when it has one) judges a name ``on_unknown`` answers for (a down MCP server's tool)
+        before that answer is given. An error's message
         leaves without ``ctx.secrets`` whole, and without pieces of those ``arguments`` hold whole
         (:meth:`ToolResult.message_scrubbed`)."""
         result = await self._run(name, arguments, ctx, allowed=allowed, check=check)
@@ -230,6 +249,13 @@ class ToolRegistry:
         if spec is None and self.on_unknown is not None and not (allowed and name not in allowed):
             answer = self.on_unknown(name)
             if answer is not None:
+                # (the planes first, as for a tool that is there: a tool the policy disables, or
+                # deferred and not loaded, is refused so whatever its server's state, which the
+                # refusal adds)
+                absent = getattr(check, "absent", None)
+                refused = absent(name) if absent is not None else None
+                if refused is not None and refused.error_code is not None:
+                    return ToolResult.error(refused.error_code, f"{refused.error_message} ({answer.error_message})")
                 return answer
         if spec is None or (allowed and name not in allowed):
             return ToolResult.error("TOOL_UNKNOWN", f"no tool named {name!r} is available to this agent")

@@ -25,7 +25,7 @@ import json
 import posixpath
 import re
 from fnmatch import fnmatchcase
-from typing import Any, Literal, Mapping, Protocol, Sequence
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
 
 import msgspec
 
@@ -331,6 +331,29 @@ def rank(query: str, specs: Sequence[ToolSpec]) -> list[tuple[int, ToolSpec]]:
 # --------------------------------------------------------------------------- the catalog
 
 
+class PlaneCheck:
+    """The ``check`` of :meth:`ToolCatalog.check` for :meth:`ToolRegistry.run`: called with a
+    registry tool and its decoded arguments; :meth:`absent` judges by its name alone a tool out
+    of the registry whose MCP server is down."""
+
+    def __init__(self, check: Callable[[ToolSpec, dict[str, Any]], ToolResult | None],
+                 absent: Callable[[str], ToolResult | None]) -> None:
+        self._check = check
+        self.absent = absent
+
+    def __call__(self, spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
+        return self._check(spec, args)
+
+
+def _not_loaded(name: str) -> ToolResult:
+    return ToolResult.error("TOOL_NOT_LOADED", f"{name} is deferred: load it with {CAPABILITY_SEARCH} first "
+                                               f"(it is callable from the next request)")
+
+
+def _disabled(name: str) -> ToolResult:
+    return ToolResult.error("TOOL_DISABLED", f"{name} is disabled by the tool policy")
+
+
 class ListedTools(Protocol):
     """The tools the MCP servers listed last, those of servers that are down now included
     (:class:`tools.mcp.McpServers`)."""
@@ -365,18 +388,27 @@ class ToolCatalog:
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""
         specs = self.registry.all()
-        cfg = self.config
+        many_mcp = self._many_mcp(specs)
+        return {s.name for s in specs if self._deferred(s.name, s.deferred, s.source, many_mcp)}
+
+    def deferred_absent(self, name: str) -> bool:
+        """Whether ``name``, a tool an MCP server that is down listed last (out of the registry
+        meanwhile), is deferred by the same rules as :meth:`deferred_names`."""
+        if self.mcp_listed is None or name not in self.mcp_listed.listed_tools():
+            return False
+        return self._deferred(name, False, "mcp", self._many_mcp(self.registry.all()))
+
+    def _many_mcp(self, specs: Sequence[ToolSpec]) -> bool:
         mcp_count = sum(1 for s in specs if s.source == "mcp")
         if self.mcp_listed is not None:
             mcp_count = max(mcp_count, self.mcp_listed.listed_tool_count())  # (counted: once a request)
-        many_mcp = mcp_count > cfg.mcp_defer_above
-        out = set()
-        for s in specs:
-            if s.name == CAPABILITY_SEARCH or _matches(s.name, cfg.eager):
-                continue
-            if s.deferred or _matches(s.name, cfg.deferred) or (many_mcp and s.source == "mcp"):
-                out.add(s.name)
-        return out
+        return mcp_count > self.config.mcp_defer_above
+
+    def _deferred(self, name: str, own: bool, source: str, many_mcp: bool) -> bool:
+        cfg = self.config
+        if name == CAPABILITY_SEARCH or _matches(name, cfg.eager):
+            return False
+        return own or _matches(name, cfg.deferred) or (many_mcp and source == "mcp")
 
     def assigned(self, *, is_main_agent: bool, allowed: Sequence[str] | None) -> list[ToolSpec]:
         return self.registry.visible(is_main_agent=is_main_agent, allowed=allowed)
@@ -486,6 +518,15 @@ class ToolCatalog:
         native = None if from_program else self.native_names(is_main_agent=is_main_agent, allowed=allowed,
                                                                session=session)
 
+        def absent(name: str) -> ToolResult | None:
+            # (a tool of a server that is down: the context and execution planes judge it by its
+            # name before its server's state is told, as they would the tool in the registry)
+            if name not in have and self.deferred_absent(name):
+                return _not_loaded(name)
+            if not self.profile(name, session)["enabled"]["value"]:
+                return _disabled(name)
+            return None
+
         def check(spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
             if from_program and spec.name in NOT_FROM_PROGRAMS:
                 return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{spec.name} cannot be called from a program: "
@@ -500,11 +541,10 @@ class ToolCatalog:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is called through {PTC}: call it from "
                                         f"a program ({spec.name}(...) in the code you pass to {PTC})")
             if spec.name in self.deferred_names() and spec.name not in have:
-                return ToolResult.error("TOOL_NOT_LOADED", f"{spec.name} is deferred: load it with "
-                                        f"{CAPABILITY_SEARCH} first (it is callable from the next request)")
+                return _not_loaded(spec.name)
             return self.policy_refusal(spec, args, session)
 
-        return check
+        return PlaneCheck(check, absent)
 
     def policy_refusal(self, spec: ToolSpec, args: Mapping[str, Any],
                        session: Mapping[str, Any] | None) -> ToolResult | None:
@@ -516,7 +556,7 @@ class ToolCatalog:
         call: the context plane does not apply to it)."""
         p = {f: v["value"] for f, v in self.profile(spec.name, session).items()}
         if not p["enabled"]:
-            return ToolResult.error("TOOL_DISABLED", f"{spec.name} is disabled by the tool policy")
+            return _disabled(spec.name)
         prefixes = p["workspaceAllowlist"]
         if prefixes is not None:
             props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
