@@ -8,7 +8,7 @@ and the catalog, changes nothing.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from projections.session_state import MAIN_AGENT, AgentState, SessionState
 from tools.base import ToolSpec
@@ -51,7 +51,7 @@ def can_load_skills(catalog: ToolCatalog, state: SessionState | None, agent_id: 
     ``tools`` leave it out, under a policy that disables it, or with PTC's fixed native list without
     it (deferred too: searchable, but once loaded a direct call is ``TOOL_NOT_NATIVE`` and a
     program's ``PTC_TOOL_NOT_ALLOWED``). Which form of the system prompt the agent is sent
-    (``runtime.prompt.SystemPrompt``) follows from it."""
+    (``runtime.prompt.SystemPrompt``) follows from it (:func:`skills_listed`)."""
     offered, searchable = agent_planes(catalog, state, agent_id)
     if any(s.name == SKILL for s in offered):
         return True
@@ -63,3 +63,18 @@ def can_load_skills(catalog: ToolCatalog, state: SessionState | None, agent_id: 
     native = catalog.native_names(is_main_agent=is_main, allowed=allowed, session=session_tool_policy(state))
     return native is None or SKILL not in NOT_FROM_PROGRAMS
 
+
+def skills_listed(catalog: ToolCatalog, state: SessionState | None,
+                  agent_id: str = MAIN_AGENT) -> bool | Callable[[str], bool]:
+    """Which skills ``agent_id``'s system prompt lists (``runtime.prompt.SystemPrompt.for_agent``):
+    none (False) when it cannot load a skill (:func:`can_load_skills`); else every one (True), or,
+    under a ``paramRestrictions`` on ``skill``, a test of a skill's name: those the policy lets it
+    load (:meth:`ToolCatalog.policy_refusal` of ``skill({"name"})``, as the model's call and the
+    user's ``/skill:`` are checked). Read from ``state`` now: a later change of it does not apply."""
+    if not can_load_skills(catalog, state, agent_id):
+        return False
+    spec = catalog.registry.get(SKILL)
+    session = session_tool_policy(state)
+    if spec is None or not catalog.profile(SKILL, session)["paramRestrictions"]["value"]:
+        return True
+    return lambda name: catalog.policy_refusal(spec, {"name": name}, session) is None
