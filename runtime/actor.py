@@ -51,7 +51,7 @@ from tools.ptc.tool import ProgramCut
 from . import decide as d
 from . import jobs as j
 from . import working_context as wc
-from .agent_tools import agent_planes, can_load_skills
+from .agent_tools import agent_planes, skills_listed
 from .config import ContextConfig
 from .errors import (
     ActorUnavailable,
@@ -964,7 +964,9 @@ class SessionActor:
         # Asking again for a request that never got an answer (a crash or restart while it was
         # open): one more attempt than the last recorded one, however many crashes came before.
         attempt = agent.request_attempt + 1 if agent.open_request_seq is not None else 1
-        tools = self._tool_schemas(agent_id)
+        # The prompt's form (its skills listing) is read with the tools, from the same state: a
+        # toolPolicy change recorded while the request is on its way applies to neither.
+        tools, listed = self._tool_schemas(agent_id), skills_listed(self.tool_catalog, state, agent_id)
         # The model and thinking level are read under the write lock, where model.requested is
         # decided, and the request is sent with exactly what that event records: a
         # session.configured committed meanwhile applies from the next request, never half to this one.
@@ -987,7 +989,7 @@ class SessionActor:
         provider, model_id, thinking_level = chosen
         items = working_context(agent)  # as of model.requested
         try:
-            system = await self._system_prompt(agent_id)
+            system = await self._system_prompt(agent_id, listed)
         except LensError as exc:  # (the project's workspace could not be looked up, say)
             await self._emit([d.Scoped(t.ModelFailed(code=exc.code, message=self.deps.store.secrets.scrub_message(exc.message),
                                                      retryable=True), agent_id, task_id)])
@@ -1159,15 +1161,18 @@ class SessionActor:
         offered, _searchable = agent_planes(self.tool_catalog, self.state, agent_id)
         return [s.schema() for s in offered]
 
-    async def _system_prompt(self, agent_id: str) -> list[str]:
-        """The system prompt sections ``agent_id``'s requests are sent: the project's, without its
-        skills listing for an agent that cannot load a skill (raises LensError when its project
-        cannot be read)."""
+    async def _system_prompt(self, agent_id: str, listed: bool | Callable[[str], bool] | None = None) -> list[str]:
+        """The system prompt sections ``agent_id``'s requests are sent: the project's, its skills
+        listing as ``listed`` says (``runtime.agent_tools.skills_listed``; None: as the state says
+        now), none for an agent that cannot load a skill (raises LensError when its project cannot
+        be read)."""
+        if listed is None:
+            listed = skills_listed(self.tool_catalog, self.state, agent_id)
         if self.deps.system_prompt_for is None:
             return list(self.deps.system_prompt)
         prompt = await self.deps.system_prompt_for(self.state.project_id)
         if isinstance(prompt, SystemPrompt):
-            return prompt.for_agent(can_load_skills(self.tool_catalog, self.state, agent_id))
+            return prompt.for_agent(listed)
         return list(prompt)
 
     def _describe_context(self, cmd: wc.DescribeContext, env: Envelope) -> Any:

@@ -8,11 +8,13 @@ and the catalog, changes nothing.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from projections.session_state import MAIN_AGENT, AgentState, SessionState
 from tools.base import ToolSpec
-from tools.catalog import ToolCatalog
+from tools.catalog import NOT_FROM_PROGRAMS, ToolCatalog
+
+SKILL = "skill"
 
 
 def agent_scope(state: SessionState | None, agent_id: str) -> tuple[AgentState | None, list[str] | None, bool]:
@@ -45,8 +47,34 @@ def agent_planes(catalog: ToolCatalog, state: SessionState | None, agent_id: str
 
 def can_load_skills(catalog: ToolCatalog, state: SessionState | None, agent_id: str = MAIN_AGENT) -> bool:
     """Whether ``agent_id`` can load a skill: its requests offer ``skill``, or it is deferred and
-    the agent can load it with ``capability_search``. Not so for a subagent whose ``tools`` leave
-    it out, under a policy that disables it, or with PTC's fixed native list without it. Which
-    form of the system prompt the agent is sent (``runtime.prompt.SystemPrompt``) follows from it."""
+    the agent can load it with ``capability_search`` and then call it. Not so for a subagent whose
+    ``tools`` leave it out, under a policy that disables it, or with PTC's fixed native list without
+    it (deferred too: searchable, but once loaded a direct call is ``TOOL_NOT_NATIVE`` and a
+    program's ``PTC_TOOL_NOT_ALLOWED``). Which form of the system prompt the agent is sent
+    (``runtime.prompt.SystemPrompt``) follows from it (:func:`skills_listed`)."""
     offered, searchable = agent_planes(catalog, state, agent_id)
-    return any(s.name == "skill" for s in (*offered, *searchable))
+    if any(s.name == SKILL for s in offered):
+        return True
+    if not any(s.name == SKILL for s in searchable):
+        return False
+    # Deferred: once loaded it is called directly, or with PTC assigned from a program (PTC's
+    # native list would have offered it if it held it), which cannot call it (NOT_FROM_PROGRAMS).
+    _agent, allowed, is_main = agent_scope(state, agent_id)
+    native = catalog.native_names(is_main_agent=is_main, allowed=allowed, session=session_tool_policy(state))
+    return native is None or SKILL not in NOT_FROM_PROGRAMS
+
+
+def skills_listed(catalog: ToolCatalog, state: SessionState | None,
+                  agent_id: str = MAIN_AGENT) -> bool | Callable[[str], bool]:
+    """Which skills ``agent_id``'s system prompt lists (``runtime.prompt.SystemPrompt.for_agent``):
+    none (False) when it cannot load a skill (:func:`can_load_skills`); else every one (True), or,
+    under a ``paramRestrictions`` on ``skill``, a test of a skill's name: those the policy lets it
+    load (:meth:`ToolCatalog.policy_refusal` of ``skill({"name"})``, as the model's call and the
+    user's ``/skill:`` are checked). Read from ``state`` now: a later change of it does not apply."""
+    if not can_load_skills(catalog, state, agent_id):
+        return False
+    spec = catalog.registry.get(SKILL)
+    session = session_tool_policy(state)
+    if spec is None or not catalog.profile(SKILL, session)["paramRestrictions"]["value"]:
+        return True
+    return lambda name: catalog.policy_refusal(spec, {"name": name}, session) is None

@@ -218,21 +218,34 @@ async def load_project_files(read_text: ReadText, *, workspace: str | None, home
 
 @dataclass(frozen=True)
 class SystemPrompt:
-    """A project's system prompt in the two forms its agents are sent (each a ``ModelRequest.system``
+    """A project's system prompt in the forms its agents are sent (each a ``ModelRequest.system``
     list): ``full``, and ``without_skills``, the same text less the skills section, for an agent
     that cannot load a skill (a subagent whose ``tools`` leave out ``skill``, a policy that disables
     it, PTC's fixed native list without it): the listing would promise it a tool it cannot call.
+    Under a ``paramRestrictions`` on the ``skill`` tool's ``name``, the listing holds the skills
+    it allows alone, assembled from ``inputs``, the same reading.
 
-    Built once from one reading of the files, so the two differ in that section only. Which form an
-    agent gets follows from its tool list (``runtime.agent_tools.can_load_skills``), which a
-    provider's cache prefix holds before the system prompt (Anthropic: tools, system, messages): two
-    requests with the same tools get the same form, so no prefix that was shared before is split."""
+    Built once from one reading of the files, so the forms differ in that section only. Which form an
+    agent gets follows from its tool list and policy (``runtime.agent_tools.skills_listed``); a
+    provider's cache prefix holds the tools before the system prompt (Anthropic: tools, system,
+    messages): two requests with the same tools under the same policy get the same form, so no
+    prefix that was shared before is split."""
 
     full: tuple[str, ...]
     without_skills: tuple[str, ...]
+    inputs: PromptInputs = field(default_factory=PromptInputs)
 
-    def for_agent(self, can_load_skills: bool) -> list[str]:
-        return list(self.full if can_load_skills else self.without_skills)
+    def for_agent(self, listed: bool | Callable[[str], bool]) -> list[str]:
+        """The form for an agent: the listing of every skill (True), of none (False), or of the
+        skills whose name ``listed`` accepts (in their order; none accepted: no section)."""
+        if isinstance(listed, bool):
+            return list(self.full if listed else self.without_skills)
+        kept = tuple(s for s in self.inputs.skills if listed(s.name))
+        if len(kept) == len(self.inputs.skills):
+            return list(self.full)
+        if not kept:
+            return list(self.without_skills)
+        return [assemble(dataclasses.replace(self.inputs, skills=kept))]
 
 
 async def build_system_prompt(
@@ -272,7 +285,7 @@ async def build_system_prompts(
     files = await load_project_files(read_text, workspace=workspace, home=home)
     inputs = PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills),
                           cwd if cwd is not None else workspace, secrets)
-    return SystemPrompt((assemble(inputs),), (assemble(dataclasses.replace(inputs, skills=())),))
+    return SystemPrompt((assemble(inputs),), (assemble(dataclasses.replace(inputs, skills=())),), inputs)
 
 
 # How long an assembled prompt is reused for its project before the files are read again.

@@ -153,7 +153,7 @@ class SkillLoads:
         if refuse:
             self._refuse_by_policy(state, name)
         elif (refused := self._policy_refusal(state, name)) is not None:
-            return load_failed(name, None, _error_message(refused))[0]
+            return load_failed(name, None, _error_message(refused))[0]  # (a note, no load to drop)
         ctx = ToolContext(state.project_id, self._session_id, MAIN_AGENT, None, f"input:{request_id}", True,
                           loaded_skills=dict, recordable=self._recordable)
         result = await self._tools.run("skill", json.dumps({"name": name}), ctx)
@@ -215,12 +215,18 @@ class SkillLoads:
             out[q.request_id] = await self._for_input(state, command[0], q.request_id, refuse=False)
         return out
 
-    @staticmethod
-    def before_placing(state: SessionState, agent_id: str, q: QueuedInput, loads: dict[str, t._Event]) -> list[t._Event]:
-        """``loads[q]`` unless the skill got loaded meanwhile (called under the write lock)."""
+    def before_placing(self, state: SessionState, agent_id: str, q: QueuedInput,
+                       loads: dict[str, t._Event]) -> list[t._Event]:
+        """``loads[q]`` unless the skill got loaded meanwhile, or the note saying why it is not
+        loaded when ``state``'s policy refuses it now (called under the write lock: :meth:`placing`
+        checked the policy before it waited to read the skill, and a ``toolPolicy`` change may
+        have been recorded in that wait). Pure: reads ``state`` and the catalog only."""
         ev = loads.get(q.request_id)
-        if isinstance(ev, t.SkillLoaded) and ev.name in loaded_skill_states(state.agent(agent_id)):
-            return []
+        if isinstance(ev, t.SkillLoaded):
+            if ev.name in loaded_skill_states(state.agent(agent_id)):
+                return []
+            if (refused := self._policy_refusal(state, ev.name)) is not None:
+                return load_failed(ev.name, None, _error_message(refused))[:1]
         return [ev] if ev is not None else []
 
 

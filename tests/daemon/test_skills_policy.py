@@ -4,9 +4,13 @@ that can load skills. A daemon on loopback port 0, the real executor, the ``faux
 
 from __future__ import annotations
 
+import json
+
+import trio
+
 from ..providers.servers import openai_chat as oc
 from ..providers.servers.base import ScriptedServer
-from .conftest import error_of, question_opened, run_tool, sdks_ready, stop_daemon
+from .conftest import error_of, question_opened, run_tool, sdks_ready, stop_daemon, wait_until
 from .keyleaks import loop_config
 from .test_inventory_skills_models_second_pass import CONFIG, TWO, _session
 from .test_skills_capabilities_third_pass import REVIEW
@@ -85,16 +89,55 @@ async def test_a_queued_skill_command_placed_after_the_policy_disabled_skill_loa
     view = await d.wait_idle(token, sid)
     events = await d.events(token, sid)
     assert "skill.loaded" not in _kinds(events)
-    [note] = [e["body"] for e in events if e["kind"] == "instruction.appended"]
-    assert note["source"] == "skill-load-failed:review", note
-    assert note["text"] == ('Skill "review" could not be loaded after all (skill is disabled by the tool policy); '
-                            "its instructions are not in the context."), note
-    placed = [e for e in events if e["kind"] == "input.placed"]
-    assert _kinds(events).index("instruction.appended") < events.index(placed[-1])  # right before its input
+    [note] = [e for e in events if e["kind"] == "instruction.appended"]
+    assert note["body"]["source"] == "skill-load-failed:review", note
+    assert note["body"]["text"] == ('Skill "review" could not be loaded after all (skill is disabled by the tool '
+                                    "policy); its instructions are not in the context."), note
+    [placed] = [e for e in events if e["kind"] == "input.placed" and e["body"]["input_request_id"] == "r2"]
+    assert events[events.index(placed) - 1] == note  # directly before its input
     await stop_daemon(d)
     d2 = await daemon_factory(config=CONFIG, root=d.root)
     again = await d2.view(token, sid)
     assert again["items"] == view["items"], again
+
+
+async def test_a_skill_command_whose_read_waited_while_the_policy_disabled_skill_loads_nothing_and_says_so(
+        daemon_factory):
+    # Placing a queued `/skill:` input checks the policy, then reads the skill, which waits while
+    # another session's command holds the workspace. A PATCH disabling `skill` in that wait was
+    # not seen: the log held session.configured, then skill.loaded, then input.placed. The policy
+    # is checked again under the write lock, where the load is recorded: the note instead.
+    d = await daemon_factory(config=CONFIG)
+    token, project_id, sid = await _session(d, {"review": REVIEW})
+    ws = d.root / "workspaces" / "p"
+    other = (await d.session(token, project_id))["id"]
+    qid = await question_opened(d, token, sid, "r1", '/tool ask_user {"questions": [{"id": "q", "text": "?"}]}')
+    r = await d.post(f"/sessions/{sid}/inputs", token, {"requestId": "r2", "content": "/skill:review go"})
+    assert r.status_code == 202, r.text
+    hold = {"command": "touch started && sleep 600", "timeout_ms": 900000}
+    await d.submit(token, other, "o1", f"/tool run_command {json.dumps(hold)}")
+    await wait_until(lambda: trio.to_thread.run_sync((ws / "started").exists), what="the command holding the workspace")
+    r = await d.post(f"/sessions/{sid}/questions/{qid}/answer", token, {"kind": "skip"})
+    assert r.status_code in (200, 202), r.text
+
+    async def first_task_finished() -> bool:
+        return "task.finished" in _kinds(await d.events(token, sid))
+
+    await wait_until(first_task_finished, what="the first task's end (the input's placing then waits to read)")
+    r = await d.request("PATCH", f"/sessions/{sid}", token, json_body=SKILL_OFF)
+    assert r.status_code == 200, r.text
+    r = await d.post(f"/sessions/{other}/abort", token, {})
+    assert r.status_code == 200 and r.json()["aborted"] is True, r.text
+    await d.wait_idle(token, sid)
+    events = await d.events(token, sid)
+    kinds = _kinds(events)
+    assert "skill.loaded" not in kinds, kinds
+    [note] = [e for e in events if e["kind"] == "instruction.appended"]
+    assert note["body"]["source"] == "skill-load-failed:review", note
+    assert "skill is disabled by the tool policy" in note["body"]["text"], note
+    [placed] = [e for e in events if e["kind"] == "input.placed" and e["body"]["input_request_id"] == "r2"]
+    assert events[events.index(placed) - 1] == note  # right before its input
+    assert kinds.index("session.configured") < events.index(note)
 
 
 async def test_the_skills_listing_is_sent_only_to_agents_that_can_load_a_skill(daemon_factory, nursery, monkeypatch):

@@ -180,6 +180,14 @@ def test_localptc_limits_at_their_edges_are_accepted():
     ({"localPtc": {}}, {}, "main", True),  # (no program can call it: native)
     ({"localPtc": {"nativeCapabilities": []}}, {}, "main", False),
     ({"localPtc": {"nativeCapabilities": ["skill"]}}, {}, "sub_skill", True),
+    # Deferred and left out of a fixed native list: searchable, yet once loaded a direct call is
+    # TOOL_NOT_NATIVE and a program's PTC_TOOL_NOT_ALLOWED: it cannot be called from anywhere.
+    ({"tools": {"deferred": ["skill"]}, "localPtc": {"nativeCapabilities": []}}, {}, "main", False),
+    ({"tools": {"deferred": ["skill"]}, "localPtc": {"nativeCapabilities": ["read"]}}, {}, "main", False),
+    ({"tools": {"deferred": ["skill"]}, "localPtc": {"nativeCapabilities": ["capability_search"]}}, {}, "main",
+     False),
+    ({"tools": {"deferred": ["skill"]}, "localPtc": {"nativeCapabilities": ["skill"]}}, {}, "main", True),
+    ({"tools": {"deferred": ["skill"]}, "localPtc": {}}, {}, "main", True),  # (stays native: see native_names)
 ])
 def test_an_agent_can_load_a_skill_where_skill_is_offered_or_searchable_to_it(config, settings, agent, can):
     # Which form of the system prompt an agent is sent (with the skills listing or without it).
