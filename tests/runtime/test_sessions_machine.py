@@ -667,8 +667,14 @@ class SessionsMachine(RuntimeMachine):
         now = {it.id: it for it in working_context(after)}
         for i in expected:
             assert i not in now or now[i].text == REMOVED_PLACEHOLDER, (i, now.get(i))
+        # Nothing else leaves it but a snipped call's result and a call that stood only for its
+        # re-attached result, snipped (``included``: out before by a snip or a summary).
+        results = {by_id[i].call_id for i in expected if by_id[i].role == "tool_result"}
         assert set(shown) - set(expected) <= set(now) | {
-            it.id for it in agent.items if it.role == "tool_result" and it.call_id in calls}, "a snip took out more"
+            it.id for it in agent.items if it.role == "tool_result" and it.call_id in calls} | {
+            it.id for it in agent.items if it.role == "tool_call" and it.call is not None
+            and it.call.call_id in results and marks[it.id] == "included"}, (
+            "a snip took out more", [(i, marks[i]) for i in set(shown) - set(expected) - set(now)])
 
     def include(self, data: st.DataObject) -> None:
         """Include Result (F-CTX-3) of a tool result of a drawn agent: by its call id or its
