@@ -8,13 +8,16 @@ with, two in project ``p1`` and one in ``p2``, and forks of them (five sessions 
 rules: an input to any session (a plain one or ``/skill:review args``, a follow-up or a steer,
 mostly to a session with a run under way); a steer or a withdrawal of an input (mostly a queued
 one), an abort (mostly of a running session); the model answering one of the requests waiting
-(text, ``get_system_time``, a ``subagent`` call, ``todo``, a ``skill`` load, each from the main
+(text, ``get_system_time``, a ``subagent`` call, ``todo``, a ``skill`` load, a ``view_image`` of a
+workspace PNG, each from the main
 agent or from a subagent, where ``subagent`` and ``todo`` are main-only and refused at execution;
 or a failure, which fails a task, a subagent or a compaction); a fork of a session from a drawn
 ``seq`` of it; a configuration change (``model``, ``thinking_level``); a saved context setting
 (automatic compaction, its trigger percent, tool-result pruning) or its reset to the config's; a
-rename; a soft delete; a snip of a Working Context item, an Include Result, a manual compaction
-left running, the user's hide, unhide or unsnip of an item of any kind (of the main agent or of a
+rename; a soft delete; a snip of an item of an agent's Full Context (main or subagent; in its
+Working Context, or out of it already: snipped, replaced by a summary, pruned, hidden) or of the
+older images, an Include Result of any tool result (by call id or item id; one never taken out
+too), an edit for one agent naming another agent's item, a manual compaction left running, the user's hide, unhide or unsnip of an item of any kind (of the main agent or of a
 subagent, a fork's own or inherited); the idle timeout (idle actors passivate and wake from their
 snapshot and tail); a restart of the runtime on the same data directory (``projections.db`` kept or
 deleted). The config turns pruning and automatic compaction on, over a small context window, so
@@ -27,8 +30,9 @@ test_session_machine.py): after each rule the machine polls the actors until eve
 or waits for the model (a request, or an automatic compaction's summarizing request).
 
 Checked after every rule: ``seq`` gap-free, each session's ``session_seq`` gap-free; every
-session's state (each agent's Full Context, its snips, includes, skills...) and view equal a fresh
-fold of the log (a fork's from its source's events up to the fork point, then its own); every model
+session's state (each agent's Full Context, its snips, includes, skills..., and its Working Context
+and marks item by item) equals a fresh fold of the log and a fold of its newest snapshot and the
+log's tail after it, and its view a fresh fold's (a fork's from its source's events up to the fork point, then its own); every model
 request a session recorded was made with the configuration in force at its ``seq``, and the model
 received exactly the requests recorded since the runtime opened, in order, with that model and
 thinking level, each holding exactly the agent's Working Context as of its ``model.requested`` (a
@@ -50,7 +54,11 @@ writes nothing, and its events stay; a main-only tool asked by a subagent is ref
 ``TOOL_MAIN_ONLY``; a steer of an input not queued is ``INPUT_NOT_QUEUED`` naming its state, a
 withdrawal answers the input's state (its text when withdrawn) and writes only for a queued one; an
 abort withdraws exactly the queued inputs and leaves nothing running, queued or asked, and writes
-nothing for an idle session; a saved setting is in the state at once, and saving it as it was
+nothing for an idle session; a snip names and records (one ``context.edited``) exactly the items
+the next request would have seen, nothing for what is out already; an include exactly the result
+not sent whole (nothing for one sent whole or re-attached already), which then comes back whole
+with its call; an edit naming another agent's item is ``CONTEXT_ITEM_NOT_FOUND`` naming both; a
+hide of a call still running is ``CONTEXT_CALL_PENDING``; a saved setting is in the state at once, and saving it as it was
 writes nothing; a hide or unhide takes a call's result with it, an unsnip a result's call, the
 answer names exactly the items changed and their marks, and one ``context.edited`` (an unhide of a
 skill's stale instructions: and a snip) is written in the session's own log only when something
@@ -69,7 +77,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import trio
 import trio.testing
@@ -81,8 +89,8 @@ from events import types as t
 from events.reader import StoredEvent
 from events.schema import PROJECTIONS_DB
 from machine_parts import Host, Pending, RuntimeMachine, log_is_gap_free, pick, run_machine, trio_sync
-from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, snapshot_bytes, state_from_snapshot,
-                                       working_context)
+from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, item_parts, snapshot_bytes,
+                                       state_from_snapshot, working_context)
 from projections.context_budget import item_marks, prunable_results
 from runtime.actor import RESULT_RECORDS, Abort, Configure, Delete, GetView, Rename, Steer, Submit, Withdraw, _reset_for_fork
 from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
@@ -93,8 +101,11 @@ from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 from runtime.views import session_view
 from runtime.working_context import COMPACTION_SYSTEM, EditContext, resolve_settings
 from tests.executor.conftest import running_pool
+from tests.files.sample_images import PNG
+from tools.artifacts import ArtifactStore
 from tools.registry import builtin_tools
 from tools.skills import skill_tool
+from tools.workspace_tools import workspace_tools
 
 # About 20 to 40 s on two cores shared with other runs (20 s of CPU). LENS_MACHINE_EXAMPLES /
 # LENS_MACHINE_STEPS (with HYPOTHESIS_PROFILE=explore for fresh examples) search further.
@@ -113,6 +124,7 @@ TOOLS = {
     "subagent": FauxToolCall("subagent", {"prompt": "SUB look around marker" + " and look again" * 105}),
     "todo": FauxToolCall("todo", {"items": [{"id": "a", "text": "step one"}]}),
     "skill": FauxToolCall("skill", {"name": "review"}),
+    "image": FauxToolCall("view_image", {"path": "shot.png"}),
 }
 MAIN_ONLY = ("subagent", "todo")
 
@@ -314,6 +326,12 @@ class SessionsMachine(RuntimeMachine):
         else:
             self.intervene(data)
 
+    @rule(data=st.data())
+    def edit(self, data: st.DataObject) -> None:
+        """A context edit as a rule of its own as well (snips and includes of every kind of item
+        are many cases: inside ``converse`` alone they came a few times a run)."""
+        self.edit_context(data)
+
     def ask(self, data: st.DataObject) -> None:
         """An input to a drawn session: a plain one, or ``/skill:review args`` (F-TOOL-6)."""
         words = data.draw(st.sampled_from(["hello", "plan it", "go on"]))
@@ -411,7 +429,7 @@ class SessionsMachine(RuntimeMachine):
     def answer(self, data: st.DataObject) -> None:
         """The model answers one of the requests waiting (drawn in a fixed order), or ``all`` of
         them with text, one after the other."""
-        kind = data.draw(st.sampled_from(["text", "all", "time", "all", "subagent", "todo", "skill", "error"]))
+        kind = data.draw(st.sampled_from(["text", "all", "time", "all", "subagent", "todo", "skill", "image", "error"]))
         model = self.host.model
         assert model is not None
         if kind != "all":
@@ -577,46 +595,152 @@ class SessionsMachine(RuntimeMachine):
     def edit_context(self, data: st.DataObject) -> None:
         """A Working Context edit of a drawn session's main agent (F-CTX-1/3) or a manual
         compaction (F-CTX-2)."""
-        op = data.draw(st.sampled_from(["snip", "include", "compact", "hide", "unhide", "unhide", "unsnip"]))
+        op = data.draw(st.sampled_from(["snip", "snip", "include", "include", "compact", "hide", "unhide", "unhide",
+                                        "unsnip", "elsewhere"]))
         if op in ("hide", "unhide", "unsnip"):
             self.user_edit(data, op)
             return
-        {"snip": self.snip, "include": self.include, "compact": self.compact}[op](data)
+        {"snip": self.snip, "include": self.include, "compact": self.compact, "elsewhere": self.edit_elsewhere}[op](data)
+
+    def edited_agent(self, data: st.DataObject, fit: Callable[[Any], bool]) -> tuple[Session, str]:
+        """A session and one of its agents for a snip or an include: one ``fit`` for it (items to
+        snip, results to include) three times in four when there is one, a subagent one time in
+        three; else the main agent of a session with a conversation."""
+        subagent = data.draw(st.integers(0, 2), label="a subagent's") == 2
+        fitting = data.draw(st.integers(0, 3), label="a fitting one") < 3
+        agents = [(s, aid) for s in self.sessions for aid, a in sorted(self.state(s.sid).agents.items())
+                  if (aid != MAIN_AGENT) == subagent and (fit(a) if fitting else a.items)]
+        return pick(data, agents) if agents else (self.talked(data), MAIN_AGENT)
 
     def snip(self, data: st.DataObject) -> None:
-        s = self.talked(data)
-        main = self.state(s.sid).agents[MAIN_AGENT]
-        items = working_context(main)
-        item_id = pick(data, [it.id for it in items] or ["ci_never"])
+        """A snip (F-CTX-3) of an item of a drawn agent's Full Context: one in its Working
+        Context, or any (one already snipped, replaced by a summary, pruned, hidden, gone with its
+        call), or the older images (all but the newest ``keep_images`` image results sent whole).
+        Only what the next request sees is taken out: the answer names exactly those items (and
+        the re-attached result of a call snipped), one ``context.edited`` records them, and a snip
+        of what is out already writes nothing."""
+        s, aid = self.edited_agent(data, lambda a: bool(working_context(a)))
+        agent = self.state(s.sid).agents[aid]
+        shown = [it.id for it in working_context(agent)]
+        # (Hypothesis draws small values most: the cases a run should meet most come first)
+        anywhere = data.draw(st.integers(0, 2), label="any item of the Full Context") < 2
+        older = data.draw(st.integers(0, 4), label="older images") == 4
+        keep = data.draw(st.integers(0, 2), label="keep_images")
+        if older:
+            cmd = EditContext("snip", older_images=True, keep_images=keep, agent_id=aid)
+        else:
+            item_id = pick(data, ([it.id for it in agent.items] if anywhere else shown) or ["ci_never"])
+            cmd = EditContext("snip", (item_id,), agent_id=aid)
+        marks = item_marks(agent)
+        pending = {c.call_id for c in agent.pending_calls}
+        by_id = {it.id: it for it in agent.items}
         before = len(self.events())
-        answer = self.call(s.sid, EditContext("snip", (item_id,)))
+        answer = self.call(s.sid, cmd)
         if s.deleted:
             self.refused(answer, "SESSION_DELETED", before)
             return
-        if isinstance(answer, LensError):  # (busy, an unknown id...: refused, nothing written)
-            self.refused(answer, answer.code, before)
+        if not older and cmd.item_ids[0] not in by_id:
+            self.refused(answer, "CONTEXT_ITEM_NOT_FOUND", before)
+            assert cmd.item_ids[0] in str(answer) and aid in str(answer), answer
             return
+        if not older and by_id[cmd.item_ids[0]].role == "tool_call" and by_id[cmd.item_ids[0]].call.call_id in pending:
+            self.refused(answer, "CONTEXT_CALL_PENDING", before)
+            return
+        assert not isinstance(answer, Exception), answer
+        if older:
+            images = [it.id for it in working_context(agent) if it.role == "tool_result" and marks[it.id] in (
+                "visible", "included") and any(isinstance(p, t.ImagePart) for p in item_parts(it))]
+            wanted = images[:max(len(images) - keep, 0)]
+        else:
+            wanted = [i for i in cmd.item_ids if marks[i] in ("visible", "included", "pruned")]
+        calls = {by_id[i].call.call_id for i in wanted if by_id[i].role == "tool_call" and by_id[i].call is not None}
+        expected = wanted + [it.id for it in agent.items if it.role == "tool_result" and it.call_id in calls
+                             and it.id in agent.included and it.id not in wanted]
+        assert (answer["agentId"], answer["itemIds"], answer["changed"]) == (aid, expected, bool(expected)), (
+            [marks.get(i) for i in cmd.item_ids], answer)
+        new = self.events()[before:]
+        assert [(e.session_id, e.agent_id or MAIN_AGENT, e.kind, e.event.op, list(e.event.item_ids))  # type: ignore[union-attr]
+                for e in new] == ([(s.sid, aid, "context.edited", "snip", expected)] if expected else []), new
         self.settle()
         # Out of the Working Context (a tool result: its placeholder stays beside its call).
-        shown = {it.id: it for it in working_context(self.state(s.sid).agents[MAIN_AGENT])}
-        assert item_id not in shown or shown[item_id].text == REMOVED_PLACEHOLDER, shown.get(item_id)
+        after = self.state(s.sid).agents[aid]
+        now = {it.id: it for it in working_context(after)}
+        for i in expected:
+            assert i not in now or now[i].text == REMOVED_PLACEHOLDER, (i, now.get(i))
+        # Nothing else leaves it but a snipped call's result and a call that stood only for its
+        # re-attached result, snipped (``included``: out before by a snip or a summary).
+        results = {by_id[i].call_id for i in expected if by_id[i].role == "tool_result"}
+        assert set(shown) - set(expected) <= set(now) | {
+            it.id for it in agent.items if it.role == "tool_result" and it.call_id in calls} | {
+            it.id for it in agent.items if it.role == "tool_call" and it.call is not None
+            and it.call.call_id in results and marks[it.id] == "included"}, (
+            "a snip took out more", [(i, marks[i]) for i in set(shown) - set(expected) - set(now)])
 
     def include(self, data: st.DataObject) -> None:
-        s = self.talked(data)
-        main = self.state(s.sid).agents[MAIN_AGENT]
-        calls = [it.call_id for it in main.items if it.role == "tool_result" and it.call_id]
-        call_id = pick(data, calls or ["call_never"])
+        """Include Result (F-CTX-3) of a tool result of a drawn agent: by its call id or its
+        item id, whatever its state (snipped, pruned, replaced by a summary, gone with its call,
+        or never taken out). One sent whole already (``visible``) or re-attached already writes
+        nothing; any other comes back whole, with its call and its images."""
+        s, aid = self.edited_agent(data, lambda a: any(it.role == "tool_result" and it.call_id for it in a.items))
+        agent = self.state(s.sid).agents[aid]
+        results = [it for it in agent.items if it.role == "tool_result" and it.call_id]
+        result = pick(data, results) if results else None
+        by_call = data.draw(st.booleans(), label="by call id")
+        if result is None:
+            cmd = EditContext("include", call_id="call_never", agent_id=aid)
+        elif by_call:
+            cmd = EditContext("include", call_id=result.call_id, agent_id=aid)
+        else:
+            cmd = EditContext("include", (result.id,), agent_id=aid)
+        marks = item_marks(agent)
         before = len(self.events())
-        answer = self.call(s.sid, EditContext("include", call_id=call_id))
+        answer = self.call(s.sid, cmd)
         if s.deleted:
             self.refused(answer, "SESSION_DELETED", before)
             return
-        if isinstance(answer, LensError):
-            self.refused(answer, answer.code, before)
+        if result is None:
+            self.refused(answer, "CONTEXT_ITEM_NOT_FOUND", before)
+            assert "call_never" in str(answer), answer
             return
+        call = next((it for it in agent.items if it.role == "tool_call" and it.call is not None
+                     and it.call.call_id == result.call_id), None)
+        if result.id in agent.hidden or (call is not None and call.id in agent.hidden):
+            self.refused(answer, "CONTEXT_ITEM_HIDDEN", before)
+            return
+        assert not isinstance(answer, Exception), answer
+        expected = [] if marks[result.id] == "visible" or result.id in agent.included else [result.id]
+        assert (answer["agentId"], answer["itemIds"], answer["changed"]) == (aid, expected, bool(expected)), (
+            marks[result.id], answer)
+        new = self.events()[before:]
+        assert [(e.agent_id or MAIN_AGENT, e.kind, e.event.op, list(e.event.item_ids))  # type: ignore[union-attr]
+                for e in new] == ([(aid, "context.edited", "include_result", expected)] if expected else []), new
         self.settle()
-        shown = [it.call_id for it in working_context(self.state(s.sid).agents[MAIN_AGENT]) if it.role == "tool_result"]
-        assert call_id in shown, (call_id, answer)
+        now = {it.id: it for it in working_context(self.state(s.sid).agents[aid])}
+        assert result.id in now and item_parts(now[result.id]) == item_parts(result), (marks[result.id], answer)
+        assert call is None or call.id in now, "a result re-attached without its call"
+
+    def edit_elsewhere(self, data: st.DataObject) -> None:
+        """A snip, include, hide, unhide or unsnip sent for one agent naming an item of another
+        (the main agent's and a subagent's, or two sessions'): ``CONTEXT_ITEM_NOT_FOUND`` naming
+        the item and the agent, and nothing written."""
+        owners = [(s, aid, it.id) for s in self.sessions for aid, a in sorted(self.state(s.sid).agents.items())
+                  for it in a.items]
+        if not owners:
+            return
+        s, aid, item_id = pick(data, owners)
+        st_ = self.state(s.sid)
+        others = [a for a in sorted(st_.agents) if a != aid and item_id not in {it.id for it in st_.agents[a].items}]
+        if not others:
+            return
+        other = pick(data, others)
+        op = data.draw(st.sampled_from(["snip", "include", "hide", "unhide", "unsnip"]))
+        before = len(self.events())
+        answer = self.call(s.sid, EditContext(op, (item_id,), agent_id=other))  # type: ignore[arg-type]
+        if s.deleted:
+            self.refused(answer, "SESSION_DELETED", before)
+            return
+        self.refused(answer, "CONTEXT_ITEM_NOT_FOUND", before)
+        assert item_id in str(answer) and other in str(answer), answer
 
     def user_edit(self, data: st.DataObject, op: str) -> None:
         """The user's hide, unhide or unsnip (F-CTX-3, F-TOOL-7) of an item of any kind (a user
@@ -677,8 +801,19 @@ class SessionsMachine(RuntimeMachine):
             self.refused(answer, "CONTEXT_ITEM_HIDDEN", before)
             assert item_id in str(answer), answer
             return
+        call = next((it for it in agent.items if item.role == "tool_result" and it.role == "tool_call"
+                     and it.call is not None and it.call.call_id == item.call_id), None)
+        if op == "unsnip" and call is not None and call.id in hidden:  # (a result's call the user hid)
+            self.refused(answer, "CONTEXT_ITEM_HIDDEN", before)
+            assert call.id in str(answer) and item_id in str(answer), answer
+            return
         if op == "unsnip" and stale:
             self.refused(answer, "CONTEXT_EDIT_INVALID", before)
+            return
+        if op == "hide" and item.role == "tool_call" and item.call is not None and item.call.call_id in {
+                c.call_id for c in agent.pending_calls}:  # (a subagent's call while the subagent runs)
+            self.refused(answer, "CONTEXT_CALL_PENDING", before)
+            assert item_id in str(answer), answer
             return
         assert not isinstance(answer, Exception), (op, item.role, answer)
         # The items the edit covers, in Full Context order: a call's result goes with it (and an
@@ -801,13 +936,32 @@ class SessionsMachine(RuntimeMachine):
         self.requests_as_configured()
         self.history_stays_in_its_project()
 
+    def from_snapshot(self, sid: str) -> SessionState | None:
+        """The session's newest snapshot (as a wake-up reads it) with the log's tail after it
+        folded in; ``None`` while it has none."""
+        state = self.rt.snapshots.load(sid)
+        if state is None:
+            return None
+        for e in self.of(sid):
+            if e.seq > state.last_seq:
+                apply(state, e)
+        return state
+
     def state_is_a_fresh_fold(self, s: Session) -> None:
+        """The live state equals a replay from zero and a replay from the newest snapshot, agent
+        by agent: the Full Context, the edits' marks and the Working Context item by item."""
         fresh = self.fresh_state(s.sid)
         live = self.state(s.sid)
         copy = copied(fresh)
         assert set(live.agents) == set(copy.agents), s.tag
+        snapped = self.from_snapshot(s.sid)
+        for replay in ([copy] if snapped is None else [copy, copied(snapped)]):
+            assert set(replay.agents) == set(live.agents), s.tag
+            for aid, agent in replay.agents.items():
+                assert working_context(live.agents[aid]) == working_context(agent), (s.tag, aid, replay is copy)
+                assert item_marks(live.agents[aid]) == item_marks(agent), (s.tag, aid, replay is copy)
+                assert live.agents[aid] == agent, (s.tag, aid, replay is copy)
         for aid, agent in copy.agents.items():
-            assert live.agents[aid] == agent, (s.tag, aid)
             self.well_formed(working_context(agent), agent, (s.tag, aid))
             names = skill_items(working_context(agent))
             assert len(names) == len(set(names)), f"{s.tag}/{aid}: a skill's instructions twice: {names}"
@@ -983,10 +1137,14 @@ async def test_several_sessions_through_their_operations_in_any_order(
         ws = workspaces[project] = tmp_path / "ws" / project
         (ws / "skills" / "review").mkdir(parents=True)
         (ws / "skills" / "review" / "SKILL.md").write_text(SKILL.format(project=project))
+        (ws / "shot.png").write_bytes(PNG)
     # One executor pool for every example (its children never stop for idleness here: the
     # machine's clock jumps past the idle timeout).
     async with running_pool(tmp_path / "executors", workspaces, idle_stop_s=1e12) as pool:
-        tools = builtin_tools([skill_tool(pool)])
+        # (of the workspace tools, ``view_image`` alone: image results to snip and include)
+        view_image = [spec for spec in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))
+                      if spec.name == "view_image"]
+        tools = builtin_tools([skill_tool(pool), *view_image])
         async with trio.open_nursery() as nursery:
             host = Host(nursery, autojump_clock, trio.lowlevel.current_trio_token(), tmp_path / "examples",
                         lambda model: {"snapshot_every": SNAPSHOT_EVERY, "idle_seconds": IDLE_SECONDS,
