@@ -67,6 +67,18 @@ class _Plan:
     exclusive: bool = False    # create: never overwrite
 
 
+# Walks one create makes when the directory it holds is removed under it each time.
+_MAX_WALKS = 3
+
+
+def _unlinked(dir_fd: int) -> bool:
+    """Whether the directory open as ``dir_fd`` was removed (it has no name left)."""
+    try:
+        return os.fstat(dir_fd).st_nlink == 0
+    except OSError:
+        return False
+
+
 class Workspace:
     """The file tools over ``root``; ``journal_dir`` enables call replay (see tools.files.journal)."""
 
@@ -301,13 +313,20 @@ class Workspace:
                 if rec.state == DONE:
                     return EditOutcome(dict(rec.structured), journal.blob(rec.before_sha256),
                                        journal.blob(rec.after_sha256), rec.written_path)
-        with self._resolve(path, follow_final=follow_final, create_parents=create_parents,
-                           missing_parents=missing_parents) as t:
-            try:
-                return self._edit_at(t, tool, path, shown, call_id, digest, plan)
-            except BaseException:
-                t.unmake()  # (the directories made for a file not written: nothing is left of the call)
-                raise
+        walks = 0
+        while True:
+            walks += 1
+            with self._resolve(path, follow_final=follow_final, create_parents=create_parents,
+                               missing_parents=missing_parents) as t:
+                try:
+                    return self._edit_at(t, tool, path, shown, call_id, digest, plan)
+                except BaseException as exc:
+                    t.unmake()  # (the directories made for a file not written: nothing is left of the call)
+                    if not (create_parents and isinstance(exc, FileToolError) and walks < _MAX_WALKS
+                            and _unlinked(t.dir_fd)):
+                        raise
+            # The directory the file was to go in was removed under the call (by a create that
+            # had made it and failed, once it was empty): walk again, making it anew.
 
     def _edit_at(self, t: Target, tool: str, path: str, shown: str, call_id: str | None, digest: str,
                  plan: Callable[[Target], _Plan]) -> EditOutcome:
