@@ -143,7 +143,9 @@ class Target:
     files and directories only, when the walk was asked to follow the final component).
     ``rel`` is the canonical workspace-relative path ("." for the root). ``made``: the
     directories the walk made (``create_parents``), outermost first; :meth:`unmake` removes them
-    again for a call that failed.
+    again for a call that failed. ``via_link``: the path's last component is a symlink the walk
+    followed (with ``st`` None: a link to nothing). ``parent_missing``: the walk stopped at a
+    missing directory (``missing_parents``).
     """
 
     shown: str
@@ -154,6 +156,8 @@ class Target:
     fd: int | None = None
     _fds: list[int] = field(default_factory=list, repr=False)
     made: list[Made] = field(default_factory=list, repr=False)
+    via_link: bool = False
+    parent_missing: bool = False
 
     @property
     def exists(self) -> bool:
@@ -256,13 +260,14 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
           missing_parents: bool = False, made: list[Made] | None = None) -> Target:
     names: list[str] = []
     hops = 0
+    via_link = False  # (the last component written was a link the walk followed)
 
     def outside() -> FileToolError:
         return FileToolError("PATH_OUTSIDE_WORKSPACE", f"{shown}: leads outside the workspace")
 
     def done(name: str | None, st: os.stat_result | None, fd: int | None = None) -> Target:
         rel = "/".join(names + ([name] if name else [])) or "."
-        return Target(shown, rel, fds[-1], name, st, fd, fds)
+        return Target(shown, rel, fds[-1], name, st, fd, fds, via_link=via_link)
 
     def leave() -> None:
         """Close the directory the walk is in (``..``, or a link that restarts at the root): a
@@ -288,7 +293,8 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
                 return done(comp, None)
             if missing_parents and not create_parents and ".." not in pending:
                 # (below a missing directory nothing exists, so no symlink: the rest is as written)
-                return Target(shown, "/".join([*names, comp, *pending]), fds[-1], pending[-1], None, None, fds)
+                return Target(shown, "/".join([*names, comp, *pending]), fds[-1], pending[-1], None, None, fds,
+                              via_link=via_link, parent_missing=True)
             if not create_parents:
                 raise FileToolError("NOT_FOUND", f"{shown}: a parent directory does not exist") from None
             if len(names) >= MAX_PATH_DEPTH:
@@ -320,6 +326,7 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
             if no_symlinks:
                 raise FileToolError("SYMLINK_NOT_FOLLOWED", f"{shown}: a symbolic link on the path is not followed")
             hops = _hop(hops, shown)
+            via_link = via_link or last
             if hook:
                 hook("readlink", "/".join(names + [comp]))
             try:
@@ -361,7 +368,7 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
                 pending.insert(0, comp)
                 hops = _hop(hops, shown)
                 continue
-            return Target(shown, "/".join(names + [comp]), fds[-2], comp, fst, fd, fds)
+            return Target(shown, "/".join(names + [comp]), fds[-2], comp, fst, fd, fds, via_link=via_link)
         if not stat.S_ISDIR(st.st_mode):
             raise FileToolError("NOT_A_DIRECTORY", f"{shown}: a parent component is not a directory")
         if len(names) >= MAX_PATH_DEPTH:  # deeper than the text said: symlinks spliced levels in

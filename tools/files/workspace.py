@@ -240,7 +240,7 @@ class Workspace:
 
             create = req.mode == "create"
             return self._editing("edit_file", path, shown, args, call_id, plan, follow_final=not create,
-                                 create_parents=create)
+                                 create_parents=create, missing_parents=not create)
 
     def patch_file(self, path: str, patch: str, call_id: str | None = None) -> EditOutcome:
         """F-EXE-4: apply update hunks to one existing UTF-8 file (grammar in tools.files.patch)."""
@@ -252,7 +252,8 @@ class Workspace:
                 original = self._original(t)
                 return _Plan(original, _patch.apply(original, hunks, shown), len(hunks), like=t.st)
 
-            return self._editing("patch_file", path, shown, {"path": path, "patch": patch}, call_id, plan)
+            return self._editing("patch_file", path, shown, {"path": path, "patch": patch}, call_id, plan,
+                                 missing_parents=True)
 
     def restore(self, path: str, content: bytes | None, expect_sha256: str | None,
                 call_id: str | None = None) -> EditOutcome:
@@ -453,6 +454,12 @@ class Workspace:
     def _original(self, t: Target) -> bytes:
         """The existing UTF-8 regular file an update starts from (TOO_LARGE / NOT_UTF8 checked)."""
         if not t.exists:  # (an update, sent where a new file was meant: say which call makes one)
+            if t.via_link:  # (a create there is ALREADY_EXISTS: the link is the entry)
+                raise FileToolError("NOT_FOUND", f"{t.shown}: no such file: a symbolic link whose target does "
+                                                 "not exist")
+            if t.parent_missing:  # (the walk was asked to stop there: an update makes nothing)
+                raise FileToolError("NOT_FOUND", f"{t.shown}: a parent directory does not exist (edit_file with "
+                                                 "mode create makes a new file, and its directories)")
             raise FileToolError("NOT_FOUND", f"{t.shown}: no such file (edit_file with mode create makes a new file)")
         fd = self._regular(t)
         assert t.st is not None
