@@ -222,9 +222,8 @@ class Workspace:
             def plan(t: Target) -> _Plan:
                 if req.mode == "create":
                     if t.st is not None and stat.S_ISLNK(t.st.st_mode):
-                        self._confined_link(path)
                         raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists as a symbolic link"
-                                                              f"{self._link_leads(path)}; create never overwrites, "
+                                                              f"{self._confined_link(path)}; create never overwrites, "
                                                               "nor writes through a link")
                     if t.exists or t.name is None:
                         raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites")
@@ -364,28 +363,21 @@ class Workspace:
                 journal.put(rec)
         return EditOutcome(structured, p.before, p.after, t.rel)
 
-    def _confined_link(self, path: str) -> None:
+    def _confined_link(self, path: str) -> str:
         """``PATH_OUTSIDE_WORKSPACE`` when the final symlink a create met (and left unfollowed:
         it never writes through one) leads out of the workspace, dangling or not. Every other
         tool answers that for such a path; "already exists" was true too, but hid the escape.
-        A link that stays inside (dangling, a loop) is left to the caller: the entry exists."""
-        try:
-            with self._resolve(path, missing_parents=True):
-                pass
-        except FileToolError as exc:
-            if exc.code == "PATH_OUTSIDE_WORKSPACE":
-                raise
-
-    def _link_leads(self, path: str) -> str:
-        """What the final symlink of ``path`` (inside: :meth:`_confined_link` passed) leads to, for
-        a create's ``ALREADY_EXISTS``: read_file says "no such file" of a link to nothing, so the
-        create says why it exists."""
+        A link that stays inside (dangling, a loop) is left to the caller: the entry exists, and
+        this says what it leads to, for the create's ``ALREADY_EXISTS`` (read_file says "no such
+        file" of a link to nothing, so the create says why it exists). One walk gives both."""
         try:
             with self._resolve(path, missing_parents=True) as t:
                 if not t.exists:
                     return " whose target does not exist"
                 return " to a directory" if t.is_dir else ""
-        except FileToolError:
+        except FileToolError as exc:
+            if exc.code == "PATH_OUTSIDE_WORKSPACE":
+                raise
             return ""  # (a loop of links, say)
 
     def _remove_interrupted_temps(self, path: str) -> None:
