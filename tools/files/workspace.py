@@ -322,8 +322,8 @@ class Workspace:
                     return self._edit_at(t, tool, path, shown, call_id, digest, plan)
                 except BaseException as exc:
                     t.unmake()  # (the directories made for a file not written: nothing is left of the call)
-                    if not (create_parents and isinstance(exc, FileToolError) and walks < _MAX_WALKS
-                            and _unlinked(t.dir_fd)):
+                    if not (create_parents and isinstance(exc, FileToolError) and exc.code != "CANCELLED"
+                            and walks < _MAX_WALKS and _unlinked(t.dir_fd)):
                         raise
             # The directory the file was to go in was removed under the call (by a create that
             # had made it and failed, once it was empty): walk again, making it anew.
