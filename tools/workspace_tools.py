@@ -509,10 +509,12 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                                                        "replace_all": {"type": "boolean"}},
                       "required": ["old_string", "new_string"]}}},
                   "required": ["path", "mode"], "additionalProperties": False}, edit_file, replay_safe=True, read_only=False),
-        ToolSpec("patch_file", "Apply update hunks to one existing file, the one path names (no '*** Begin Patch' "
-                 "envelope, no '---'/'+++' headers): '@@' or '@@ <exact anchor line>' headers (the hunk matches "
-                 "after that line), body lines prefixed ' ', '+' or '-'; '*** End of File' pins a hunk to the end. "
-                 "A new file is edit_file's create.",
+        # (no "new" or "create" in its words: capability_search would rank it beside edit_file for
+        # "create a new file", a call it refuses)
+        ToolSpec("patch_file", "Apply update hunks to one file that exists, the one path names (no '*** Begin "
+                 "Patch' envelope, no '---'/'+++' headers): '@@' or '@@ <exact anchor line>' headers (the hunk "
+                 "matches after that line), body lines prefixed ' ', '+' or '-'; '*** End of File' pins a hunk "
+                 "to the end. For a file not there yet, see edit_file.",
                  {"type": "object", "properties": {"path": path_schema, "patch": {"type": "string"}},
                   "required": ["path", "patch"], "additionalProperties": False}, patch_file, replay_safe=True, read_only=False),
         ToolSpec("view_image", "Look at a PNG, JPEG, GIF or WebP image of the workspace "

@@ -44,13 +44,18 @@ async def test_a_call_the_disk_has_no_room_for_changes_nothing_and_leaves_nothin
             assert str(err) == ("kept/a/b/new.txt: cannot be written: the disk is full: the file may not grow that "
                                 "large (EFBIG)")
             assert tree(ws) == ["kept", "kept/f.txt"]
-        # a refused update leaves the file byte for byte as it was, and no temp file
+        # a refused update leaves the file byte for byte as it was, and no temp file: without a call
+        # id the workspace write itself fails (its temp file removed); with one, the journal's
+        # record of the call, written first, is what has no room
         for tool, args in [("edit_file", {"mode": "rewrite", "content": big}),
                            ("edit_file", {"mode": "edit", "edits": [{"old_string": "two", "new_string": big}]}),
                            ("patch_file", {"patch": f"@@\n one\n-two\n+{big}\n"})]:
-            await fails("IO_ERROR", client.call(tool, {"path": "kept/f.txt", **args}, call_id=f"s:{tool}"))
-            assert (ws / "kept" / "f.txt").read_bytes() == b"one\r\ntwo\r\n"
-            assert leftovers(ws) == [] and tree(ws) == ["kept", "kept/f.txt"]
+            for call_id in ("", f"s:{tool}"):
+                err = await fails("IO_ERROR", client.call(tool, {"path": "kept/f.txt", **args}, call_id=call_id))
+                assert str(err) == ("kept/f.txt: cannot be written: the disk is full: the file may not grow that "
+                                    "large (EFBIG)")
+                assert (ws / "kept" / "f.txt").read_bytes() == b"one\r\ntwo\r\n"
+                assert leftovers(ws) == [] and tree(ws) == ["kept", "kept/f.txt"]
         # what fits is written, its directories made
         out = await client.call("edit_file", {"path": "kept/a/b/new.txt", "mode": "create", "content": "fits\n"})
         assert out.result == {"path": "kept/a/b/new.txt", "changed": True, "units_applied": 1, "bytes_written": 5}
@@ -82,6 +87,11 @@ async def test_a_patch_that_adds_a_file_is_refused_saying_which_call_makes_one(c
                        ("edit_file", {"mode": "edit", "edits": [{"old_string": "a", "new_string": "b"}]})]:
         err = await fails("NOT_FOUND", client.call(tool, {"path": f"{sub}/new.txt", **args}))
         assert str(err) == f"{sub}/new.txt: no such file (edit_file with mode create makes a new file)"
+        # a missing directory on the way: the same hint (the create makes it), and nothing made
+        err = await fails("NOT_FOUND", client.call(tool, {"path": f"{sub}/missing/new.txt", **args}))
+        assert str(err) == (f"{sub}/missing/new.txt: a parent directory does not exist (edit_file with mode create "
+                            "makes a new file, and its directories)")
+        assert not (workspace / sub / "missing").exists()
     # a patch whose header names another file than its path: refused, the file untouched
     (workspace / sub / "f.txt").write_bytes(b"a\n")
     err = await fails("INVALID_PATCH", client.call("patch_file", {"path": f"{sub}/f.txt",
@@ -106,6 +116,15 @@ async def test_a_create_over_a_link_to_nothing_says_it_is_a_link(client: Executo
                         "never overwrites, nor writes through a link")
     assert (workspace / sub / "dangling").readlink() == Path("gone.txt")
     assert not (workspace / sub / "gone.txt").exists()
+    # an update of it says the same, not that a create makes it (a create there is refused above),
+    # and so for a link to a file in a directory that does not exist; nothing is made
+    (workspace / sub / "deeper").symlink_to("missing/gone.txt")
+    for tool, args in [("patch_file", {"patch": "@@\n+hello\n"}), ("edit_file", {"mode": "rewrite", "content": "x"}),
+                       ("edit_file", {"mode": "edit", "edits": [{"old_string": "a", "new_string": "b"}]})]:
+        for name in ("dangling", "deeper"):
+            err = await fails("NOT_FOUND", client.call(tool, {"path": f"{sub}/{name}", **args}))
+            assert str(err) == f"{sub}/{name}: no such file: a symbolic link whose target does not exist"
+    assert sorted(p.name for p in (workspace / sub).iterdir()) == ["dangling", "deeper"]
 
 
 async def test_a_hunk_repeated_after_its_anchor_is_not_told_to_add_the_anchor_it_has(client: ExecutorClient,

@@ -121,7 +121,17 @@ def test_ranking_is_by_name_words_then_prefixes_then_description_ties_by_name():
 
 
 
-def test_ranking_reads_words_of_every_script():
+def test_a_new_file_ranks_edit_file_first_and_an_update_patch_file():
+    # patch_file's description once said "new file" and "create" (to send a new file elsewhere),
+    # which ranked it level with edit_file, the call that makes one, for "create a new file".
+    from tools.workspace_tools import workspace_tools
+
+    files = [s for s in workspace_tools(None, None) if s.name in ("edit_file", "patch_file")]  # type: ignore[arg-type]
+    for query in ("create a new file", "new file", "create file"):
+        (top, first), (nxt, _) = rank(query, files)
+        assert first.name == "edit_file" and top > nxt, query
+    (top, first), (nxt, _) = rank("apply a patch to a file", files)
+    assert first.name == "patch_file" and top > nxt
     # Only ASCII letter/digit runs were words: a Chinese, Russian or accented query matched
     # nothing (or only through a stray ASCII run such as "caf" of "café").
     weather = spec("mcp__cn__天气查询", "查询城市的天气预报")

@@ -37,17 +37,27 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from .errors import MAX_SYMLINK_HOPS, FileToolError, from_os_error
 
 # Test seam: called as hook(event, workspace_relative_path) right before the walker opens an
-# intermediate directory ("open_dir") or the final entry ("open_final"). Tests use it to swap a
-# directory for a symlink at exactly that moment; production code never sets it.
+# intermediate directory ("open_dir") or the final entry ("open_final"), reads a link ("readlink")
+# or makes a missing directory ("mkdir"). Tests use it to swap a directory for a symlink, or race
+# another creator, at exactly that moment; production code never sets it.
 ResolveHook = Callable[[str, str], None]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class Made(NamedTuple):
+    """A directory a walk made: ``name`` in the directory open as ``parent``, and its identity."""
+
+    parent: int
+    name: str
+    dev: int
+    ino: int
 
 
 NAME_MAX = 255  # bytes in one path component (Linux file systems)
@@ -132,8 +142,10 @@ class Target:
     last symlink), None when it does not exist. ``fd`` is the entry opened read-only (regular
     files and directories only, when the walk was asked to follow the final component).
     ``rel`` is the canonical workspace-relative path ("." for the root). ``made``: the
-    directories the walk made (``create_parents``), as (fd of the parent, name), outermost
-    first; :meth:`unmake` removes them again for a call that failed.
+    directories the walk made (``create_parents``), outermost first; :meth:`unmake` removes them
+    again for a call that failed. ``via_link``: the path's last component is a symlink the walk
+    followed (with ``st`` None: a link to nothing). ``parent_missing``: the walk stopped at a
+    missing directory (``missing_parents``).
     """
 
     shown: str
@@ -143,7 +155,9 @@ class Target:
     st: os.stat_result | None
     fd: int | None = None
     _fds: list[int] = field(default_factory=list, repr=False)
-    made: list[tuple[int, str]] = field(default_factory=list, repr=False)
+    made: list[Made] = field(default_factory=list, repr=False)
+    via_link: bool = False
+    parent_missing: bool = False
 
     @property
     def exists(self) -> bool:
@@ -159,8 +173,9 @@ class Target:
 
     def unmake(self) -> None:
         """Remove the directories this walk made, innermost first, each only while it is still
-        empty: a call that failed (no room for its file, its caller gone) leaves nothing of
-        itself. Call before :meth:`close` (the parents' fds are held until then)."""
+        empty and still the directory made (see :func:`_remove_made`): a call that failed (no
+        room for its file, its caller gone) leaves nothing of itself. Call before :meth:`close`
+        (the parents' fds are held until then)."""
         _remove_made(self.made)
 
     def close(self) -> None:
@@ -211,7 +226,7 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
     ending = "/" if path.endswith("/") else "/."
     names_dir = said_dir and not follow_final  # a create of "a/b/": refused, so nothing is made
     fds: list[int] = []
-    made: list[tuple[int, str]] = []
+    made: list[Made] = []
     try:
         fds.append(root.open())
         try:
@@ -242,16 +257,17 @@ def resolve(root: Root, path: str, *, follow_final: bool = True, create_parents:
 
 def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_final: bool,
           create_parents: bool, hook: ResolveHook | None, no_symlinks: bool = False,
-          missing_parents: bool = False, made: list[tuple[int, str]] | None = None) -> Target:
+          missing_parents: bool = False, made: list[Made] | None = None) -> Target:
     names: list[str] = []
     hops = 0
+    via_link = False  # (the last component written was a link the walk followed)
 
     def outside() -> FileToolError:
         return FileToolError("PATH_OUTSIDE_WORKSPACE", f"{shown}: leads outside the workspace")
 
     def done(name: str | None, st: os.stat_result | None, fd: int | None = None) -> Target:
         rel = "/".join(names + ([name] if name else [])) or "."
-        return Target(shown, rel, fds[-1], name, st, fd, fds)
+        return Target(shown, rel, fds[-1], name, st, fd, fds, via_link=via_link)
 
     def leave() -> None:
         """Close the directory the walk is in (``..``, or a link that restarts at the root): a
@@ -259,7 +275,7 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
         fd = fds.pop()
         os.close(fd)
         if made:
-            made[:] = [m for m in made if m[0] != fd]
+            made[:] = [m for m in made if m.parent != fd]
 
     while pending:
         comp = pending.pop(0)
@@ -277,7 +293,8 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
                 return done(comp, None)
             if missing_parents and not create_parents and ".." not in pending:
                 # (below a missing directory nothing exists, so no symlink: the rest is as written)
-                return Target(shown, "/".join([*names, comp, *pending]), fds[-1], pending[-1], None, None, fds)
+                return Target(shown, "/".join([*names, comp, *pending]), fds[-1], pending[-1], None, None, fds,
+                              via_link=via_link, parent_missing=True)
             if not create_parents:
                 raise FileToolError("NOT_FOUND", f"{shown}: a parent directory does not exist") from None
             if len(names) >= MAX_PATH_DEPTH:
@@ -285,13 +302,20 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
             if ".." in pending:  # refused before anything is made (it left directories behind)
                 raise FileToolError("INVALID_ARGUMENT",
                                     f"{shown}: \"..\" after a directory that does not exist yet") from None
+            if hook:
+                hook("mkdir", "/".join(names + [comp]))
             try:
                 os.mkdir(comp, 0o777, dir_fd=fds[-1])
             except FileExistsError:
                 pass  # raced with another creator: look again (not ours to remove)
             else:
-                if made is not None:
-                    made.append((fds[-1], comp))
+                if made is not None:  # (its identity: only this very directory is ever removed)
+                    try:
+                        mst = os.stat(comp, dir_fd=fds[-1], follow_symlinks=False)
+                    except OSError:
+                        pass  # gone already: nothing of ours to remove
+                    else:
+                        made.append(Made(fds[-1], comp, mst.st_dev, mst.st_ino))
             pending.insert(0, comp)
             continue
         except OSError as exc:
@@ -302,6 +326,7 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
             if no_symlinks:
                 raise FileToolError("SYMLINK_NOT_FOLLOWED", f"{shown}: a symbolic link on the path is not followed")
             hops = _hop(hops, shown)
+            via_link = via_link or last
             if hook:
                 hook("readlink", "/".join(names + [comp]))
             try:
@@ -343,7 +368,7 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
                 pending.insert(0, comp)
                 hops = _hop(hops, shown)
                 continue
-            return Target(shown, "/".join(names + [comp]), fds[-2], comp, fst, fd, fds)
+            return Target(shown, "/".join(names + [comp]), fds[-2], comp, fst, fd, fds, via_link=via_link)
         if not stat.S_ISDIR(st.st_mode):
             raise FileToolError("NOT_A_DIRECTORY", f"{shown}: a parent component is not a directory")
         if len(names) >= MAX_PATH_DEPTH:  # deeper than the text said: symlinks spliced levels in
@@ -360,13 +385,17 @@ def _walk(root: Root, shown: str, pending: list[str], fds: list[int], follow_fin
     return _root_target(shown, names, fds)
 
 
-def _remove_made(made: list[tuple[int, str]]) -> None:
-    """rmdir the directories a walk made, innermost first; one that is no longer empty (another
-    writer put something in it meanwhile) or gone already is left as it is."""
+def _remove_made(made: list[Made]) -> None:
+    """rmdir the directories a walk made, innermost first, each only while its name still leads
+    to the directory made (its device and inode, through the parent the walk holds): one renamed
+    away and another put in its place is theirs. One that is no longer empty (another writer put
+    something in it meanwhile) or gone already is left as it is."""
     while made:
-        parent, name = made.pop()
+        m = made.pop()
         try:
-            os.rmdir(name, dir_fd=parent)
+            st = os.stat(m.name, dir_fd=m.parent, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == (m.dev, m.ino):
+                os.rmdir(m.name, dir_fd=m.parent)
         except OSError:
             pass
 

@@ -67,6 +67,18 @@ class _Plan:
     exclusive: bool = False    # create: never overwrite
 
 
+# Walks one create makes when the directory it holds is removed under it each time.
+_MAX_WALKS = 3
+
+
+def _unlinked(dir_fd: int) -> bool:
+    """Whether the directory open as ``dir_fd`` was removed (it has no name left)."""
+    try:
+        return os.fstat(dir_fd).st_nlink == 0
+    except OSError:
+        return False
+
+
 class Workspace:
     """The file tools over ``root``; ``journal_dir`` enables call replay (see tools.files.journal)."""
 
@@ -210,9 +222,8 @@ class Workspace:
             def plan(t: Target) -> _Plan:
                 if req.mode == "create":
                     if t.st is not None and stat.S_ISLNK(t.st.st_mode):
-                        self._confined_link(path)
                         raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists as a symbolic link"
-                                                              f"{self._link_leads(path)}; create never overwrites, "
+                                                              f"{self._confined_link(path)}; create never overwrites, "
                                                               "nor writes through a link")
                     if t.exists or t.name is None:
                         raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites")
@@ -228,7 +239,7 @@ class Workspace:
 
             create = req.mode == "create"
             return self._editing("edit_file", path, shown, args, call_id, plan, follow_final=not create,
-                                 create_parents=create)
+                                 create_parents=create, missing_parents=not create)
 
     def patch_file(self, path: str, patch: str, call_id: str | None = None) -> EditOutcome:
         """F-EXE-4: apply update hunks to one existing UTF-8 file (grammar in tools.files.patch)."""
@@ -240,7 +251,8 @@ class Workspace:
                 original = self._original(t)
                 return _Plan(original, _patch.apply(original, hunks, shown), len(hunks), like=t.st)
 
-            return self._editing("patch_file", path, shown, {"path": path, "patch": patch}, call_id, plan)
+            return self._editing("patch_file", path, shown, {"path": path, "patch": patch}, call_id, plan,
+                                 missing_parents=True)
 
     def restore(self, path: str, content: bytes | None, expect_sha256: str | None,
                 call_id: str | None = None) -> EditOutcome:
@@ -301,13 +313,20 @@ class Workspace:
                 if rec.state == DONE:
                     return EditOutcome(dict(rec.structured), journal.blob(rec.before_sha256),
                                        journal.blob(rec.after_sha256), rec.written_path)
-        with self._resolve(path, follow_final=follow_final, create_parents=create_parents,
-                           missing_parents=missing_parents) as t:
-            try:
-                return self._edit_at(t, tool, path, shown, call_id, digest, plan)
-            except BaseException:
-                t.unmake()  # (the directories made for a file not written: nothing is left of the call)
-                raise
+        walks = 0
+        while True:
+            walks += 1
+            with self._resolve(path, follow_final=follow_final, create_parents=create_parents,
+                               missing_parents=missing_parents) as t:
+                try:
+                    return self._edit_at(t, tool, path, shown, call_id, digest, plan)
+                except BaseException as exc:
+                    t.unmake()  # (the directories made for a file not written: nothing is left of the call)
+                    if not (create_parents and isinstance(exc, FileToolError) and exc.code != "CANCELLED"
+                            and walks < _MAX_WALKS and _unlinked(t.dir_fd)):
+                        raise
+            # The directory the file was to go in was removed under the call (by a create that
+            # had made it and failed, once it was empty): walk again, making it anew.
 
     def _edit_at(self, t: Target, tool: str, path: str, shown: str, call_id: str | None, digest: str,
                  plan: Callable[[Target], _Plan]) -> EditOutcome:
@@ -344,28 +363,21 @@ class Workspace:
                 journal.put(rec)
         return EditOutcome(structured, p.before, p.after, t.rel)
 
-    def _confined_link(self, path: str) -> None:
+    def _confined_link(self, path: str) -> str:
         """``PATH_OUTSIDE_WORKSPACE`` when the final symlink a create met (and left unfollowed:
         it never writes through one) leads out of the workspace, dangling or not. Every other
         tool answers that for such a path; "already exists" was true too, but hid the escape.
-        A link that stays inside (dangling, a loop) is left to the caller: the entry exists."""
-        try:
-            with self._resolve(path, missing_parents=True):
-                pass
-        except FileToolError as exc:
-            if exc.code == "PATH_OUTSIDE_WORKSPACE":
-                raise
-
-    def _link_leads(self, path: str) -> str:
-        """What the final symlink of ``path`` (inside: :meth:`_confined_link` passed) leads to, for
-        a create's ``ALREADY_EXISTS``: read_file says "no such file" of a link to nothing, so the
-        create says why it exists."""
+        A link that stays inside (dangling, a loop) is left to the caller: the entry exists, and
+        this says what it leads to, for the create's ``ALREADY_EXISTS`` (read_file says "no such
+        file" of a link to nothing, so the create says why it exists). One walk gives both."""
         try:
             with self._resolve(path, missing_parents=True) as t:
                 if not t.exists:
                     return " whose target does not exist"
                 return " to a directory" if t.is_dir else ""
-        except FileToolError:
+        except FileToolError as exc:
+            if exc.code == "PATH_OUTSIDE_WORKSPACE":
+                raise
             return ""  # (a loop of links, say)
 
     def _remove_interrupted_temps(self, path: str) -> None:
@@ -434,6 +446,12 @@ class Workspace:
     def _original(self, t: Target) -> bytes:
         """The existing UTF-8 regular file an update starts from (TOO_LARGE / NOT_UTF8 checked)."""
         if not t.exists:  # (an update, sent where a new file was meant: say which call makes one)
+            if t.via_link:  # (a create there is ALREADY_EXISTS: the link is the entry)
+                raise FileToolError("NOT_FOUND", f"{t.shown}: no such file: a symbolic link whose target does "
+                                                 "not exist")
+            if t.parent_missing:  # (the walk was asked to stop there: an update makes nothing)
+                raise FileToolError("NOT_FOUND", f"{t.shown}: a parent directory does not exist (edit_file with "
+                                                 "mode create makes a new file, and its directories)")
             raise FileToolError("NOT_FOUND", f"{t.shown}: no such file (edit_file with mode create makes a new file)")
         fd = self._regular(t)
         assert t.st is not None
