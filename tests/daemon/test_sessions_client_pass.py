@@ -11,15 +11,10 @@ from typing import Any
 from .conftest import Daemon, error_of, race
 
 
-async def _session(d: Daemon, token: str) -> str:
-    project = await d.project(token)
-    return (await d.session(token, project["id"]))["id"]
-
-
 async def test_null_for_an_optional_field_is_the_field_left_out(daemon: Daemon, strong: str) -> None:
     """A client that writes every optional field it does not set as ``null`` (a generated client,
     ``Optional[...] = None`` serialised whole) is answered as one that leaves the field out."""
-    sid = await _session(daemon, strong)
+    sid = await daemon.new_session(strong)
     r = await daemon.post(f"/sessions/{sid}/inputs", strong, {"requestId": "r1", "content": "hi", "whenBusy": None})
     assert r.status_code == 202 and r.json()["duplicate"] is False, r.text
     await daemon.wait_idle(strong, sid)
@@ -45,7 +40,7 @@ async def test_null_for_an_optional_field_is_the_field_left_out(daemon: Daemon, 
 
 
 async def test_null_for_a_required_field_is_refused_naming_it(daemon: Daemon, strong: str) -> None:
-    sid = await _session(daemon, strong)
+    sid = await daemon.new_session(strong)
     before = await daemon.events(strong, sid)
     cases: list[tuple[str, dict[str, Any], str]] = [
         (f"/sessions/{sid}/inputs", {"requestId": None, "content": "hi"}, "requestId"),
@@ -91,7 +86,7 @@ async def test_an_empty_tool_policy_patch_changes_nothing_and_is_answered_as_suc
     """``{"toolPolicy": {}}`` (a client sending the overrides its form changed: none) is a field
     given that changes nothing, as a thinking level sent again is: 200 with the view, nothing
     recorded. It was 422 telling the client to give toolPolicy, which it had."""
-    sid = await _session(daemon, strong)
+    sid = await daemon.new_session(strong)
     before = await daemon.events(strong, sid)
     r = await daemon.request("PATCH", f"/sessions/{sid}", strong, json_body={"toolPolicy": {}})
     assert r.status_code == 200 and r.json()["id"] == sid, r.text
