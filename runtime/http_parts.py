@@ -268,7 +268,8 @@ def _null_is_left_out(kind: type) -> frozenset[str]:
     is the field left out, its default (a client that writes every field it does not set as null
     means nothing else). A field that takes null gives it its own meaning (``PATCH
     /sessions/{id}``: back to the default; ``expectDigest``: no file); a required one is still
-    refused naming it."""
+    refused naming it. Kept per body type, so every body type is a module's own: one defined in
+    a function that adds routes would be a new type, and a new entry, for each daemon."""
     try:
         info = mi.type_info(kind)
     except (TypeError, ValueError):

@@ -6,9 +6,12 @@ repeated here."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from .conftest import Daemon, error_of, race
+from runtime.http_parts import _null_is_left_out
+
+from .conftest import Daemon, DaemonFactory, error_of, race
 
 
 async def test_null_for_an_optional_field_is_the_field_left_out(daemon: Daemon, strong: str) -> None:
@@ -37,6 +40,23 @@ async def test_null_for_an_optional_field_is_the_field_left_out(daemon: Daemon, 
         assert (nulled.status_code, nulled.json()) == (plain.status_code, plain.json()) == (
             404, plain.json()), nulled.text
         assert error_of(nulled) == "CONTEXT_ITEM_NOT_FOUND"
+
+
+async def test_a_daemon_started_again_reads_no_body_type_anew(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """Which fields take a null as left out is read once per body type: a second daemon in the
+    same process serving the same routes adds nothing to what is kept (the context edits' body
+    types were made per daemon, one entry more each time)."""
+    kept = []
+    for root in (tmp_path / "first", tmp_path / "second"):
+        d = await daemon_factory(root=root)
+        token = await d.pair("edits", strong=True)
+        sid = await d.new_session(token)
+        for path, body in (("snip", {"itemIds": ["nope"]}), ("include", {"callId": "nope"}),
+                           ("hide", {"itemIds": ["nope"]})):
+            r = await d.post(f"/sessions/{sid}/context/{path}", token, body | {"agentId": None})
+            assert (r.status_code, error_of(r)) == (404, "CONTEXT_ITEM_NOT_FOUND"), r.text
+        kept.append(_null_is_left_out.cache_info().currsize)
+    assert kept[1] == kept[0]
 
 
 async def test_null_for_a_required_field_is_refused_naming_it(daemon: Daemon, strong: str) -> None:
