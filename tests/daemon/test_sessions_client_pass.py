@@ -99,7 +99,7 @@ async def test_a_patch_raced_by_a_delete_changes_all_of_its_fields_or_none(daemo
             assert (patch.status_code, error_of(patch)) == (409, "SESSION_DELETED"), patch.text
             assert changed == (None, None), changed  # (nothing of the refused change recorded)
         outcomes.add(patch.status_code)
-    assert outcomes <= {200, 409}
+    assert outcomes == {200, 409}  # (both orders came: about one PATCH in three was first)
 
 
 async def test_an_empty_tool_policy_patch_changes_nothing_and_is_answered_as_such(daemon: Daemon, strong: str) -> None:
