@@ -253,11 +253,6 @@ RESETTABLE_SETTINGS = frozenset([key for key, *_ in wc.SETTINGS] + ["toolPolicy"
 
 
 @dataclass(frozen=True)
-class Rename:
-    name: str
-
-
-@dataclass(frozen=True)
 class Delete:
     pass
 
@@ -302,7 +297,7 @@ class Answer:
     answer: dict[str, Any]
 
 
-Command = Create | Submit | Withdraw | Steer | Abort | Configure | Rename | Delete | GetState | GetView | WaitIdle | Answer
+Command = Create | Submit | Withdraw | Steer | Abort | Configure | Delete | GetState | GetView | WaitIdle | Answer
 Command = Command | j.JobCommand  # (background jobs: runtime/jobs.py)
 Command = Command | wc.ContextCommand  # (compaction, snip, include: runtime/working_context.py)
 
@@ -792,10 +787,6 @@ class SessionActor:
             if events:
                 await self._emit(events)
             return {"model": s.model, "thinkingLevel": s.thinking_level}
-        if isinstance(cmd, Rename):
-            if cmd.name != s.name:
-                await self._emit([d.Scoped(t.SessionNamed(name=cmd.name))])
-            return {"name": s.name}
         if isinstance(cmd, Delete):
             with self._holding_checked_inputs():
                 await self.jobs.stop_all(d.SESSION_DELETED, deleted=True)  # (recorded stopped, with no report)

@@ -50,10 +50,18 @@ def fields_at(kind: type, path: str) -> list[str]:
         node = _walk(mi.type_info(kind), path)
     except (TypeError, ValueError):
         return []
+    return [f.encode_name for m in members(node) if isinstance(m, mi.StructType) for f in m.fields]
+
+
+def members(node: mi.Type | None) -> tuple[mi.Type, ...]:
+    """The types a place of type ``node`` may hold: each of a union's, else ``node`` itself (its
+    constraints, ``Annotated[…, Meta(…)]``, looked through); none for a place the type does not
+    describe."""
     while isinstance(node, mi.Metadata):
         node = node.type
-    members = node.types if isinstance(node, mi.UnionType) else (node,)
-    return [f.encode_name for m in members if isinstance(m, mi.StructType) for f in m.fields]
+    if node is None:
+        return ()
+    return node.types if isinstance(node, mi.UnionType) else (node,)
 
 
 def first_refused(data: Any, kind: Any, path: str) -> str | None:

@@ -62,22 +62,25 @@ from .http_parts import ApiError, Body, EmptyBody, check_id, id_arg, json_respon
 from .services import Services
 
 
+class SnipBody(Body):
+    item_ids: Annotated[list[str], msgspec.Meta(max_length=wc.MAX_EDIT_IDS)] = []
+    older_images: bool = False
+    keep_images: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 1
+    agent_id: str = MAIN_AGENT
+
+
+class ItemsBody(Body):
+    item_ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=wc.MAX_EDIT_IDS)]
+    agent_id: str = MAIN_AGENT
+
+
+class IncludeBody(Body):
+    call_id: str | None = None
+    item_id: str | None = None
+    agent_id: str = MAIN_AGENT
+
+
 def add_context_routes(app: QuartTrio, svc: Services) -> None:
-    class SnipBody(Body):
-        item_ids: Annotated[list[str], msgspec.Meta(max_length=wc.MAX_EDIT_IDS)] = []
-        older_images: bool = False
-        keep_images: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 1
-        agent_id: str = MAIN_AGENT
-
-    class ItemsBody(Body):
-        item_ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=wc.MAX_EDIT_IDS)]
-        agent_id: str = MAIN_AGENT
-
-    class IncludeBody(Body):
-        call_id: str | None = None
-        item_id: str | None = None
-        agent_id: str = MAIN_AGENT
-
     @app.get("/api/v1/sessions/<sid>/context")
     async def describe_context(sid: str) -> Response:
         check_id(sid, "session id")

@@ -24,7 +24,7 @@ from events.ids import id_rule, is_id
 from events.reader import SEQ_MAX
 
 from . import pieces
-from .body_hints import body_hint, first_refused
+from .body_hints import body_hint, first_refused, members
 from .byte_order import UTF8_BOM, byte_order_mark
 from .errors import LensError, short_reason
 from .guard import Guard
@@ -268,21 +268,16 @@ def _null_is_left_out(kind: type) -> frozenset[str]:
     is the field left out, its default (a client that writes every field it does not set as null
     means nothing else). A field that takes null gives it its own meaning (``PATCH
     /sessions/{id}``: back to the default; ``expectDigest``: no file); a required one is still
-    refused naming it."""
+    refused naming it. Kept per body type, so every body type is a module's own: one defined in
+    a function that adds routes would be a new type, and a new entry, for each daemon."""
     try:
         info = mi.type_info(kind)
     except (TypeError, ValueError):
         return frozenset()
     if not isinstance(info, mi.StructType):
         return frozenset()
-    return frozenset(f.encode_name for f in info.fields if not f.required and not _takes_null(f.type))
-
-
-def _takes_null(node: mi.Type) -> bool:
-    while isinstance(node, mi.Metadata):
-        node = node.type
-    members = node.types if isinstance(node, mi.UnionType) else (node,)
-    return any(isinstance(m, (mi.NoneType, mi.AnyType)) for m in members)
+    return frozenset(f.encode_name for f in info.fields if not f.required
+                     and not any(isinstance(m, (mi.NoneType, mi.AnyType)) for m in members(f.type)))
 
 
 def _high_surrogate_escape(raw: bytes, between: Callable[[], None]) -> bool:

@@ -496,6 +496,10 @@ class Daemon:
         assert r.status_code == 201, r.text
         return r.json()
 
+    async def new_session(self, token: str) -> str:
+        """The id of a new session, in a new project."""
+        return (await self.session(token, (await self.project(token))["id"]))["id"]
+
     async def submit(self, token: str, sid: str, request_id: str, content: Any, **kw: Any) -> dict[str, Any]:
         r = await self.post(f"/sessions/{sid}/inputs", token, {"requestId": request_id, "content": content, **kw})
         assert r.status_code == 202, r.text

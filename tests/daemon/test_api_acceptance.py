@@ -40,7 +40,7 @@ async def test_a_pairing_request_is_held_to_its_limits_at_the_edge_and_one_past(
     assert r.status_code == 202 and r.json() == {"clientId": "n200", "status": "pending"}
     r = await ask({"clientId": "n201", "name": "n" * 201})
     assert r.status_code == 400 and error_of(r) == "PAIRING_INVALID" and "name" in r.json()["error"]["message"]
-    # missing clientId, wrong types: 422 naming the field; not JSON or no body: 400
+    # missing clientId, wrong types, a null clientId (required): 422 naming the field; not JSON or no body: 400
     for body, field in [({"name": "x"}, "clientId"), ({}, "clientId"), ({"clientId": 5}, "clientId"),
                         ({"clientId": None}, "clientId")]:
         r = await ask(body)
@@ -49,12 +49,16 @@ async def test_a_pairing_request_is_held_to_its_limits_at_the_edge_and_one_past(
     for raw in (b"not json", b"", b"{\"clientId\": \"x\""):
         r = await ask(None, raw)
         assert r.status_code == 400 and error_of(r) == "INVALID_JSON", (raw, r.text)
-    # a missing name is an empty one (the name is only shown to the operator)
+    # a missing name is an empty one (the name is only shown to the operator); a null name is the
+    # name left out, as for every optional field of a body
     r = await ask({"clientId": "nameless"})
     assert r.status_code == 202 and r.json() == {"clientId": "nameless", "status": "pending"}
+    r = await ask({"clientId": "nullname", "name": None})
+    assert r.status_code == 202 and r.json() == {"clientId": "nullname", "status": "pending"}, r.text
     recs = records(daemon)
-    assert set(recs) == {"c" * 64, "n200", "nameless"}
+    assert set(recs) == {"c" * 64, "n200", "nameless", "nullname"}
     assert recs["n200"]["name"] == "n" * 200 and recs["nameless"].get("name", "") == ""
+    assert recs["nullname"].get("name", "") == ""
 
 
 async def test_a_second_request_under_one_client_id_keeps_the_first_and_grants_nothing(daemon: Daemon) -> None:

@@ -41,10 +41,6 @@ async def server_state(d: Daemon, token: str, name: str) -> dict[str, Any]:
     return next(s for s in (await inventory(d, token))["mcpServers"] if s["name"] == name)
 
 
-async def new_session(d: Daemon, token: str) -> str:
-    return (await d.session(token, (await d.project(token))["id"]))["id"]
-
-
 async def test_a_server_crashing_mid_call_is_restarted_by_its_budget_and_the_session_calls_it_again(
         daemon_factory: DaemonFactory) -> None:
     # "A server that fails or exits is restarted after 1 s … up to maxRestarts times in a row":
@@ -54,7 +50,7 @@ async def test_a_server_crashing_mid_call_is_restarted_by_its_budget_and_the_ses
     d = await daemon_factory(config={**faux(), "mcpServers": {"t": mcp_server(maxRestarts=1)},
                                      "tools": {"eager": ["mcp__*"]}})
     token = await d.pair("second-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     body = await run_tool(d, token, sid, "r1", "mcp__t__crash", {})
     assert body["is_error"] and body["error_code"] == "MCP_SERVER_UNAVAILABLE"
     assert "MCP server 't' stopped during the call (the server exited with status 3)" in body["content"][0]["text"]
@@ -87,7 +83,7 @@ async def test_two_servers_of_one_tool_name_each_answer_under_their_own_prefix_a
     d = await daemon_factory(config={**faux(), "tools": {"eager": ["mcp__*"]}, "mcpServers": {
         "a": mcp_server("--named", long_name, env={"WHO": "server a"}), "b": mcp_server(env={"WHO": "server b"})}})
     token = await d.pair("second-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     for server in ("a", "b"):
         body = await run_tool(d, token, sid, f"r-{server}", f"mcp__{server}__env", {"name": "WHO"})
         assert body["content"] == [{"type": "text", "text": f"server {server}"}], body
@@ -112,7 +108,7 @@ async def test_arguments_the_input_schema_does_not_allow_are_the_servers_to_refu
     d = await daemon_factory(config={**faux(), "tools": {"eager": ["mcp__*"]},
                                      "mcpServers": {"ref": {"command": sys.executable, "args": [REFERENCE]}}})
     token = await d.pair("second-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     for rid, args, named in (("r1", {"a": "one", "b": 2}, "a"), ("r2", {"a": 1}, "b")):
         body = await run_tool(d, token, sid, rid, "mcp__ref__add", args)
         assert body["is_error"] and body["error_code"] == "MCP_TOOL_ERROR", body
@@ -141,7 +137,7 @@ async def test_a_server_taken_out_of_the_config_leaves_its_loaded_tool_unknown_a
               chat_stream(calls=[("c2", alias, {})]), chat_stream(text="first done"))
     d = await daemon_factory(config={**base, "mcpServers": {"srv": mcp_server("--dotted")}})
     token = await d.pair("second-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     await sdks_ready()
     await d.submit(token, sid, "r1", "go")
     await d.wait_idle(token, sid)
@@ -202,7 +198,7 @@ async def test_a_tool_not_given_to_a_subagent_is_neither_found_nor_run_and_carri
     d = await daemon_factory(config={**faux(SUB_SCRIPT), "mcpServers": {"t": mcp_server()},
                                      "tools": {"deferred": ["mcp__*"], "policy": {"*": {"approval": "warn"}}}})
     token = await d.pair("second-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     for rid, text in (("r1", "DELEGATE"), ("r2", "MAIN-ONLY")):
         await d.submit(token, sid, rid, text)
         await d.wait_idle(token, sid)

@@ -20,7 +20,7 @@ import trio
 from runtime.providers.names import alias_for
 
 from ..mcp.conftest import SERVER
-from .conftest import Daemon, DaemonFactory, finished, run_tool, wait_until
+from .conftest import DaemonFactory, finished, run_tool, wait_until
 from .test_tool_catalog_http import inventory
 
 ODD = str(Path(__file__).with_name("odd_mcp_server.py"))
@@ -35,10 +35,6 @@ def odd_server(*flags: str, **kw: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [ODD, *flags], **kw}
 
 
-async def new_session(d: Daemon, token: str) -> str:
-    return (await d.session(token, (await d.project(token))["id"]))["id"]
-
-
 async def test_a_tool_whose_input_schema_json_schema_does_not_allow_is_left_out_naming_the_place(
         daemon_factory: DaemonFactory) -> None:
     # Providers check every offered tool's schema against JSON Schema's meta-schema and refuse
@@ -49,7 +45,7 @@ async def test_a_tool_whose_input_schema_json_schema_does_not_allow_is_left_out_
     d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
                                      "mcpServers": {"o": odd_server("--loose")}})
     token = await d.pair("third-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     inv = await inventory(d, token, sid)
     server = inv["mcpServers"][0]
     assert server["status"] == "running" and server["tools"] == ["mcp__o__mixed", "mcp__o__ok", "mcp__o__fine"]
@@ -80,7 +76,7 @@ async def test_two_sessions_call_one_server_at_once_and_a_call_left_waiting_hold
     d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
                                      "mcpServers": {"t": mcp_server("--cancel-log", str(log))}})
     token = await d.pair("third-pass", strong=True)
-    a, b = await new_session(d, token), await new_session(d, token)
+    a, b = await d.new_session(token), await d.new_session(token)
     await d.submit(token, a, "ra", "/tool mcp__t__slow {}")
     await d.wait_running_call(token, a)
     body = await run_tool(d, token, b, "rb", "mcp__t__echo", {"text": "beside a waiting call"})
@@ -106,7 +102,7 @@ async def test_an_error_result_keeps_its_image_and_structured_content(daemon_fac
     # content kept beside the error.
     d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]}, "mcpServers": {"o": odd_server()}})
     token = await d.pair("third-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     body = await run_tool(d, token, sid, "r1", "mcp__o__mixed", {})
     assert body["is_error"] and body["error_code"] == "MCP_TOOL_ERROR"
     text, image = body["content"]
@@ -127,7 +123,7 @@ async def test_a_server_writing_a_banner_on_stdout_before_the_handshake_is_faile
         d = await daemon_factory(config={**FAUX, "mcpServers": {
             "b": odd_server("--banner", "Server listening on stdio", maxRestarts=0)}})
     token = await d.pair("third-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     [server] = (await inventory(d, token))["mcpServers"]
     why = "initialize failed: the server wrote a line that is not JSON on stdout: b'Server listening on stdio'"
     assert server["status"] == "failed" and server["error"] == why and server["tools"] == []
@@ -146,7 +142,7 @@ async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_
     d = await daemon_factory(config={**FAUX, "tools": {"mcpDeferAbove": 11}, "mcpServers": {
         "t": mcp_server(maxRestarts=0), "u": mcp_server()}})
     token = await d.pair("third-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     body = await run_tool(d, token, sid, "r1", "capability_search", {"query": "mcp__t__crash", "limit": 1})
     assert body["status"] == "ok", body
     inv = await inventory(d, token, sid)
@@ -173,7 +169,7 @@ async def test_a_call_of_the_alias_of_a_tool_whose_server_is_down_is_logged_unde
     d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
                                      "mcpServers": {"t": mcp_server("--dotted", maxRestarts=0)}})
     token = await d.pair("third-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     alias = alias_for("mcp__t__some.tool")
     body = await run_tool(d, token, sid, "r1", alias, {})
     assert body["name"] == "mcp__t__some.tool" and body["content"] == [{"type": "text", "text": "some.tool ran"}]
@@ -201,7 +197,7 @@ async def test_a_providers_key_reaches_only_the_server_whose_env_from_names_it_a
     d = await daemon_factory(config={**FAUX, "providers": [provider], "tools": {"eager": ["mcp__*"]}, "mcpServers": {
         "plain": mcp_server(), "given": mcp_server(envFrom=["LENS_T5_PROVIDER_KEY"])}})
     token = await d.pair("third-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     body = await run_tool(d, token, sid, "r1", "mcp__plain__env", {"name": "LENS_T5_PROVIDER_KEY"})
     assert body["content"] == [{"type": "text", "text": "<unset>"}], body
     body = await run_tool(d, token, sid, "r2", "mcp__given__env", {"name": "LENS_T5_PROVIDER_KEY"})

@@ -95,14 +95,17 @@ async def test_when_busy_takes_follow_up_and_steer_and_refuses_anything_else(dae
         assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), (value, r.text)
         assert "whenBusy" in r.json()["error"]["message"], value
     assert await daemon.events(token, sid) == before
-    # followUp is the default; a steer on an idle session simply starts its run
+    # followUp is the default, for whenBusy left out and sent as null (an optional field's null is
+    # the field left out); a steer on an idle session simply starts its run
     await daemon.submit(token, sid, "plain", "one")
+    await daemon.wait_idle(token, sid)
+    await daemon.submit(token, sid, "null", "one more", whenBusy=None)
     await daemon.wait_idle(token, sid)
     await daemon.submit(token, sid, "steer-idle", "two", whenBusy="steer")
     view = await daemon.wait_idle(token, sid)
     assert [it["text"] for it in view["items"]][-2:] == ["two", "(faux) You said: two"]
     submitted = [e for e in await daemon.events(token, sid) if e["kind"] == "input.submitted"]
-    assert [e["body"]["when_busy"] for e in submitted] == ["followUp", "steer"]
+    assert [e["body"]["when_busy"] for e in submitted] == ["followUp", "followUp", "steer"]
 
 
 async def test_a_request_id_is_one_sessions_own(daemon: Daemon):

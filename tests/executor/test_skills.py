@@ -19,7 +19,7 @@ from events import types as t
 from events.store import EventStore
 from projections.session_state import working_context
 from projections.snapshots import SnapshotStore
-from runtime.actor import Abort, Answer, Delete, GetState, Rename, Submit, WaitIdle, Withdraw
+from runtime.actor import Abort, Answer, Configure, Delete, GetState, Submit, WaitIdle, Withdraw
 from runtime.errors import LensError
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.supervisor import Supervisor
@@ -390,7 +390,7 @@ async def test_a_skill_command_waiting_for_the_workspace_holds_no_other_command(
             # is decided once s1's check ended (not "unknown": s1 is recorded after it).
             nursery.start_soon(withdraw, b, "withdraw s1", "s1")
             await trio.testing.wait_all_tasks_blocked()
-            await sup.call(b, Rename("renamed"))
+            await sup.call(b, Configure(name="renamed"))
             plain = await sup.call(b, Submit("p1", [t.TextPart("plain")], "followUp"))
             # Idle means idle: a waiter is not told so while s1 is still being checked (it is
             # recorded next and starts a run); it was, as soon as p1's run ended.

@@ -8,7 +8,7 @@ import trio
 
 from conftest import by_kind, frozen, one, sleep_call
 from projections.session_state import SessionState, apply
-from runtime.actor import Configure, Delete, GetState, Rename, Submit, Withdraw
+from runtime.actor import Configure, Delete, GetState, Submit, Withdraw
 from runtime.errors import ForkPointInvalid, ForkSourceUnreadable, ModelUnavailable, SessionGone, SessionNotFound
 from runtime.providers.faux import FauxTurn
 from conftest import text
@@ -257,9 +257,19 @@ async def test_configure_refuses_an_unknown_model(rt, autojump_clock):
 async def test_rename(rt, autojump_clock):
     sid = await rt.session(name="first")
     assert (await rt.state(sid)).name == "first"
-    assert await rt.call(sid, Rename("second")) == {"name": "second"}
+    await rt.call(sid, Configure(name="second"))
     assert (await rt.state(sid)).name == "second"
     assert one(await rt.events(sid), "session.named").event.name == "second"
+    n = len(await rt.events(sid))
+    await rt.call(sid, Configure(name="second"))  # (the name it has: nothing recorded)
+    assert len(await rt.events(sid)) == n
+    # with another field: both events, next to each other (one append)
+    await rt.call(sid, Configure(thinking_level="high", name="third"))
+    added = (await rt.events(sid))[n:]
+    assert [e.kind for e in added] == ["session.configured", "session.named"]
+    assert added[1].seq == added[0].seq + 1
+    st = await rt.state(sid)
+    assert (st.thinking_level, st.name) == ("high", "third")
 
 
 async def test_soft_delete_keeps_events_and_refuses_later_work(runtime_factory, autojump_clock):
@@ -271,7 +281,7 @@ async def test_soft_delete_keeps_events_and_refuses_later_work(runtime_factory, 
         after = await rt.events(sid)
         assert [e.to_json() for e in after[: len(before)]] == [e.to_json() for e in before]
         assert [e.kind for e in after[len(before):]] == ["session.deleted"]
-        for cmd in (Submit("r2", text("more")), Withdraw("r1"), Configure(thinking_level="x"), Rename("n"), Delete()):
+        for cmd in (Submit("r2", text("more")), Withdraw("r1"), Configure(thinking_level="x"), Configure(name="n"), Delete()):
             with pytest.raises(SessionGone) as err:
                 await rt.call(sid, cmd)
             assert err.value.code == "SESSION_DELETED"

@@ -38,7 +38,7 @@ from projections.session_state import (
     working_context,
 )
 from projections.snapshots import SnapshotStore
-from runtime.actor import Abort, Configure, Rename, Steer, Withdraw
+from runtime.actor import Abort, Configure, Steer, Withdraw
 from runtime.providers.faux import FauxError, FauxToolCall, FauxTurn
 
 SCRIPT = [
@@ -65,8 +65,14 @@ async def _produce(data_dir: Path) -> Recorded:
         a = await rt.session(name="a")
         for rid, msg in [("r1", "hello"), ("r2", "nap twice"), ("r3", "fail please"), ("r4", "plan it")]:
             await rt.run_to_idle(a, rid, msg)
-        await rt.call(a, Configure(thinking_level="high"))
-        await rt.call(a, Rename("renamed"))
+        # A name with another field, then alone, as ``PATCH /sessions/{id}`` sends them: one
+        # command, its events in one append; the log replayed gives what the actor holds.
+        await rt.call(a, Configure(thinking_level="high", name="renamed"))
+        await rt.call(a, Configure(name="renamed again"))
+        log = await rt.events(a)
+        assert [e.kind for e in log[-3:]] == ["session.configured", "session.named", "session.named"]
+        live, replayed = await rt.state(a), full(log, a)
+        assert (live.thinking_level, live.name) == (replayed.thinking_level, replayed.name) == ("high", "renamed again")
         await rt.run_to_idle(a, "r5", "delegate please")
         with frozen(clock):
             await rt.submit(a, "r6", "long nap")

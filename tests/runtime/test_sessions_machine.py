@@ -92,7 +92,7 @@ from machine_parts import Host, Pending, RuntimeMachine, log_is_gap_free, pick, 
 from projections.session_state import (MAIN_AGENT, REMOVED_PLACEHOLDER, SessionState, apply, item_parts, snapshot_bytes,
                                        state_from_snapshot, working_context)
 from projections.context_budget import item_marks, prunable_results
-from runtime.actor import RESULT_RECORDS, Abort, Configure, Delete, GetView, Rename, Steer, Submit, Withdraw, _reset_for_fork
+from runtime.actor import RESULT_RECORDS, Abort, Configure, Delete, GetView, Steer, Submit, Withdraw, _reset_for_fork
 from runtime.config import CompactionConfig, ContextConfig, ModelConfig, PruneToolResultsConfig
 from runtime.errors import LensError
 from runtime.providers.base import ModelRequest
@@ -480,7 +480,7 @@ class SessionsMachine(RuntimeMachine):
         elif op == "configure":
             self.configure(data, data.draw(st.sampled_from(["1", "2"])), data.draw(st.sampled_from(LEVELS + [None])))
         elif op == "rename":
-            self.rename(data, data.draw(st.sampled_from(["first", "second"])))
+            self.rename(data, *data.draw(st.sampled_from([("first", None), ("second", "high")])))
         else:
             self.delete(data)
 
@@ -549,15 +549,18 @@ class SessionsMachine(RuntimeMachine):
             assert len(self.events()) == before, "a setting saved as it was wrote events"
         self.settle()
 
-    def rename(self, data: st.DataObject, name: str) -> None:
+    def rename(self, data: st.DataObject, name: str, level: str | None) -> None:
+        """A new name, alone or with a thinking level, as ``PATCH /sessions/{id}`` sends it: one
+        ``Configure``, its events in one append (the invariants fold the log and compare)."""
         s = self.target(data)
         before = len(self.events())
-        answer = self.call(s.sid, Rename(name))
+        answer = self.call(s.sid, Configure(thinking_level=level, name=name))
         if s.deleted:
             self.refused(answer, "SESSION_DELETED", before)
             return
-        assert answer == {"name": name}, answer
-        assert self.state(s.sid).name == name
+        assert not isinstance(answer, Exception), answer
+        got = self.state(s.sid)
+        assert got.name == name and (level is None or got.thinking_level == level)
         self.settle()
 
     def delete(self, data: st.DataObject) -> None:
