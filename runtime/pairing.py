@@ -7,7 +7,8 @@ copied to another record, or a trust level edited by hand, matches nothing; flag
 ``isVerified`` are not read at all (a record's unknown fields are ignored and logged, never
 fatal: they grant nothing, and must not lock the other clients out either). Re-issuing replaces the hash, which revokes the old
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
-daemon and the CLI. The daemon re-reads the file when it changes: each credential check and each
+daemon and the CLI; a pair file that is a symbolic link is written where it points (the link
+stays), and one to nothing is invalid, never replaced. The daemon re-reads the file when it changes: each credential check and each
 pairing request looks first (one ``stat``), so a revocation counts from the next request; open streams learn of it
 from a watcher that the change itself wakes (inotify), or that looks every 250 ms. A file other users can write, or that another user owns,
 grants nothing (:func:`check_private`).
@@ -15,6 +16,7 @@ grants nothing (:func:`check_private`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import hmac
@@ -256,7 +258,11 @@ class PairStore:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return None
+            try:  # a link to nothing is there all the same (as the link itself: a new target is a change)
+                st = os.lstat(self.path)
+            except OSError:
+                return None
+            return (-2, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         except OSError as exc:  # cannot even look: reading it fails too, and says why
             return (-1, exc.errno or 0, 0)
         # (mode and owner too: a `chmod 600` that makes the file private again changes neither
@@ -268,8 +274,25 @@ class PairStore:
     def _read(self) -> tuple[bytes, PairFile]:
         """The file's bytes and what they say; raises ``OSError`` (``FileNotFoundError``…) or
         :class:`PairFileInvalid` (a file other users can write, or that another user owns)."""
-        raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES, check=lambda st: check_private(st, self.path))
+        try:
+            raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES, check=lambda st: check_private(st, self.path))
+        except FileNotFoundError:
+            if not os.path.islink(self.path):
+                raise
+            # (a volume not mounted yet, say: "no clients" there, and a write in the link's place,
+            # lost every approval once it was; refused as the main config is)
+            raise PairFileInvalid(f"pair file {self.path} is a symbolic link to {os.readlink(self.path)}, which "
+                                  f"does not exist; every credential is refused until it is fixed (make the file "
+                                  f"it points to there, or remove the link)") from None
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise PairFileInvalid(self._unreadable(exc)) from None
         return raw, self._parse(raw)
+
+    def _unreadable(self, exc: OSError) -> str:
+        return (f"pair file {self.path} cannot be read ({exc.strerror or exc}); every credential is refused "
+                f"until it is fixed")
 
     def reload(self, force: bool = False) -> bool:
         """Re-read the file if it changed; returns whether it did. A bad file denies everyone.
@@ -293,9 +316,7 @@ class PairStore:
             except (PairFileInvalid, OSError) as exc:
                 # Unreadable (a directory, no permission: written by another user with mode 0600)
                 # is as good as invalid: everyone is refused, and the daemon keeps serving.
-                problem = exc.message if isinstance(exc, PairFileInvalid) else (
-                    f"pair file {self.path} cannot be read ({exc.strerror or exc}); every credential is refused "
-                    f"until it is fixed")
+                problem = exc.message if isinstance(exc, PairFileInvalid) else self._unreadable(exc)
                 if self._log_problems:
                     log.warning("%s", problem)
                 data, valid = PairFile(), False
@@ -353,7 +374,10 @@ class PairStore:
         return PairFileUnwritable(f"the pair file {self.path} cannot be updated ({why_not_written(exc)})")
 
     def _write(self, data: PairFile) -> None:
-        replace_atomically(self.path, msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n", 0o600)
+        # Through a link, to the file it points at (read just before, under the lock): the
+        # temporary file and the rename beside it, so the link an operator made stays a link.
+        target = Path(os.path.realpath(self.path)) if os.path.islink(self.path) else self.path
+        replace_atomically(target, msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n", 0o600)
 
     # ------------------------------------------------------------------ operations
 
@@ -398,7 +422,7 @@ class PairStore:
     def approve(self, client_id: str, *, strong: bool) -> str:
         """Issue a credential for ``client_id`` (replacing any earlier one); returns it, once."""
         validate_client_id(client_id)
-        if not self.path.exists():  # no client asked yet: nothing to lock, nor a directory to make
+        if not os.path.lexists(self.path):  # no client asked yet: nothing to lock, nor a directory to make
             raise ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST /api/v1/pair/requests first")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._locked() as data:
@@ -417,7 +441,7 @@ class PairStore:
         that changed anything: a client revoked already is left as it was (its ``revokedAt`` too,
         which orders the revoked records kept). Raises :class:`ClientNotFound` for an unknown one."""
         validate_client_id(client_id)
-        if not self.path.exists():
+        if not os.path.lexists(self.path):  # (a link to nothing is there: reading it says what is wrong)
             raise ClientNotFound(f"no client {client_id!r} in {self.path}")
         with self._locked() as data:
             records = [c for c in data.clients if c.client_id == client_id]
