@@ -103,3 +103,103 @@ async def test_the_inventory_says_each_offered_tool_as_the_model_is_sent_it_befo
     assert search["inputExamples"] and search["offeredDescription"].startswith(search["description"] + "\n")
     for example in search["inputExamples"]:
         assert json.dumps(example, ensure_ascii=False) in search["offeredDescription"]
+
+
+PTC = "programmatic_tool_run"
+# A program calling each tool both ways, as a function and through call_tool, printing how each
+# call ended (the code and message a program's ToolError carries)
+PROGRAM = """for name, args in [('mcp__t__slow', {}), ('mcp__t__echo', {'text': 'x'})]:
+    for how in ['function', 'call_tool']:
+        try:
+            if how == 'call_tool':
+                call_tool(name, args)
+            elif name == 'mcp__t__slow':
+                mcp__t__slow()
+            else:
+                mcp__t__echo(text='x')
+            print(name, how, 'ok')
+        except ToolError as e:
+            print(name, how, e.code, e.message)
+"""
+
+
+def not_native(name: str) -> str:
+    return f"{name} is called through {PTC}: call it from a program ({name}(...) in the code you pass to {PTC})"
+
+
+def not_loaded(name: str) -> str:
+    return f"{name} is deferred: load it with capability_search first (it is callable from the next request)"
+
+
+async def test_with_ptc_a_down_servers_tool_answers_what_it_answers_up_directly_and_from_a_program(
+        daemon_factory: DaemonFactory) -> None:
+    # F-TOOL-2/3 with `localPtc`: a deferred MCP tool is called from a program, never directly,
+    # whether its server is up or down. Once the server had failed, a direct call of the deferred
+    # tool not loaded answered TOOL_NOT_LOADED ("load it with capability_search", which changes
+    # nothing: it stays out of the native list) and of the loaded one MCP_SERVER_UNAVAILABLE, where
+    # both answer TOOL_NOT_NATIVE while it runs; and a program's function-style call of either was
+    # PTC_NAME_ERROR (its functions were the registry's tools) while call_tool gave the plane's code.
+    d = await daemon_factory(config={
+        **faux(), "localPtc": {}, "mcpServers": {"t": {"command": sys.executable, "args": [SERVER], "maxRestarts": 0}},
+        "tools": {"eager": ["mcp__t__crash"], "deferred": ["mcp__t__slow", "mcp__t__echo"]}})
+    token = await d.pair("fourth-pass", strong=True)
+    sid = await new_session(d, token)
+    loaded = await run_tool(d, token, sid, "load", "capability_search", {"query": "mcp__t__echo"})
+    assert loaded["structured_content"]["loaded"] == ["mcp__t__echo"], loaded
+    for name in ("mcp__t__slow", "mcp__t__echo"):
+        body = await run_tool(d, token, sid, f"up-{name}", name, {"text": "x"})
+        assert body["content"][0]["text"] == f"TOOL_NOT_NATIVE: {not_native(name)}", body
+    program = await run_tool(d, token, sid, "up-program", PTC, {"code": PROGRAM})
+    assert program["content"][0]["text"].splitlines() == [
+        f"mcp__t__slow function TOOL_NOT_LOADED {not_loaded('mcp__t__slow')}",
+        f"mcp__t__slow call_tool TOOL_NOT_LOADED {not_loaded('mcp__t__slow')}",
+        "mcp__t__echo function ok", "mcp__t__echo call_tool ok"], program
+
+    assert (await run_tool(d, token, sid, "crash", "mcp__t__crash", {}))["error_code"] == "MCP_SERVER_UNAVAILABLE"
+
+    async def failed() -> bool:
+        return (await inventory(d, token))["mcpServers"][0]["status"] == "failed"
+    await wait_until(failed, what="server t failed for good")
+    down = "MCP server 't' failed: the server exited with status 3"
+    for name in ("mcp__t__slow", "mcp__t__echo"):
+        body = await run_tool(d, token, sid, f"down-{name}", name, {"text": "x"})
+        assert body["content"][0]["text"] == f"TOOL_NOT_NATIVE: {not_native(name)} ({name}: {down})", body
+    program = await run_tool(d, token, sid, "down-program", PTC, {"code": PROGRAM})
+    assert program["content"][0]["text"].splitlines() == [
+        f"mcp__t__slow function TOOL_NOT_LOADED {not_loaded('mcp__t__slow')} (mcp__t__slow: {down})",
+        f"mcp__t__slow call_tool TOOL_NOT_LOADED {not_loaded('mcp__t__slow')} (mcp__t__slow: {down})",
+        f"mcp__t__echo function MCP_SERVER_UNAVAILABLE mcp__t__echo: {down}",
+        f"mcp__t__echo call_tool MCP_SERVER_UNAVAILABLE mcp__t__echo: {down}"], program
+
+
+async def test_a_disabled_tool_is_refused_as_disabled_before_deferred_and_a_name_never_listed_is_not_judged(
+        daemon_factory: DaemonFactory) -> None:
+    # F-TOOL-2: a tool both disabled (here by a pattern) and deferred answered TOOL_NOT_LOADED,
+    # server up or down, inviting a capability_search that then said it was disabled; the policy's
+    # refusal comes first. And a name its server never listed (a typo) answered TOOL_DISABLED by
+    # the pattern once the server was down, TOOL_UNKNOWN while it ran: only a tool the server
+    # listed is judged by the planes while it is down; another name gets the server's state.
+    d = await daemon_factory(config={
+        **faux(), "mcpServers": {"t": {"command": sys.executable, "args": [SERVER], "maxRestarts": 0}},
+        "tools": {"deferred": ["mcp__t__env"],
+                  "policy": {"mcp__*": {"enabled": False}, "mcp__t__crash": {"enabled": True}}}})
+    token = await d.pair("fourth-pass", strong=True)
+    sid = await new_session(d, token)
+    disabled = "TOOL_DISABLED: mcp__t__env is disabled by the tool policy"
+    body = await run_tool(d, token, sid, "up-env", "mcp__t__env", {})
+    assert body["content"][0]["text"] == disabled, body
+    body = await run_tool(d, token, sid, "up-typo", "mcp__t__nosuch", {})
+    assert body["content"][0]["text"] == "TOOL_UNKNOWN: no tool named 'mcp__t__nosuch' is available to this agent"
+    search = await run_tool(d, token, sid, "search", "capability_search", {"query": "mcp__t__env"})
+    assert "mcp__t__env is disabled by the tools policy" in search["content"][0]["text"], search
+
+    assert (await run_tool(d, token, sid, "crash", "mcp__t__crash", {}))["error_code"] == "MCP_SERVER_UNAVAILABLE"
+
+    async def failed() -> bool:
+        return (await inventory(d, token))["mcpServers"][0]["status"] == "failed"
+    await wait_until(failed, what="server t failed for good")
+    down = "MCP server 't' failed: the server exited with status 3"
+    body = await run_tool(d, token, sid, "down-env", "mcp__t__env", {})
+    assert body["content"][0]["text"] == f"{disabled} (mcp__t__env: {down})", body
+    body = await run_tool(d, token, sid, "down-typo", "mcp__t__nosuch", {})
+    assert body["content"][0]["text"] == f"MCP_SERVER_UNAVAILABLE: mcp__t__nosuch: {down}", body
