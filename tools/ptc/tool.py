@@ -72,10 +72,8 @@ def _value_of(result: ToolResult) -> Any:
 
 
 def _failure_of(result: ToolResult) -> ToolCallFailed:
-    sc = result.structured_content
-    error = sc.get("error") if isinstance(sc, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    if not isinstance(message, str):
+    message = result.error_message
+    if message is None:  # (an error result not made by ToolResult.error: its text, less its code)
         message = _text_of(result)
         prefix = f"{result.error_code}: "
         if result.error_code and message.startswith(prefix):
