@@ -183,8 +183,11 @@ class ToolSpec:
         return {"name": self.name, "description": self.offered_description(), "input_schema": self.input_schema}
 
     def offered_description(self) -> str:
-        """The description a model request carries: the tool's own, then its input examples, one
-        JSON object a line (no protocol has a portable field for them)."""
+        """The tool's description with its input examples after it, one JSON object a line (no
+        protocol has a portable field for them): what :meth:`schema` offers. A provider sends it
+        as it is for a tool under its own name; one sent under an F-MOD-3 alias is prefixed with
+        its capability id (``runtime.providers.names.describe``, which the inventory's
+        ``offeredDescription`` applies too)."""
         if not self.input_examples:
             return self.description
         examples = "\n".join(json.dumps(e, ensure_ascii=False) for e in self.input_examples)
