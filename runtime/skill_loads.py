@@ -35,7 +35,7 @@ from projections.session_state import (
     skill_name_on_its_line,
     text_of,
 )
-from tools.base import ToolContext, ToolRegistry, ToolResult
+from tools.base import ToolContext, ToolRegistry
 from tools.catalog import ToolCatalog
 
 from .agent_tools import session_tool_policy
@@ -130,20 +130,24 @@ class SkillLoads:
                 d.name, d.call_id, "the run was aborted before its instructions were read again after a restart")
         return out
 
-    def _policy_refusal(self, state: SessionState, name: str) -> ToolResult | None:
+    def _policy_refusal(self, state: SessionState, name: str) -> tuple[str, str] | None:
         """The session's tool policy's refusal of a ``skill`` call loading ``name`` (the config's
-        policy under the session's ``toolPolicy``): ``TOOL_DISABLED``, ``PARAM_NOT_ALLOWED``."""
+        policy under the session's ``toolPolicy``), as its code (``TOOL_DISABLED``,
+        ``PARAM_NOT_ALLOWED``) and its message alone: an HTTP error carries the code in a field of
+        its own, and a note to the model needs none."""
         spec = self._tools.get("skill")
         if self._catalog is None or spec is None:
             return None
-        return self._catalog.policy_refusal(spec, {"name": name}, session_tool_policy(state))
+        refused = self._catalog.policy_refusal(spec, {"name": name}, session_tool_policy(state))
+        if refused is None:
+            return None
+        return refused.error_code or "TOOL_DISABLED", refused.error_message or text_of(refused.content)
 
     def _refuse_by_policy(self, state: SessionState, name: str) -> None:
         """Raise the policy's refusal (:meth:`_policy_refusal`) as a ``/skill:`` input's error (422)."""
         refused = self._policy_refusal(state, name)
         if refused is not None:
-            raise SkillUnavailable(refused.error_code or "TOOL_DISABLED",
-                                   f"{_error_message(refused)} ({POLICY_REFUSED})")
+            raise SkillUnavailable(refused[0], f"{refused[1]} ({POLICY_REFUSED})")
 
     async def _for_input(self, state: SessionState, name: str, request_id: str, *, refuse: bool) -> t._Event:
         """A fresh ``skill.loaded`` for a ``/skill:<name>`` input. When the skill cannot be loaded:
@@ -153,7 +157,7 @@ class SkillLoads:
         if refuse:
             self._refuse_by_policy(state, name)
         elif (refused := self._policy_refusal(state, name)) is not None:
-            return load_failed(name, None, _error_message(refused))[0]  # (a note, no load to drop)
+            return load_failed(name, None, refused[1])[0]  # (a note, no load to drop)
         ctx = ToolContext(state.project_id, self._session_id, MAIN_AGENT, None, f"input:{request_id}", True,
                           loaded_skills=dict, recordable=self._recordable)
         result = await self._tools.run("skill", json.dumps({"name": name}), ctx)
@@ -169,7 +173,7 @@ class SkillLoads:
         if refuse:
             code = result.error_code or "SKILL_NOT_FOUND"
             raise SkillUnavailable(code if code in SKILL_ERROR_CODES else "SKILL_UNAVAILABLE",
-                                   _error_message(result, message))
+                                   result.error_message or message)
         return load_failed(name, None, message)[0]
 
     @staticmethod
@@ -226,14 +230,6 @@ class SkillLoads:
             if ev.name in loaded_skill_states(state.agent(agent_id)):
                 return []
             if (refused := self._policy_refusal(state, ev.name)) is not None:
-                return load_failed(ev.name, None, _error_message(refused))[:1]
+                return load_failed(ev.name, None, refused[1])[:1]
         return [ev] if ev is not None else []
 
-
-def _error_message(result: ToolResult, default: str = "") -> str:
-    """A tool error's message alone, not the result's text ("CODE: message"): an HTTP error
-    carries the code in a field of its own, and a note to the model needs none."""
-    error = result.structured_content.get("error") if isinstance(result.structured_content, dict) else None
-    if isinstance(error, dict) and error.get("code") == result.error_code and isinstance(error.get("message"), str):
-        return error["message"]
-    return default or text_of(result.content)

@@ -18,7 +18,7 @@ from tools.catalog import NOT_FROM_PROGRAMS, ToolCatalog, allowed_callers, descr
 
 from .agent_tools import agent_planes, agent_scope, session_tool_policy
 from .providers.names import alias_for, is_native
-from .providers.names import describe as offered_description
+from .providers.names import describe as provider_description
 
 
 def ptc_view(catalog: ToolCatalog, offered: list[ToolSpec], session_policy: dict[str, Any] | None, *,
@@ -70,7 +70,7 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
             "enabled": bool(profiles[s.name]["enabled"]["value"]), "inputSchema": s.input_schema,
             # (the name and description a provider is sent: the F-MOD-3 alias, the description
             # naming the id under an alias and followed by the input examples)
-            "nativeName": alias_for(s.name), "offeredDescription": offered_description(s.schema(), alias_for(s.name)),
+            "nativeName": alias_for(s.name), "offeredDescription": provider_description(s.schema(), alias_for(s.name)),
         })
     return {
         "session": state.session_id if state is not None else None,

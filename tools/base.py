@@ -123,9 +123,15 @@ class ToolResult:
 
     @property
     def error_message(self) -> str | None:
-        """An :meth:`error`'s message; None for any other result."""
+        """An error result's message alone, without its code (the structured ``error`` whose
+        ``code`` is the result's ``error_code``, as :meth:`error` makes it); None for any other
+        result (a tool's own output holding an ``error`` key included)."""
+        if not self.is_error or self.error_code is None:
+            return None
         error = self.structured_content.get("error") if isinstance(self.structured_content, dict) else None
-        message = error.get("message") if isinstance(error, dict) else None
+        if not isinstance(error, dict) or error.get("code") != self.error_code:
+            return None
+        message = error.get("message")
         return message if isinstance(message, str) else None
 
     def message_scrubbed(self, secrets: Secrets, sent: Secrets | None = None) -> "ToolResult":
@@ -138,11 +144,10 @@ class ToolResult:
         path the file system resolved, a SKILL.md's line) replaces whole keys before it cuts
         (``ToolContext.secrets``, ``Secrets.cut``). Any other result (a tool's output, which the
         store scrubs) is returned as it is."""
-        error = self.structured_content.get("error") if isinstance(self.structured_content, dict) else None
-        if not secrets or not isinstance(error, dict) or set(error) != {"code", "message"}:
+        message, code = self.error_message, self.error_code
+        if not secrets or message is None or set(self.structured_content["error"]) != {"code", "message"}:
             return self
-        code, message = error["code"], error["message"]
-        if code != self.error_code or not isinstance(message, str) or self.content != [t.TextPart(f"{code}: {message}")]:
+        if self.content != [t.TextPart(f"{code}: {message}")]:
             return self
         clean = secrets.scrub_text(message)
         if sent:
@@ -178,8 +183,11 @@ class ToolSpec:
         return {"name": self.name, "description": self.offered_description(), "input_schema": self.input_schema}
 
     def offered_description(self) -> str:
-        """The description a model request carries: the tool's own, then its input examples, one
-        JSON object a line (no protocol has a portable field for them)."""
+        """The tool's description with its input examples after it, one JSON object a line (no
+        protocol has a portable field for them): what :meth:`schema` offers. A provider sends it
+        as it is for a tool under its own name; one sent under an F-MOD-3 alias is prefixed with
+        its capability id (``runtime.providers.names.describe``, which the inventory's
+        ``offeredDescription`` applies too)."""
         if not self.input_examples:
             return self.description
         examples = "\n".join(json.dumps(e, ensure_ascii=False) for e in self.input_examples)

@@ -429,10 +429,16 @@ class ToolCatalog:
         names = {s.name for s in assigned}
         if PTC not in names or self.disabled_names([s for s in assigned if s.name == PTC], session):
             return None
+        deferred = self.deferred_names()
+        return {n for n in names if self._native(n, n in deferred)}
+
+    def _native(self, name: str, deferred: bool) -> bool:
+        """Whether an agent with PTC in effect is offered ``name`` natively (:meth:`native_names`'
+        rule for one tool; ``deferred``: whether the tool is deferred)."""
         fixed = self.ptc.native_capabilities if self.ptc is not None else None
         if fixed is not None:
-            return {n for n in names if _matches(n, fixed)} | {PTC}
-        return names - (self.deferred_names() - NOT_FROM_PROGRAMS)
+            return name == PTC or _matches(name, fixed)
+        return not deferred or name in NOT_FROM_PROGRAMS
 
     def disabled_names(self, specs: Sequence[ToolSpec], session: Mapping[str, Any] | None = None) -> set[str]:
         """Of ``specs``, the tools the effective execution policy disables outright (``enabled:
@@ -507,42 +513,50 @@ class ToolCatalog:
 
     def check(self, *, loaded: Sequence[str], allowed: Sequence[str] | None,
               session: Mapping[str, Any] | None, is_main_agent: bool = True,
-              from_program: bool = False) -> Any:
-        """The ``check`` for :meth:`ToolRegistry.run`: refuses a deferred tool not loaded
-        (``TOOL_NOT_LOADED``), then what :meth:`policy_refusal` refuses (a disabled tool, a path
-        outside the allowlist, an argument outside its restriction).
-        With PTC assigned, a native call of a tool outside the native list is refused
-        (``TOOL_NOT_NATIVE``); ``from_program``: the call comes from a program, which cannot call
-        the tools in :data:`NOT_FROM_PROGRAMS` (``PTC_TOOL_NOT_ALLOWED``)."""
+              from_program: bool = False) -> PlaneCheck:
+        """The ``check`` for :meth:`ToolRegistry.run`, refusing in this order: a tool the effective
+        policy disables (``TOOL_DISABLED``: however it is called, it cannot run); from a program
+        (``from_program``), one of :data:`NOT_FROM_PROGRAMS` (``PTC_TOOL_NOT_ALLOWED``); with PTC
+        assigned, a native call of a tool outside the native list (``TOOL_NOT_NATIVE``); a deferred
+        tool not loaded (``TOOL_NOT_LOADED``); then what :meth:`policy_refusal` refuses of the
+        arguments (a path outside the allowlist, an argument outside its restriction).
+
+        Its ``absent`` applies the same refusals, in the same order, to a tool an MCP server that
+        is down listed last (out of the registry meanwhile), as they would apply were it there;
+        None for any other name (the server's state is the answer then)."""
         have = set(loaded) | set(allowed or ())
         native = None if from_program else self.native_names(is_main_agent=is_main_agent, allowed=allowed,
                                                                session=session)
 
-        def absent(name: str) -> ToolResult | None:
-            # (a tool of a server that is down: the context and execution planes judge it by its
-            # name before its server's state is told, as they would the tool in the registry)
-            if name not in have and self.deferred_absent(name):
-                return _not_loaded(name)
+        def refusal(name: str, deferred: bool, is_native: bool) -> ToolResult | None:
+            # (one sequence for a registered tool and a down server's: the order is the contract)
             if not self.profile(name, session)["enabled"]["value"]:
                 return _disabled(name)
+            if from_program and name in NOT_FROM_PROGRAMS:
+                return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{name} cannot be called from a program: "
+                                        f"{_WHY_NOT_FROM_PROGRAMS[name]}; call it directly (a tool call "
+                                        f"of your own, outside {PTC})")
+            if native is not None and not is_native and name in NOT_FROM_PROGRAMS:
+                # (only a fixed nativeCapabilities list leaves such a tool out: reachable from nowhere)
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is left out of your tools by "
+                                        f"localPtc.nativeCapabilities, and a program cannot call it "
+                                        f"({_WHY_NOT_FROM_PROGRAMS[name]}): it cannot be called here")
+            if native is not None and not is_native:
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is called through {PTC}: call it from "
+                                        f"a program ({name}(...) in the code you pass to {PTC})")
+            if deferred and name not in have:
+                return _not_loaded(name)
             return None
 
+        def absent(name: str) -> ToolResult | None:
+            if self.mcp_listed is None or name not in self.mcp_listed.listed_tools():
+                return None  # (a name its server never listed: no tool to judge)
+            deferred = self.deferred_absent(name)
+            return refusal(name, deferred, native is None or self._native(name, deferred))
+
         def check(spec: ToolSpec, args: dict[str, Any]) -> ToolResult | None:
-            if from_program and spec.name in NOT_FROM_PROGRAMS:
-                return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{spec.name} cannot be called from a program: "
-                                        f"{_WHY_NOT_FROM_PROGRAMS[spec.name]}; call it directly (a tool call "
-                                        f"of your own, outside {PTC})")
-            if native is not None and spec.name not in native and spec.name in NOT_FROM_PROGRAMS:
-                # (only a fixed nativeCapabilities list leaves such a tool out: reachable from nowhere)
-                return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is left out of your tools by "
-                                        f"localPtc.nativeCapabilities, and a program cannot call it "
-                                        f"({_WHY_NOT_FROM_PROGRAMS[spec.name]}): it cannot be called here")
-            if native is not None and spec.name not in native:
-                return ToolResult.error("TOOL_NOT_NATIVE", f"{spec.name} is called through {PTC}: call it from "
-                                        f"a program ({spec.name}(...) in the code you pass to {PTC})")
-            if spec.name in self.deferred_names() and spec.name not in have:
-                return _not_loaded(spec.name)
-            return self.policy_refusal(spec, args, session)
+            return (refusal(spec.name, spec.name in self.deferred_names(), native is None or spec.name in native)
+                    or self.policy_refusal(spec, args, session))
 
         return PlaneCheck(check, absent)
 

@@ -124,6 +124,21 @@ async def test_a_native_call_outside_the_native_list_is_refused_and_a_program_ma
     assert await run_checked(cat, "ask_user") == "TOOL_NOT_NATIVE"  # (not listed: unreachable, as configured)
 
 
+async def test_a_tool_the_policy_disables_is_refused_as_disabled_however_it_is_called():
+    """A tool both disabled and deferred answered TOOL_NOT_LOADED (and with PTC, TOOL_NOT_NATIVE
+    or PTC_TOOL_NOT_ALLOWED), sending the model to a capability_search that then said it was
+    disabled, or to a program that was then refused. The policy's refusal comes first."""
+    cat = catalog(TOOLS, {"tools": {"deferred": ["later"], "policy": {"later": {"enabled": False},
+                                                                      "ask_user": {"enabled": False}}}})
+    assert await run_checked(cat, "later") == "TOOL_DISABLED"
+    ptc = catalog(TOOLS, {"tools": {"deferred": ["later"], "policy": {"later": {"enabled": False},
+                                                                      "ask_user": {"enabled": False}}},
+                          "localPtc": {"nativeCapabilities": ["read"]}})
+    for name, from_program in (("later", False), ("later", True), ("ask_user", False), ("ask_user", True)):
+        assert await run_checked(ptc, name, from_program=from_program) == "TOOL_DISABLED", (name, from_program)
+    assert await run_checked(ptc, "later", from_program=True, loaded=["later"]) == "TOOL_DISABLED"
+
+
 async def test_with_the_ptc_entry_disabled_the_agent_has_the_plain_planes():
     """Disabled by the policy, the PTC entry was left out of the request, but the planes stayed
     PTC's: the deferred tools were searchable and loadable, and a native call of one was refused

@@ -72,10 +72,8 @@ def _value_of(result: ToolResult) -> Any:
 
 
 def _failure_of(result: ToolResult) -> ToolCallFailed:
-    sc = result.structured_content
-    error = sc.get("error") if isinstance(sc, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    if not isinstance(message, str):
+    message = result.error_message
+    if message is None:  # (an error result not made by ToolResult.error: its text, less its code)
         message = _text_of(result)
         prefix = f"{result.error_code}: "
         if result.error_code and message.startswith(prefix):
@@ -95,13 +93,14 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
         raise ToolError("INVALID_ARGUMENT", f"timeout_ms must be an integer from 1 to {MAX_TIMEOUT_MS}")
     if ctx.call_tool is None:
         raise ToolError("PTC_UNAVAILABLE", f"{PTC} cannot run here (no tool runner was given to it)")
-    # (every registered tool is a function of the program, also one the agent cannot call — a
-    # main-only tool in a subagent's program, say: calls are checked as they run, so such a call
-    # fails with the typed error call_tool("name", ...) gets, not as a name never defined)
-    names = [s.name for s in catalog.registry.all()]
-    # (the ids an alias is mapped back to: the down MCP servers' last listed tools too, so that a
-    # call of such a tool's alias is listed under its id, as the model's own calls are)
+    # Every tool the catalog knows is a function of the program: the registry's, also one the
+    # agent cannot call (a main-only tool in a subagent's program, say), and the tools a down MCP
+    # server listed last. Calls are checked as they run, so such a call fails with the typed error
+    # call_tool("name", ...) gets, not as a name never defined. The same ids are those an alias is
+    # mapped back to, so a call of a down tool's alias is listed under its id, as the model's own
+    # calls are.
     known = frozenset(catalog.known_names())
+    names = sorted(known)
     limits = Limits()  # (run_program checks the program before it runs: parsed once)
 
     calls: list[dict[str, Any]] = []
