@@ -23,7 +23,7 @@ from ..providers.servers.base import Received, Reply, ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
 from ..providers.servers.openai_responses import response_stream
 from .conftest import DaemonFactory, run_tool, sdks_ready, stop_daemon, wait_until
-from .test_catalog_mcp_second_pass import faux, new_session
+from .test_catalog_mcp_second_pass import faux
 from .test_tool_catalog_http import inventory
 
 DELEGATE = [
@@ -45,7 +45,7 @@ async def test_each_plane_answers_with_its_own_code_whether_the_tools_server_is_
         "tools": {"eager": ["mcp__t__echo", "mcp__t__crash"], "deferred": ["mcp__t__slow"],
                   "policy": {"mcp__t__env": {"enabled": False}}}})
     token = await d.pair("fourth-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     expected = {"mcp__t__env": ("TOOL_DISABLED", "mcp__t__env is disabled by the tool policy"),
                 "mcp__t__slow": ("TOOL_NOT_LOADED", "mcp__t__slow is deferred: load it with capability_search "
                                                     "first (it is callable from the next request)")}
@@ -88,7 +88,7 @@ async def test_the_inventory_says_each_offered_tool_as_the_model_is_sent_it_befo
         "defaultModel": "an/claude-t", "tools": {"deferred": ["mcp__*"]},
         "mcpServers": {"t": {"command": sys.executable, "args": [SERVER, "--dotted"]}}})
     token = await d.pair("fourth-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     await sdks_ready()
     before = await inventory(d, token, sid)
     await d.submit(token, sid, "r1", "go")
@@ -148,7 +148,7 @@ async def test_with_ptc_a_down_servers_tool_answers_what_it_answers_up_directly_
         **faux(), "localPtc": {}, "mcpServers": {"t": {"command": sys.executable, "args": [SERVER], "maxRestarts": 0}},
         "tools": {"eager": ["mcp__t__crash"], "deferred": ["mcp__t__slow", "mcp__t__echo"]}})
     token = await d.pair("fourth-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     loaded = await run_tool(d, token, sid, "load", "capability_search", {"query": "mcp__t__echo"})
     assert loaded["structured_content"]["loaded"] == ["mcp__t__echo"], loaded
     for name in ("mcp__t__slow", "mcp__t__echo"):
@@ -189,7 +189,7 @@ async def test_a_disabled_tool_is_refused_as_disabled_before_deferred_and_a_name
         "tools": {"deferred": ["mcp__t__env"],
                   "policy": {"mcp__*": {"enabled": False}, "mcp__t__crash": {"enabled": True}}}})
     token = await d.pair("fourth-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     disabled = "TOOL_DISABLED: mcp__t__env is disabled by the tool policy"
     body = await run_tool(d, token, sid, "up-env", "mcp__t__env", {})
     assert body["content"][0]["text"] == disabled, body
@@ -235,7 +235,7 @@ async def test_the_inventory_says_each_offered_tool_as_the_openai_protocols_are_
         "defaultModel": "p/m", "localPtc": {}, "tools": {"deferred": ["mcp__t__slow"]},
         "mcpServers": {"t": {"command": sys.executable, "args": [SERVER, "--dotted"]}}})
     token = await d.pair("fourth-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     await sdks_ready()
     inv = await inventory(d, token, sid)
     await d.submit(token, sid, "r1", "go")
@@ -283,7 +283,7 @@ async def test_the_offered_tools_are_the_same_bytes_every_turn_and_after_a_resta
               "mcpServers": {"t": {"command": sys.executable, "args": [SERVER, "--dotted"]}}}
     d = await daemon_factory(config=config)
     token = await d.pair("fourth-pass", strong=True)
-    sid = await new_session(d, token)
+    sid = await d.new_session(token)
     await sdks_ready()
     for rid in ("r1", "r2"):
         await d.submit(token, sid, rid, f"turn {rid}")
