@@ -4,15 +4,20 @@ empty or with a leading ``~``."""
 
 from __future__ import annotations
 
+import os
+import pwd
+import secrets
 import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 
 from runtime.pairing import PairStore
 
 from tests.cli.lens_script import executor_serve, lens, lens_script, write_log
 from tests.cli.test_pair_cli import pending_client
+from tests.daemon.conftest import ServeProcess
 
 LOOPBACK = ("--listen", "127.0.0.1:0")
 
@@ -62,6 +67,59 @@ def test_a_tilde_naming_no_home_directory_is_named(places: tuple[Path, Path, Pat
     assert res.stderr == f"lens executor: {code}: the command line: {option} {value!r}: there is no home " \
                          f"directory of user 'nosuchuser-lens'\n", res.stderr
     assert list(cwd.iterdir()) == [] and not (home / ".local").exists()
+
+
+def test_a_tilde_after_dot_slash_is_a_directory_of_that_name(places: tuple[Path, Path, Path]) -> None:
+    # `--workspace ./~/ws --state ./~/state` served the home directory's ws and made its state under
+    # the home directory: pathlib drops the `./`, then expands the `~` it left in front. Only a `~`
+    # that begins the value as written is a home directory.
+    cwd, home, _workspace = places
+    (cwd / "~" / "ws").mkdir(parents=True)
+    res = executor_serve(*LOOPBACK, "--workspace", "./~/ws", "--state=./~/state", cwd=cwd, home=home)
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr)
+    assert sorted(p.name for p in (cwd / "~" / "state").iterdir()) == ["blobs", "calls", "commands"]
+    assert sorted(p.name for p in home.iterdir()) == ["ws"]  # nothing made in the home directory
+
+
+def test_a_user_tilde_after_dot_slash_is_a_directory_of_that_name(places: tuple[Path, Path, Path]) -> None:
+    # `./~root` was /root: the executor served another directory than the one named.
+    cwd, home, _workspace = places
+    user = pwd.getpwuid(os.getuid()).pw_name
+    workspace = cwd / f"~{user}" / f"ws-{secrets.token_hex(8)}"  # (none such in that user's home)
+    workspace.mkdir(parents=True)
+    res = executor_serve(*LOOPBACK, "--workspace", f"./~{user}/{workspace.name}", "--state", str(home / "state"),
+                         cwd=cwd, home=home)
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout.startswith("lens executor: listening on 127.0.0.1:"), res.stdout
+
+
+@pytest.mark.parametrize("where", ["--data after", "--data before", "dataDir"])
+def test_lens_log_reads_a_data_directory_named_dot_slash_tilde(places: tuple[Path, Path, Path], where: str) -> None:
+    # `lens log verify --data ./~/data` read the home directory's data (none: "no log"), as did a
+    # config's `"dataDir": "./~/data"`.
+    cwd, home, _workspace = places
+    write_log(cwd / "~" / "data")
+    (cwd / "lens.jsonc").write_text('{"dataDir": "./~/data"}')
+    args = {"--data after": ["log", "verify", "--data", "./~/data"], "--data before": ["log", "--data=./~/data", "verify"],
+            "dataDir": ["log", "verify", "--config", "lens.jsonc"]}[where]
+    res = lens(cwd, *args, env={**os.environ, "HOME": str(home)})
+    assert (res.returncode, res.stdout) == (0, "ok: 1 event(s) verified\n"), (res.returncode, res.stdout, res.stderr)
+    assert sorted(p.name for p in home.iterdir()) == ["ws"]
+
+
+async def test_lens_serve_keeps_its_log_in_a_data_directory_named_dot_slash_tilde(
+        places: tuple[Path, Path, Path]) -> None:
+    # `lens serve --data ./~/data` kept its log in the home directory's `data`.
+    cwd, home, _workspace = places
+    serve = ServeProcess(cwd, "--data", "./~/data", env={**os.environ, "HOME": str(home)})
+    async with trio.open_nursery() as nursery:
+        try:
+            await serve.run(nursery)
+            assert await serve.terminate() == 0
+        finally:
+            serve.kill()
+    assert (cwd / "~" / "data" / "events.db").is_file()
+    assert sorted(p.name for p in home.iterdir()) == ["ws"]
 
 
 # ------------------------------------------------------------ `lens log` with --data or --config twice in one place
