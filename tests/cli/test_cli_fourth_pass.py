@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import pwd
 import secrets
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 import trio
 
+from runtime.cli import build_parser
 from runtime.pairing import PairStore
 
 from tests.cli.lens_script import executor_serve, lens, lens_script, write_log
@@ -166,11 +168,18 @@ def test_data_or_config_before_and_after_the_subcommand_the_later_one_wins(tmp_p
 
 BEFORE_THE_COMMAND = [
     (("pair", "--config", "x.jsonc", "list"), "lens pair", "--config", "lens pair list --config x.jsonc"),
+    (("pair", "--conf", "x.jsonc", "list"), "lens pair", "--conf", "lens pair list --conf x.jsonc"),
     (("pair", "--client", "c1", "approve"), "lens pair", "--client", "lens pair approve --client c1"),
-    (("--data", "d", "log", "verify"), "lens", "--data", "lens log --data d verify"),
+    (("--data", "d", "log", "verify"), "lens", "--data", "lens log verify --data d"),
     (("--port", "0", "serve"), "lens", "--port", "lens serve --port 0"),
     (("executor", "--workspace", "w", "serve"), "lens executor", "--workspace",
      "lens executor serve --workspace w"),
+    # two command levels after it: the option goes after the last (it was put after the first,
+    # `lens pair --config x list`, which fails in turn)
+    (("--config", "x", "pair", "list"), "lens", "--config", "lens pair list --config x"),
+    (("--workspace", "w", "executor", "serve"), "lens", "--workspace", "lens executor serve --workspace w"),
+    (("--client", "c 1", "pair", "revoke", "--config", "p.jsonc"), "lens", "--client",
+     "lens pair revoke --client 'c 1' --config p.jsonc"),
 ]
 
 
@@ -188,6 +197,57 @@ def test_an_option_written_before_its_command_is_named(tmp_path: Path, argv: tup
         f"{prog}: USAGE_ERROR: unrecognized arguments: {option} (an option of the command after it: "
         f"write it there, as in `{written}`)"), res.stderr
     assert list(tmp_path.iterdir()) == []
+    # (and the line suggested is one that parses, every word taken)
+    suggested = shlex.split(written)[1:]
+    assert build_parser(suggested).parse_known_args(suggested)[1] == []
+
+
+NOT_AN_OPTION_OF_THE_COMMAND = [
+    (("pair", "--cofig", "x", "list"), "lens pair", "x"),  # no such option anywhere
+    (("pair", "--data", "d", "list"), "lens pair", "d"),  # an option of other commands
+    (("log", "--session", "s", "verify"), "lens log", "s"),  # of `lens log decode`, not of verify
+    (("log", "--raw", "x", "decode"), "lens log", "x"),  # of decode, but it takes no value
+    (("--data", "d", "pair", "list"), "lens", "d"),  # of `lens log`, not of `lens pair list`
+    (("--data", "d", "log"), "lens", "d"),  # a command still to be named
+]
+
+
+@pytest.mark.parametrize("argv, prog, value", NOT_AN_OPTION_OF_THE_COMMAND,
+                         ids=[" ".join(case[0]) for case in NOT_AN_OPTION_OF_THE_COMMAND])
+def test_an_option_the_command_after_it_does_not_take_keeps_argparses_words(
+        tmp_path: Path, argv: tuple[str, ...], prog: str, value: str) -> None:
+    # These were told to write the option after the command (`lens pair list --cofig x`), a line
+    # that fails in turn.
+    res = lens(tmp_path, *argv)
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    line = res.stderr.splitlines()[-1]
+    assert line.startswith(f"{prog}: USAGE_ERROR: argument COMMAND: invalid choice: {value!r} (choose from "), line
+    assert "an option of the command" not in res.stderr, res.stderr
+
+
+def test_the_suggested_line_shows_control_characters_escaped(tmp_path: Path) -> None:
+    # `lens pair --config $'a\nb\e[31mRED' list` printed the line suggested with its newline and
+    # escape as they are (shlex.join quotes, it does not escape): a second line, red text. Such a
+    # word is written in the shell's $'…' quoting, which reads back as the value given.
+    value = "a\nb\x1b[31mRED 'q' \\"
+    res = lens(tmp_path, "pair", "--config", value, "list")
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert "\x1b" not in res.stderr and len(res.stderr.splitlines()) == 2, res.stderr
+    assert res.stderr.splitlines()[-1] == (
+        "lens pair: USAGE_ERROR: unrecognized arguments: --config (an option of the command after it: write it "
+        "there, as in `lens pair list --config $'a\\nb\\x1b[31mRED \\'q\\' \\\\'`)"), res.stderr
+    # (bash reads the word back as the value given)
+    echoed = subprocess.run(["bash", "-c", "printf %s " + res.stderr.split("--config ", 2)[2].split("`")[0]],
+                            capture_output=True, text=True, timeout=10)
+    assert echoed.stdout == value, echoed
+
+
+def test_a_usage_error_shows_control_characters_escaped(tmp_path: Path) -> None:
+    # (argparse's own words quote what they name with repr, but not the leftovers it did not know)
+    res = lens(tmp_path, "pair", "list", "\x1b[31mRED\nx")
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.splitlines()[-1] == \
+        "lens pair list: USAGE_ERROR: unrecognized arguments: \\u001b[31mRED\\u000ax", res.stderr
 
 
 def test_a_command_that_is_no_command_is_still_named_as_such(tmp_path: Path) -> None:
