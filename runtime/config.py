@@ -689,10 +689,14 @@ def expand_path(value: str, key: str, where: str) -> Path:
         raise ConfigError(f"{where}: {key} must be a non-empty path without NUL characters")
     expanded = os.path.expanduser(value)
     if expanded.startswith("~"):  # (left as written: no such user, or no HOME and no home of ours)
-        user = value[1:].split("/", 1)[0]
-        whose = f"of user {user!r}" if user else "(HOME is unset and the user has none)"
-        raise ConfigError(f"{where}: {key} {value[:200]!r}: there is no home directory {whose}")
+        raise ConfigError(f"{where}: {key} {value[:200]!r}: {no_home_said(value)}")
     return Path(expanded)
+
+
+def no_home_said(value: str) -> str:
+    """What to say of a path ``value`` whose leading ``~`` or ``~user`` names no home directory."""
+    user = value[1:].split("/", 1)[0]
+    return f"there is no home directory {f'of user {user!r}' if user else '(HOME is unset and the user has none)'}"
 
 
 def data_dir_path(cfg: Config, where: str) -> Path:
