@@ -32,6 +32,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     import argparse
 
     from . import logcli, servecli
+    from .terminal import shown
 
     class Parser(argparse.ArgumentParser):
         """argparse's usage errors, with a stable code where its "error:" stood:
@@ -44,7 +45,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             args = list(sys.argv[1:] if argv is None else argv)
             message = _option_before_command(self, message, args) or message + _dash_value_hint(message, args)
             secrets = _secrets_for(_config_named(args))[0]
-            self.exit(2, f"{self.prog}: USAGE_ERROR: {secrets.scrub_message(message)}\n")
+            # (shown: the words argparse did not know are quoted as they are, control characters too)
+            self.exit(2, shown(f"{self.prog}: USAGE_ERROR: {secrets.scrub_message(message)}") + "\n")
 
     parser = Parser(
         prog="lens", description="Lens: an event-sourced durable runtime for LLM coding agents."
@@ -78,26 +80,46 @@ def _dash_value_hint(message: str, args: list[str]) -> str:
 def _option_before_command(parser: argparse.ArgumentParser, message: str, args: list[str]) -> str | None:
     """What to say of an option of a command written before it (``lens pair --config PATH list``),
     which argparse takes for an unknown option whose value is the command: "argument COMMAND:
-    invalid choice: 'PATH'". The option is named unrecognized, with the line written as it goes
-    (``lens pair list --config PATH``); None: not that case."""
-    import argparse
-    import shlex
+    invalid choice: 'PATH'". The option is named unrecognized, with the line written as it goes:
+    after the last command word (``lens pair list --config PATH``; ``lens --config PATH pair
+    list`` likewise). None: not that case, and so argparse's words: the command the words name
+    takes no such option (as argparse reads it, abbreviated or not) or takes it without a value,
+    or a command is still to be named after them."""
+    from .terminal import shell_word
 
-    commands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not commands or not message.startswith("argument COMMAND: invalid choice: "):
+    if not message.startswith("argument COMMAND: invalid choice: "):
         return None
+    commands = _commands_of(parser)
     for at in range(1, len(args) - 1):
         option, value, command = args[at - 1], args[at], args[at + 1]
-        if "--" in args[:at] or not option.startswith("-") or "=" in option or option == "--":
+        if "--" in args[:at] or not option.startswith("-") or "=" in option:
             continue
-        if option in parser._option_string_actions or command not in commands[0].choices:
+        if option in parser._option_string_actions or commands is None or command not in commands:
             continue
         if not message.startswith(f"argument COMMAND: invalid choice: {value!r} "):
             continue
+        last, named = at + 1, commands[command]  # down every command word that follows
+        while (below := _commands_of(named)) is not None and last + 1 < len(args) and args[last + 1] in below:
+            last, named = last + 1, below[args[last + 1]]
+        # (argparse takes an option written in full first, then an abbreviation of one option only)
+        takes = [named._option_string_actions[option]] if option in named._option_string_actions else \
+            list({id(a): a for a in named._actions for name in a.option_strings if _option_word(option, name)[0]}
+                 .values())
+        if _commands_of(named) is not None or len(takes) != 1 or takes[0].nargs is not None:
+            return None
         said = f"unrecognized arguments: {option} (an option of the command after it: write it there"
-        written = "lens " + shlex.join([*args[:at - 1], command, option, value, *args[at + 2:]])
+        words = [*args[:at - 1], *args[at + 1:last + 1], option, value, *args[last + 1:]]
+        written = "lens " + " ".join(shell_word(word) for word in words)
         return said + (f", as in `{written}`)" if len(written) <= 200 else ")")
     return None
+
+
+def _commands_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser] | None:
+    """The parsers of ``parser``'s COMMAND choices by name; None: it takes no command."""
+    import argparse
+
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return subs[0].choices if subs else None
 
 
 def _option_word(arg: str, option: str) -> tuple[bool, str | None]:

@@ -681,16 +681,22 @@ def _refuse_config_file(path: Path, why: str) -> None:
 
 def expand_path(value: str, key: str, where: str) -> Path:
     """``value`` with a leading ``~`` or ``~user`` expanded, as ``dataDir``, ``--data`` and
-    ``pairFile`` are. :class:`ConfigError` naming ``key`` for a NUL or a home directory that
-    cannot be found (``~nosuchuser``), which were tracebacks."""
+    ``pairFile`` are: only a ``~`` that begins the value as written (``./~x`` is the directory
+    ``~x`` here; pathlib's ``expanduser`` drops the ``./`` first and made it user x's home).
+    :class:`ConfigError` naming ``key`` for an empty value, a NUL or a home directory that cannot
+    be found (``~nosuchuser``), which were tracebacks."""
     if not value or "\0" in value:
         raise ConfigError(f"{where}: {key} must be a non-empty path without NUL characters")
-    try:
-        return Path(value).expanduser()
-    except RuntimeError:  # pathlib: "Could not determine home directory."
-        user = value[1:].split("/", 1)[0]
-        whose = f"of user {user!r}" if user else "(HOME is unset and the user has none)"
-        raise ConfigError(f"{where}: {key} {value[:200]!r}: there is no home directory {whose}") from None
+    expanded = os.path.expanduser(value)
+    if expanded.startswith("~"):  # (left as written: no such user, or no HOME and no home of ours)
+        raise ConfigError(f"{where}: {key} {value[:200]!r}: {no_home_said(value)}")
+    return Path(expanded)
+
+
+def no_home_said(value: str) -> str:
+    """What to say of a path ``value`` whose leading ``~`` or ``~user`` names no home directory."""
+    user = value[1:].split("/", 1)[0]
+    return f"there is no home directory {f'of user {user!r}' if user else '(HOME is unset and the user has none)'}"
 
 
 def data_dir_path(cfg: Config, where: str) -> Path:

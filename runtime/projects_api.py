@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from events import types as t
 from events.store import Draft
 
+from .config import ConfigError, expand_path, no_home_said
 from .http_parts import (ApiError, Body, check_name, json_response, list_page_args, next_after, one_arg, read_body,
                          read_list, require_strong)
 from .list_pages import PROJECTS, PROJECTS_NEWEST
@@ -62,7 +63,10 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = ()) -> Pat
     if not raw or "\0" in raw:
         raise ApiError("WORKSPACE_INVALID", "workspace must be a non-empty path without NUL characters")
     try:
-        ws = Path(raw).expanduser()
+        ws = expand_path(raw, "workspace", "")  # (`./~x` is no home directory: only a leading ~ is)
+    except ConfigError:  # (not empty, no NUL: said above)
+        raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r}: {no_home_said(raw)}") from None
+    try:
         if not ws.is_absolute():
             raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} must be an absolute path")
         if not ws.is_dir():

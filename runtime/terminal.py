@@ -57,6 +57,37 @@ def _escaped(m: re.Match[str]) -> str:
     return f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
 
 
+# What a word written in a shell's $'…' quoting (bash, zsh, ksh; POSIX.1-2024 sh) escapes: its
+# quote and backslash, what `shown` escapes, and the bytes of an argument that was not UTF-8
+# (Python reads them as lone surrogates U+DC80-U+DCFF).
+_ANSI_C = re.compile(f"[\\\\'{_LINE_BREAKING}{_NOT_JOINERS}\u200c\u200d\udc80-\udcff]")
+_ANSI_C_NAMED = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def shell_word(word: str) -> str:
+    """``word`` as a shell reads it back, for a command line shown to be run: ``shlex.quote``'s
+    quoting; a word :func:`shown` would escape something in (a control character, a line break,
+    a format character), or one holding bytes that are not UTF-8, in ``$'…'`` quoting with those
+    escaped (``$'a\\nb'``), so that it still reads back as written and stays on one line."""
+    import shlex
+
+    if not UNSHOWABLE.search(word) and not any("\udc80" <= ch <= "\udcff" for ch in word):
+        return shlex.quote(word)
+    return "$'" + _ANSI_C.sub(_ansi_c_escaped, word) + "'"
+
+
+def _ansi_c_escaped(m: re.Match[str]) -> str:
+    """One character of a ``$'…'`` word escaped: by name (``\\n``), a byte (``\\x1b``, and a
+    byte that was not UTF-8 as it was), else :func:`_escaped`'s ``\\uXXXX`` (the shell writes the
+    character in UTF-8)."""
+    ch = m.group()
+    if ch in _ANSI_C_NAMED:
+        return _ANSI_C_NAMED[ch]
+    if "\udc80" <= ch <= "\udcff":
+        return f"\\x{ord(ch) - 0xDC00:02x}"
+    return f"\\x{ord(ch):02x}" if ch < "\x80" else _escaped(m)
+
+
 def to_stderr(text: str, secrets: Secrets | None = None) -> None:
     """One line of ``text`` (:func:`shown`) on standard error, or nowhere when there is none;
     with ``secrets``, without them, whole or in pieces (``Secrets.scrub_message``: an error

@@ -3,6 +3,8 @@ how its refusals read: what the command-line tests that run ``lens`` share."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ import trio
 
 from events.store import Draft, open_store
 from events.types import ProjectCreated
+from tools.executor.server import TOKEN_ENV
 
 
 def lens_script() -> Path:
@@ -25,6 +28,17 @@ def lens(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess
     """Run ``lens ARGS`` in ``cwd`` (with ``env`` in place of this process's environment, where
     given); stdout and stderr as text, at most 60 s."""
     return subprocess.run([str(lens_script()), *args], capture_output=True, text=True, cwd=cwd, timeout=60, env=env)
+
+
+def executor_serve(*args: str, cwd: Path | None = None, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``lens executor serve --exit-with-stdin ARGS`` with a token of its own, in ``cwd`` (None:
+    this process's), with ``home`` as HOME and XDG_STATE_HOME under it where given; its input is
+    empty, so one that starts serving stops at once. stdout and stderr as text, at most 60 s."""
+    env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32)}
+    if home is not None:
+        env |= {"HOME": str(home), "XDG_STATE_HOME": str(home / ".local" / "state")}
+    return subprocess.run([str(lens_script()), "executor", "serve", "--exit-with-stdin", *args], cwd=cwd, env=env,
+                          input="", capture_output=True, text=True, timeout=60)
 
 
 def refused(res: subprocess.CompletedProcess[str], code: str) -> str:

@@ -5,26 +5,23 @@ empty or with a leading ``~``."""
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 
+from runtime.cli import build_parser
 from runtime.pairing import PairStore
-from tools.executor.server import TOKEN_ENV
 
-from tests.cli.lens_script import lens, lens_script, write_log
+from tests.cli.lens_script import executor_serve, lens, lens_script, write_log
 from tests.cli.test_pair_cli import pending_client
+from tests.daemon.conftest import ServeProcess
 
-
-def executor_serve(cwd: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    """``lens executor serve --listen 127.0.0.1:0 --exit-with-stdin ARGS`` in ``cwd`` with ``home``
-    as HOME and XDG_STATE_HOME under it; one that starts serving stops at its input's end."""
-    env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32), "HOME": str(home),
-           "XDG_STATE_HOME": str(home / ".local" / "state")}
-    return subprocess.run([str(lens_script()), "executor", "serve", "--listen", "127.0.0.1:0", "--exit-with-stdin",
-                           *args], cwd=cwd, env=env, input="", capture_output=True, text=True, timeout=60)
+LOOPBACK = ("--listen", "127.0.0.1:0")
 
 
 @pytest.fixture
@@ -41,7 +38,7 @@ def test_an_empty_state_directory_is_refused_not_taken_for_the_default(places: t
     # state directory, as if --state were left out, where `--workspace ""` and `lens serve --data ""`
     # are refused.
     cwd, home, workspace = places
-    res = executor_serve(cwd, "--workspace", str(workspace), "--state", "", home=home)
+    res = executor_serve(*LOOPBACK, "--workspace", str(workspace), "--state", "", cwd=cwd, home=home)
     assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
     assert res.stderr == "lens executor: STATE_DIR_INVALID: the command line: --state must be a non-empty path " \
                          "without NUL characters\n", res.stderr
@@ -53,7 +50,7 @@ def test_a_tilde_in_state_and_workspace_is_the_home_directory(places: tuple[Path
     # directory named `~` in the working directory, and `--workspace ~/ws` was "not a directory",
     # where `~` in `lens serve --data`, `dataDir` and `pairFile` is the home directory.
     cwd, home, _workspace = places
-    res = executor_serve(cwd, "--workspace", "~/ws", "--state=~/state", home=home)
+    res = executor_serve(*LOOPBACK, "--workspace", "~/ws", "--state=~/state", cwd=cwd, home=home)
     assert res.returncode == 0, (res.returncode, res.stdout, res.stderr)
     assert res.stdout.startswith("lens executor: listening on 127.0.0.1:"), res.stdout
     assert list(cwd.iterdir()) == []  # no directory named `~` here
@@ -65,13 +62,66 @@ def test_a_tilde_naming_no_home_directory_is_named(places: tuple[Path, Path, Pat
     cwd, home, workspace = places
     args = {"--workspace": ["--workspace", "~nosuchuser-lens/ws"],
             "--state": ["--workspace", str(workspace), "--state", "~nosuchuser-lens/state"]}[option]
-    res = executor_serve(cwd, *args, home=home)
+    res = executor_serve(*LOOPBACK, *args, cwd=cwd, home=home)
     assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
     code = "WORKSPACE_INVALID" if option == "--workspace" else "STATE_DIR_INVALID"
     value = args[-1]
     assert res.stderr == f"lens executor: {code}: the command line: {option} {value!r}: there is no home " \
                          f"directory of user 'nosuchuser-lens'\n", res.stderr
     assert list(cwd.iterdir()) == [] and not (home / ".local").exists()
+
+
+def test_a_tilde_after_dot_slash_is_a_directory_of_that_name(places: tuple[Path, Path, Path]) -> None:
+    # `--workspace ./~/ws --state ./~/state` served the home directory's ws and made its state under
+    # the home directory: pathlib drops the `./`, then expands the `~` it left in front. Only a `~`
+    # that begins the value as written is a home directory.
+    cwd, home, _workspace = places
+    (cwd / "~" / "ws").mkdir(parents=True)
+    res = executor_serve(*LOOPBACK, "--workspace", "./~/ws", "--state=./~/state", cwd=cwd, home=home)
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr)
+    assert sorted(p.name for p in (cwd / "~" / "state").iterdir()) == ["blobs", "calls", "commands"]
+    assert sorted(p.name for p in home.iterdir()) == ["ws"]  # nothing made in the home directory
+
+
+def test_a_user_tilde_after_dot_slash_is_a_directory_of_that_name(places: tuple[Path, Path, Path]) -> None:
+    # `./~root` was /root: the executor served another directory than the one named.
+    cwd, home, _workspace = places
+    user = pwd.getpwuid(os.getuid()).pw_name
+    workspace = cwd / f"~{user}" / f"ws-{secrets.token_hex(8)}"  # (none such in that user's home)
+    workspace.mkdir(parents=True)
+    res = executor_serve(*LOOPBACK, "--workspace", f"./~{user}/{workspace.name}", "--state", str(home / "state"),
+                         cwd=cwd, home=home)
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout.startswith("lens executor: listening on 127.0.0.1:"), res.stdout
+
+
+@pytest.mark.parametrize("where", ["--data after", "--data before", "dataDir"])
+def test_lens_log_reads_a_data_directory_named_dot_slash_tilde(places: tuple[Path, Path, Path], where: str) -> None:
+    # `lens log verify --data ./~/data` read the home directory's data (none: "no log"), as did a
+    # config's `"dataDir": "./~/data"`.
+    cwd, home, _workspace = places
+    write_log(cwd / "~" / "data")
+    (cwd / "lens.jsonc").write_text('{"dataDir": "./~/data"}')
+    args = {"--data after": ["log", "verify", "--data", "./~/data"], "--data before": ["log", "--data=./~/data", "verify"],
+            "dataDir": ["log", "verify", "--config", "lens.jsonc"]}[where]
+    res = lens(cwd, *args, env={**os.environ, "HOME": str(home)})
+    assert (res.returncode, res.stdout) == (0, "ok: 1 event(s) verified\n"), (res.returncode, res.stdout, res.stderr)
+    assert sorted(p.name for p in home.iterdir()) == ["ws"]
+
+
+async def test_lens_serve_keeps_its_log_in_a_data_directory_named_dot_slash_tilde(
+        places: tuple[Path, Path, Path]) -> None:
+    # `lens serve --data ./~/data` kept its log in the home directory's `data`.
+    cwd, home, _workspace = places
+    serve = ServeProcess(cwd, "--data", "./~/data", env={**os.environ, "HOME": str(home)})
+    async with trio.open_nursery() as nursery:
+        try:
+            await serve.run(nursery)
+            assert await serve.terminate() == 0
+        finally:
+            serve.kill()
+    assert (cwd / "~" / "data" / "events.db").is_file()
+    assert sorted(p.name for p in home.iterdir()) == ["ws"]
 
 
 # ------------------------------------------------------------ `lens log` with --data or --config twice in one place
@@ -118,11 +168,18 @@ def test_data_or_config_before_and_after_the_subcommand_the_later_one_wins(tmp_p
 
 BEFORE_THE_COMMAND = [
     (("pair", "--config", "x.jsonc", "list"), "lens pair", "--config", "lens pair list --config x.jsonc"),
+    (("pair", "--conf", "x.jsonc", "list"), "lens pair", "--conf", "lens pair list --conf x.jsonc"),
     (("pair", "--client", "c1", "approve"), "lens pair", "--client", "lens pair approve --client c1"),
-    (("--data", "d", "log", "verify"), "lens", "--data", "lens log --data d verify"),
+    (("--data", "d", "log", "verify"), "lens", "--data", "lens log verify --data d"),
     (("--port", "0", "serve"), "lens", "--port", "lens serve --port 0"),
     (("executor", "--workspace", "w", "serve"), "lens executor", "--workspace",
      "lens executor serve --workspace w"),
+    # two command levels after it: the option goes after the last (it was put after the first,
+    # `lens pair --config x list`, which fails in turn)
+    (("--config", "x", "pair", "list"), "lens", "--config", "lens pair list --config x"),
+    (("--workspace", "w", "executor", "serve"), "lens", "--workspace", "lens executor serve --workspace w"),
+    (("--client", "c 1", "pair", "revoke", "--config", "p.jsonc"), "lens", "--client",
+     "lens pair revoke --client 'c 1' --config p.jsonc"),
 ]
 
 
@@ -140,6 +197,57 @@ def test_an_option_written_before_its_command_is_named(tmp_path: Path, argv: tup
         f"{prog}: USAGE_ERROR: unrecognized arguments: {option} (an option of the command after it: "
         f"write it there, as in `{written}`)"), res.stderr
     assert list(tmp_path.iterdir()) == []
+    # (and the line suggested is one that parses, every word taken)
+    suggested = shlex.split(written)[1:]
+    assert build_parser(suggested).parse_known_args(suggested)[1] == []
+
+
+NOT_AN_OPTION_OF_THE_COMMAND = [
+    (("pair", "--cofig", "x", "list"), "lens pair", "x"),  # no such option anywhere
+    (("pair", "--data", "d", "list"), "lens pair", "d"),  # an option of other commands
+    (("log", "--session", "s", "verify"), "lens log", "s"),  # of `lens log decode`, not of verify
+    (("log", "--raw", "x", "decode"), "lens log", "x"),  # of decode, but it takes no value
+    (("--data", "d", "pair", "list"), "lens", "d"),  # of `lens log`, not of `lens pair list`
+    (("--data", "d", "log"), "lens", "d"),  # a command still to be named
+]
+
+
+@pytest.mark.parametrize("argv, prog, value", NOT_AN_OPTION_OF_THE_COMMAND,
+                         ids=[" ".join(case[0]) for case in NOT_AN_OPTION_OF_THE_COMMAND])
+def test_an_option_the_command_after_it_does_not_take_keeps_argparses_words(
+        tmp_path: Path, argv: tuple[str, ...], prog: str, value: str) -> None:
+    # These were told to write the option after the command (`lens pair list --cofig x`), a line
+    # that fails in turn.
+    res = lens(tmp_path, *argv)
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    line = res.stderr.splitlines()[-1]
+    assert line.startswith(f"{prog}: USAGE_ERROR: argument COMMAND: invalid choice: {value!r} (choose from "), line
+    assert "an option of the command" not in res.stderr, res.stderr
+
+
+def test_the_suggested_line_shows_control_characters_escaped(tmp_path: Path) -> None:
+    # `lens pair --config $'a\nb\e[31mRED' list` printed the line suggested with its newline and
+    # escape as they are (shlex.join quotes, it does not escape): a second line, red text. Such a
+    # word is written in the shell's $'…' quoting, which reads back as the value given.
+    value = "a\nb\x1b[31mRED 'q' \\"
+    res = lens(tmp_path, "pair", "--config", value, "list")
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert "\x1b" not in res.stderr and len(res.stderr.splitlines()) == 2, res.stderr
+    assert res.stderr.splitlines()[-1] == (
+        "lens pair: USAGE_ERROR: unrecognized arguments: --config (an option of the command after it: write it "
+        "there, as in `lens pair list --config $'a\\nb\\x1b[31mRED \\'q\\' \\\\'`)"), res.stderr
+    # (bash reads the word back as the value given)
+    echoed = subprocess.run(["bash", "-c", "printf %s " + res.stderr.split("--config ", 2)[2].split("`")[0]],
+                            capture_output=True, text=True, timeout=10)
+    assert echoed.stdout == value, echoed
+
+
+def test_a_usage_error_shows_control_characters_escaped(tmp_path: Path) -> None:
+    # (argparse's own words quote what they name with repr, but not the leftovers it did not know)
+    res = lens(tmp_path, "pair", "list", "\x1b[31mRED\nx")
+    assert (res.returncode, res.stdout) == (2, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.splitlines()[-1] == \
+        "lens pair list: USAGE_ERROR: unrecognized arguments: \\u001b[31mRED\\u000ax", res.stderr
 
 
 def test_a_command_that_is_no_command_is_still_named_as_such(tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ from runtime.executors import RemoteExecutor
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.server import TOKEN_ENV
 
+from tests.cli.lens_script import executor_serve
+
 from .conftest import ExecutorProcess
 
 
@@ -253,13 +255,11 @@ def test_a_workspace_that_is_not_a_directory_is_refused_with_its_code(tmp_path: 
 
 
 def _serve_briefly(tmp_path: Path, listen: str) -> subprocess.CompletedProcess[str]:
-    """``lens executor serve --listen LISTEN``; one that starts serving is stopped by its input's end."""
+    """``lens executor serve --listen LISTEN`` (:func:`executor_serve`) on ``ws`` with its state
+    beside it."""
     workspace = tmp_path / "ws"
     workspace.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32)}
-    return subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
-                           "--listen", listen, "--state", str(tmp_path / "state"), "--exit-with-stdin"],
-                          env=env, input="", capture_output=True, text=True, timeout=60)
+    return executor_serve("--workspace", str(workspace), "--listen", listen, "--state", str(tmp_path / "state"))
 
 
 @pytest.mark.parametrize("listen", [":", "host", "host:", ":7421", "127.0.0.1:", "127.0.0.1:99999",

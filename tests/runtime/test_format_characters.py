@@ -4,10 +4,14 @@ and nothing past the controls and line separators that is a visible character.""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import unicodedata
 
-from runtime.terminal import UNSHOWABLE, shown, unshowable_in
+import pytest
+
+from runtime.terminal import UNSHOWABLE, shell_word, shown, unshowable_in
 
 CONTROLS_AND_SEPARATORS = {*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029}
 
@@ -45,3 +49,23 @@ def test_a_joiner_between_two_written_characters_is_part_of_them_and_out_of_plac
                         ("\u00e9\u200ca", "U+200C"), ("\U0001f469\u200d\u200d\U0001f469", "U+200D"),
                         ("\U0001f469\u200d\u200b\U0001f469", "U+200D"), ("\u200c", "U+200C")]:
         assert unshowable_in(name) == named, name
+
+
+SHELL_WORDS = {
+    "plain": ("a.jsonc", "a.jsonc"),
+    "a space and a quote": ("it's a", "'it'\"'\"'s a'"),
+    "controls": ("a\nb\x1b[31m\t\x7f", "$'a\\nb\\x1b[31m\\t\\x7f'"),
+    "a quote and a backslash beside a control": ("'\\\r", "$'\\'\\\\\\r'"),
+    "C1, a separator, a format character": ("\x85\u2028\u202e", "$'\\u0085\\u2028\\u202e'"),
+    "past U+FFFF, a joiner out of place": ("\U000e0041\u200d", "$'\\U000e0041\\u200d'"),
+    "a byte that is not UTF-8": (os.fsdecode(b"d\xff"), "$'d\\xff'"),
+}
+
+
+@pytest.mark.parametrize("word, written", SHELL_WORDS.values(), ids=SHELL_WORDS.keys())
+def test_a_shell_word_is_one_line_that_bash_reads_back_as_it_was(word: str, written: str) -> None:
+    assert shell_word(word) == written
+    assert UNSHOWABLE.search(written) is None
+    echoed = subprocess.run(["bash", "-c", f"printf %s {written}"], capture_output=True, timeout=10,
+                            env={**os.environ, "LC_ALL": "C.UTF-8"})
+    assert echoed.stdout == os.fsencode(word), echoed
