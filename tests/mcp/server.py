@@ -192,6 +192,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = text(str(len(listings)))
     elif name == "env" and args.get("name") == "*argv":  # the arguments it was started with
         result = text(" ".join(sys.argv[1:]))
+    elif name == "env" and args.get("name") == "*cwd":  # the working directory it was started in
+        result = text(os.getcwd())
     elif name == "env":
         result = text(os.environ.get(str(args.get("name")), "<unset>"))
     elif name in ("shapes", "models"):

@@ -259,6 +259,22 @@ async def test_a_working_directory_that_does_not_exist_is_named_as_the_cause(sta
     assert r.state("cmd")["error"] == f"cannot start {str(tmp_path / 'no-such-cmd')!r}: No such file or directory"
 
 
+async def test_a_working_directory_is_a_home_directory_only_by_a_leading_tilde(
+        start: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `./~x` was user x's home (pathlib drops the `./`, then expands `~x`), and a `~user` with no
+    # home raised out of the server's task: only a `~` that begins the path as written is a home.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~root").mkdir()
+    r = await start({"here": srv(cwd="./~root", max_restarts=0),
+                     "nohome": srv(cwd="~no-such-user-of-lens/x", max_restarts=0)})
+    assert r.state("here")["status"] == "running", r.state("here")
+    assert r.state("nohome")["status"] == "failed"
+    assert r.state("nohome")["error"] == ("working directory '~no-such-user-of-lens/x': there is no home "
+                                          "directory of user 'no-such-user-of-lens'")
+    res = await r.call("mcp__here__env", {"name": "*cwd"})
+    assert not res.is_error and res.content[0].text == str(tmp_path / "~root"), res
+
+
 async def test_a_server_that_declares_no_tools_runs_with_none(start: Any) -> None:
     # It was reported failed ("Method not found") after restarting maxRestarts times: tools/list
     # was asked of a server whose capabilities offer no tools.

@@ -19,13 +19,13 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
 import trio
 
 from events.secrets import Secrets
+from runtime.config import no_home_said
 from runtime.mcp_config import McpServerConfig
 from runtime.providers.names import alias_for  # (imports nothing of tools: no cycle)
 from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
@@ -174,11 +174,15 @@ class McpServers:
             if method == "notifications/tools/list_changed":
                 refresh_box[0].set()
 
-        cwd = str(Path(cfg.cwd).expanduser()) if cfg.cwd else None
+        # (only a ``~`` that begins the path as written is a home directory: pathlib's expanduser
+        # drops a leading ``./`` first, and raised out of this task for a ``~user`` with no home)
+        cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else None
         launch = Launch([cfg.command, *cfg.args], server_env(cfg), cwd)
         s.status, s.error = ("starting" if not first.is_set() else "restarting"), None
         deadline = trio.current_time() + cfg.startup_timeout_seconds
         try:
+            if cwd is not None and cwd.startswith("~"):
+                raise McpError("MCP_START_FAILED", f"working directory {cfg.cwd!r}: {no_home_said(cfg.cwd)}")
             async with open_connection(launch, startup_timeout=cfg.startup_timeout_seconds,
                                        on_notification=on_notification, stderr=stderr,
                                        secrets=self.secrets, stop_now=self.stop_now) as conn:
