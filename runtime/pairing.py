@@ -416,7 +416,7 @@ class PairStore:
                 stack.callback(os.close, place.dir_fd)
             except OSError as exc:
                 raise self._unwritable(exc) from None
-            if place.target != Path(os.path.realpath(self.path.parent)) / self.path.name:
+            if place.target not in (self.path, Path(os.path.realpath(self.path.parent)) / self.path.name):
                 # Through a link (not one to itself, a loop: its lock is the one held): its target's lock too, which a store configured with the
                 # target takes (never making a directory there), in a directory only this user
                 # can change, as the main config's must be.
