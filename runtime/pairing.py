@@ -331,10 +331,12 @@ class PairStore:
         if place is None:
             place = self._open_place()
             try:
-                return self._read(place)
+                return self._read_in(place)
             finally:
                 os.close(place.dir_fd)
+        return self._read_in(place)
 
+    def _read_in(self, place: _Place) -> tuple[bytes, PairFile]:
         def check(st: os.stat_result) -> None:
             check_private(st, self.path)
             place.read = (st.st_dev, st.st_ino)
