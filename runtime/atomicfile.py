@@ -50,7 +50,8 @@ def kind_of(mode: int) -> str:
 
 
 def open_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True,
-                      check: Callable[[os.stat_result], None] | None = None) -> tuple[int, os.stat_result]:
+                      check: Callable[[os.stat_result], None] | None = None,
+                      dir_fd: int | None = None) -> tuple[int, os.stat_result]:
     """``path`` opened for reading (a descriptor the caller closes) and its ``fstat``: a regular
     file of at most ``max_bytes``. Opened without blocking (``O_NONBLOCK``: opening a FIFO waits
     for a writer otherwise) and judged on the open descriptor, which is closed when this raises.
@@ -58,9 +59,10 @@ def open_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool
     when ``follow_symlinks`` is false…), :class:`NotARegularFile` or :class:`FileTooLarge`, each
     with a ``strerror`` fit for a message, or what ``check`` raises: called with the ``fstat``
     before anything is read (the pair file's ownership and mode are judged on the file read,
-    never on a name another user may swap in between)."""
+    never on a name another user may swap in between). ``dir_fd``: ``path`` is a name in that
+    open directory."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -76,11 +78,11 @@ def open_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool
 
 
 def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True,
-                      check: Callable[[os.stat_result], None] | None = None) -> bytes:
+                      check: Callable[[os.stat_result], None] | None = None, dir_fd: int | None = None) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes`` of them, opened and judged
     as :func:`open_regular_file` does (which says what is raised); the descriptor is always
     closed."""
-    fd, _ = open_regular_file(path, max_bytes, follow_symlinks=follow_symlinks, check=check)
+    fd, _ = open_regular_file(path, max_bytes, follow_symlinks=follow_symlinks, check=check, dir_fd=dir_fd)
     try:
         chunks, total = [], 0
         while total <= max_bytes:  # (a file growing while it is read is still held to the limit)
@@ -98,22 +100,41 @@ def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool
 
 def replace_atomically(path: Path, raw: bytes, mode: int = 0o600) -> None:
     """Write ``raw`` to a temporary file beside ``path``, fsync it, give it ``mode``, rename it
-    over ``path`` and fsync the directory. A failure (``OSError``) leaves ``path`` as it was and
-    no temporary file behind; readers see the old bytes or the new, never a mix."""
+    over ``path`` and fsync the directory (made if need be). A failure (``OSError``) leaves
+    ``path`` as it was and no temporary file behind; readers see the old bytes or the new, never
+    a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        replace_in_directory(dir_fd, path.name, raw, mode)
+    finally:
+        os.close(dir_fd)
+
+
+def replace_in_directory(dir_fd: int, name: str, raw: bytes, mode: int = 0o600,
+                         before_rename: Callable[[], None] | None = None) -> None:
+    """:func:`replace_atomically` for the file ``name`` in the open directory ``dir_fd``: the
+    temporary file, the rename and the fsync all in that one directory, whatever its path names
+    by then. ``before_rename`` runs once the new bytes are on disk, just before the rename; what
+    it raises leaves ``name`` as it was (and no temporary file)."""
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+            os.fchmod(f.fileno(), mode)
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
         raise
-    sync_directory(path.parent)
+    os.fsync(dir_fd)
 
 
 def sync_directory(path: Path) -> None:

@@ -8,7 +8,8 @@ copied to another record, or a trust level edited by hand, matches nothing; flag
 fatal: they grant nothing, and must not lock the other clients out either). Re-issuing replaces the hash, which revokes the old
 credential. Writes are atomic (temp file, fsync, rename), 0600, under a lock file shared by the
 daemon and the CLI; a pair file that is a symbolic link is written where it points (the link
-stays), and one to nothing is invalid, never replaced. The daemon re-reads the file when it changes: each credential check and each
+stays; the target's lock is taken too, and the write is refused if the link moved or the file
+was replaced since it was read), and one to nothing is invalid, never replaced. The daemon re-reads the file when it changes: each credential check and each
 pairing request looks first (one ``stat``), so a revocation counts from the next request; open streams learn of it
 from a watcher that the change itself wakes (inotify), or that looks every 250 ms. A file other users can write, or that another user owns,
 grants nothing (:func:`check_private`).
@@ -24,6 +25,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -34,13 +36,15 @@ import msgspec
 
 from events.ids import SHA256_RE
 
-from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_regular_file, replace_atomically,
+from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_regular_file, replace_in_directory,
                          why_not_written)
 from .byte_order import byte_order_mark
+from .config import config_directory_problem
 from .errors import LensError, short_reason
 from .filewatch import DirectoryWatch
 from .key_hints import UnknownKey, hinted, unknown_keys_listed
 from .terminal import unshowable_in
+from .trust import the_fix
 
 log = logging.getLogger("lens.pairing")
 
@@ -208,13 +212,16 @@ def check_private(st: os.stat_result, path: Path) -> None:
 
 
 @contextmanager
-def pair_lock(path: Path) -> Iterator[None]:
+def pair_lock(path: Path, *, make_directory: bool = True) -> Iterator[None]:
     """Hold the pair file's lock (``<path>.lock``, ``flock``) for a read-modify-write of it.
 
     Taken by ``lens pair approve|revoke``, by pairing requests and by config-API writes of the
-    pair file, in any process: a change made under it is never lost to another's write. Makes
-    the file's directory if need be; raises ``OSError`` if the lock file cannot be opened."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    pair file, in any process: a change made under it is never lost to another's write (a
+    store whose file is a link takes its target's lock too: see :meth:`PairStore._locked`).
+    Makes the file's directory if need be (unless ``make_directory`` is false: a link's
+    target's never is); raises ``OSError`` if the lock file cannot be opened."""
+    if make_directory:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -235,6 +242,26 @@ def _drop_oldest_revoked(data: PairFile) -> None:
     revoked.sort(key=lambda c: c.revoked_at or max(c.requested_at, c.approved_at or 0))
     dropped = {id(c) for c in revoked[:len(revoked) - MAX_REVOKED]}
     data.clients = [c for c in data.clients if id(c) not in dropped]
+
+
+_DAEMON_USER = "the daemon's user"
+
+
+class _Changed(Exception):
+    """The pair file's name no longer leads to the file read (its link moved, the file was
+    replaced) when its new bytes were ready."""
+
+
+@dataclass
+class _Place:
+    """Where the pair file is: its final name (the configured path, or the last target of its
+    links, resolved once) and the open directory holding it, which reads and writes go through
+    (never following a link there); ``read``: the device and inode of the file read, ``None``
+    when there was none."""
+
+    target: Path
+    dir_fd: int
+    read: tuple[int, int] | None = None
 
 
 class PairStore:
@@ -271,19 +298,56 @@ class PairStore:
         # `touch -r`, `cp -p`, a restore that keeps times — left every other field as it was)
         return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
 
-    def _read(self) -> tuple[bytes, PairFile]:
-        """The file's bytes and what they say; raises ``OSError`` (``FileNotFoundError``…) or
-        :class:`PairFileInvalid` (a file other users can write, or that another user owns)."""
+    def _target(self) -> Path:
+        """The file the pair file's name leads to: itself, or its links' last target (which
+        need not exist)."""
+        return Path(os.path.realpath(self.path)) if os.path.islink(self.path) else self.path
+
+    def _open_place(self) -> _Place:
+        """The pair file's :class:`_Place`, its directory opened (the caller closes it). Raises
+        ``OSError`` (``FileNotFoundError``: no directory, so no file), or :class:`PairFileInvalid`
+        for a link whose target's directory is not there."""
+        target = self._target()
         try:
-            raw = read_regular_file(self.path, MAX_PAIR_FILE_BYTES, check=lambda st: check_private(st, self.path))
-        except FileNotFoundError:
-            if not os.path.islink(self.path):
+            return _Place(target, os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        except (FileNotFoundError, NotADirectoryError):
+            if target == self.path:
                 raise
-            # (a volume not mounted yet, say: "no clients" there, and a write in the link's place,
-            # lost every approval once it was; refused as the main config is)
-            raise PairFileInvalid(f"pair file {self.path} is a symbolic link to {os.readlink(self.path)}, which "
-                                  f"does not exist; every credential is refused until it is fixed (make the file "
-                                  f"it points to there, or remove the link)") from None
+            raise self._dangling(target) from None
+
+    def _dangling(self, target: Path) -> PairFileInvalid:
+        # (a volume not mounted yet, say: "no clients" there, and a write in the link's place,
+        # lost every approval once it was; refused as the main config is. A target whose path
+        # runs through a regular file does not exist either.)
+        return PairFileInvalid(f"pair file {self.path} is a symbolic link to {target}, which does not exist; every "
+                               f"credential is refused until it is fixed (make the file it points to there, or "
+                               f"remove the link)")
+
+    def _read(self, place: _Place | None = None) -> tuple[bytes, PairFile]:
+        """The file's bytes and what they say, read in ``place`` (opened here when ``None``)
+        without following a link there, its device and inode noted in ``place.read``; raises
+        ``OSError`` (``FileNotFoundError``…) or :class:`PairFileInvalid` (a file other users can
+        write, or that another user owns; a link to nothing; a link loop)."""
+        if place is None:
+            place = self._open_place()
+            try:
+                return self._read_in(place)
+            finally:
+                os.close(place.dir_fd)
+        return self._read_in(place)
+
+    def _read_in(self, place: _Place) -> tuple[bytes, PairFile]:
+        def check(st: os.stat_result) -> None:
+            check_private(st, self.path)
+            place.read = (st.st_dev, st.st_ino)
+
+        try:
+            raw = read_regular_file(place.target.name, MAX_PAIR_FILE_BYTES, follow_symlinks=False, check=check,
+                                    dir_fd=place.dir_fd)
+        except (FileNotFoundError, NotADirectoryError):
+            if place.target == self.path:
+                raise
+            raise self._dangling(place.target) from None
         except OSError as exc:
             if exc.errno != errno.ELOOP:
                 raise
@@ -350,10 +414,23 @@ class PairStore:
         with ExitStack() as stack:
             try:
                 stack.enter_context(pair_lock(self.path))
+                place = self._open_place()
+                stack.callback(os.close, place.dir_fd)
             except OSError as exc:
                 raise self._unwritable(exc) from None
+            if place.target not in (self.path, Path(os.path.realpath(self.path.parent)) / self.path.name):
+                # Through a link (not one to itself, a loop: its lock is the one held): its target's lock too, which a store configured with the
+                # target takes (never making a directory there), in a directory only this user
+                # can change, as the main config's must be.
+                self._check_target_directory()
+                try:
+                    stack.enter_context(pair_lock(place.target, make_directory=False))
+                except (FileNotFoundError, NotADirectoryError):
+                    raise self._dangling(place.target) from None
+                except OSError as exc:
+                    raise self._unwritable(exc) from None
             try:
-                data = self._read()[1]
+                data = self._read(place)[1]
             except FileNotFoundError:
                 data = PairFile()
             except (NotARegularFile, FileTooLarge) as exc:
@@ -365,19 +442,49 @@ class PairStore:
             _drop_oldest_revoked(data)
             if msgspec.json.encode(data) != before:  # (nothing changed: the file is left as it was)
                 try:
-                    self._write(data)
+                    self._write(data, place)
                 except OSError as exc:
                     raise self._unwritable(exc) from None
+                except _Changed:
+                    raise PairFileUnwritable(f"the pair file {self.path} cannot be updated (it changed while it was "
+                                             f"being updated: another program moved its link or replaced it); "
+                                             f"nothing was written; try again") from None
         self.reload(force=True)
 
     def _unwritable(self, exc: OSError) -> PairFileUnwritable:
         return PairFileUnwritable(f"the pair file {self.path} cannot be updated ({why_not_written(exc)})")
 
-    def _write(self, data: PairFile) -> None:
-        # Through a link, to the file it points at (read just before, under the lock): the
-        # temporary file and the rename beside it, so the link an operator made stays a link.
-        target = Path(os.path.realpath(self.path)) if os.path.islink(self.path) else self.path
-        replace_atomically(target, msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n", 0o600)
+    def _check_target_directory(self) -> None:
+        """:class:`PairFileUnwritable` when a directory holding the pair file (its link's, its
+        target's) is one another user can change (:func:`~runtime.config.config_directory_problem`)."""
+        problem = config_directory_problem(self.path)
+        if problem is None:
+            return
+        folder, why = problem
+        if isinstance(why, OSError):
+            raise PairFileUnwritable(f"the pair file {self.path} cannot be updated (its directory {folder} "
+                                     f"cannot be checked: {why.strerror}); nothing was written")
+        raise PairFileUnwritable(f"the pair file {self.path} cannot be updated: the directory {folder}, which holds "
+                                 f"it or its link's target, is {why}, who could put a pair file of theirs in its "
+                                 f"place; check what it holds, then {the_fix(why, folder, _DAEMON_USER)}; "
+                                 f"nothing was written")
+
+    def _write(self, data: PairFile, place: _Place) -> None:
+        """Replace the file read in ``place`` (the temporary file, the rename and the fsync in its
+        directory, opened once: a link an operator made stays a link), unless by then the pair
+        file's name leads elsewhere or to another file (:class:`_Changed`)."""
+
+        def unchanged() -> None:
+            try:
+                st = os.stat(place.target.name, dir_fd=place.dir_fd, follow_symlinks=False)
+                now = (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else (-1, -1)
+            except FileNotFoundError:
+                now = None
+            if now != place.read or self._target() != place.target:
+                raise _Changed
+
+        raw = msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n"
+        replace_in_directory(place.dir_fd, place.target.name, raw, 0o600, before_rename=unchanged)
 
     # ------------------------------------------------------------------ operations
 
