@@ -32,6 +32,13 @@ def read_proc(pid: int | str) -> Proc | None:
     return Proc(int(pid), fields[0], int(fields[1]), int(fields[2]), argv, int(fields[19]) / CLOCK_TICKS)
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is there and has not ended (an ended process not yet waited for is a
+    zombie, ``Z``): a process may end, and be reaped, between any two reads of ``/proc``."""
+    p = read_proc(pid)
+    return p is not None and p.state not in ("Z", "X")
+
+
 def all_threads_stopped(pid: int) -> bool:
     """Whether every thread of ``pid`` is stopped (state ``T`` or ``t``): a SIGSTOP takes effect
     at each thread's next return to user space, not when ``kill`` returns."""

@@ -16,6 +16,7 @@ from events import types as t
 from events.store import Draft, open_store
 from runtime.jobs import STOPPED_BY_DAEMON
 
+from ..procfs import alive
 from .conftest import BUSY, Daemon, error_of, run_tool, stop_daemon, wait_until
 
 
@@ -539,10 +540,3 @@ async def test_stopping_a_job_ends_the_process_it_started_in_a_session_of_its_ow
         if alive(server):
             os.kill(server, signal.SIGKILL)
 
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False

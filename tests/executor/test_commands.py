@@ -22,6 +22,7 @@ from runtime.executor_client import (RUN_DEADLINE_MARGIN_S, ExecutorClient, Exec
                                      ExecutorUnavailable, run_deadline_s)
 from tools.executor.commands import DEFAULT_TIMEOUT_MS
 
+from ..procfs import alive
 from .conftest import group_members, reaping, start_executor, stop_process, wait_group_gone, wait_path
 
 BOUND_S = 20.0  # generous bound for anything that should take well under a second
@@ -334,15 +335,6 @@ def test_a_burst_of_signals_stops_the_executor(tmp_path: Path) -> None:
                 ex.proc.wait(timeout=5)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
-
-
 # A process that leaves the command's process group — `setsid` (a session of its own), or a
 # double fork into one — is out of reach of the group signal. It writes its pid to a file the
 # command waits for, so it is surely running before the shell ends.
@@ -376,16 +368,16 @@ async def test_a_process_that_left_the_group_ends_with_the_command(client: Execu
         assert not await trio.to_thread.run_sync(lambda: poll_gone(escaped)), \
             f"process {escaped} (left the command's group) still runs after the command"
     finally:
-        if escaped and _alive(escaped):
+        if escaped and alive(escaped):
             os.kill(escaped, signal.SIGKILL)
 
 
 def poll_gone(pid: int, timeout: float = 10.0) -> bool:
     """Bounded poll until ``pid`` no longer runs; whether it still does at the end."""
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return _alive(pid)
+    return alive(pid)
 
 
 async def test_a_cwd_judged_by_resolve_and_swapped_before_the_start_is_not_entered(

@@ -24,7 +24,7 @@ from tools.executor.commands import KILL_GRACE_S
 from tools.executor.runs import MAX_RUN_ID_CHARS
 from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S, stop_and_drain
 
-from ..procfs import all_threads_stopped
+from ..procfs import alive, all_threads_stopped
 from .conftest import ExecutorProcess, reaping, start_executor, stop_process, wait_group_gone
 from .relay import Relay
 from .test_commands import BOUND_S, collect
@@ -77,7 +77,7 @@ async def test_a_command_whose_shell_had_exited_by_itself_is_not_said_stopped(cl
     but the command's end is its own."""
     async def shell_gone(pid: int) -> None:
         with trio.fail_after(BOUND_S):
-            while os.path.exists(f"/proc/{pid}") and b") Z" not in Path(f"/proc/{pid}/stat").read_bytes():
+            while alive(pid):  # (the shell may be reaped between two reads of /proc)
                 await trio.sleep(0.005)
 
     # The executor ends what is left of a group DRAIN_GRACE_S (0.5 s) after its shell exited: a
