@@ -350,6 +350,13 @@ def _not_loaded(name: str) -> ToolResult:
                                                f"(it is callable from the next request)")
 
 
+def _callable_from_nowhere(name: str) -> str:
+    """Why ``name``, one of :data:`NOT_FROM_PROGRAMS` a fixed ``localPtc.nativeCapabilities``
+    leaves out, is callable neither directly nor from a program."""
+    return (f"{name} is left out of your tools by localPtc.nativeCapabilities, and a program cannot call it "
+            f"({_WHY_NOT_FROM_PROGRAMS[name]})")
+
+
 def _disabled(name: str) -> ToolResult:
     return ToolResult.error("TOOL_DISABLED", f"{name} is disabled by the tool policy")
 
@@ -465,7 +472,10 @@ class ToolCatalog:
         off = self.disabled_names(assigned, session)
         assigned = [s for s in assigned if s.name not in off]
         if native is not None:
-            searchable = [s for s in assigned if s.name in deferred and s.name not in have]
+            # (a load changes no native list: a tool outside it that no program can call is
+            # callable from nowhere, loaded or not, and a search must not load it)
+            searchable = [s for s in assigned if s.name in deferred and s.name not in have
+                          and (s.name in native or s.name not in NOT_FROM_PROGRAMS)]
             listed = self.ptc is not None and self.ptc.native_capabilities is not None
             # (capability_search: while something is searchable, or when the fixed list names it)
             offered = [s for s in assigned if s.name in native
@@ -538,9 +548,7 @@ class ToolCatalog:
                                         f"of your own, outside {PTC})")
             if native is not None and not is_native and name in NOT_FROM_PROGRAMS:
                 # (only a fixed nativeCapabilities list leaves such a tool out: reachable from nowhere)
-                return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is left out of your tools by "
-                                        f"localPtc.nativeCapabilities, and a program cannot call it "
-                                        f"({_WHY_NOT_FROM_PROGRAMS[name]}): it cannot be called here")
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{_callable_from_nowhere(name)}: it cannot be called here")
             if native is not None and not is_native:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is called through {PTC}: call it from "
                                         f"a program ({name}(...) in the code you pass to {PTC})")
@@ -615,16 +623,19 @@ class ToolCatalog:
 
 
 def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str], deferred: set[str],
-                    listed: set[str]) -> tuple[str, bool]:
+                    listed: set[str], native: set[str] | None) -> tuple[str, bool]:
     """Why ``spec``, which a query names, is not among the tools an agent's search may load, and
     whether that ends the search. It does for a deferred tool the agent cannot load (not assigned,
-    disabled): its name's words would load other tools of its server in its place. A tool in the
-    agent's tool list already (an eager one, or one a subagent's list gave it) does not: its name
-    is a word of other tools too (``job``: ``mcp__ci__job_status``), and those are searched."""
+    disabled, or with PTC in effect outside the native list and no program's to call): its name's
+    words would load other tools of its server in its place. A tool in the agent's tool list
+    already (an eager one, or one a subagent's list gave it) does not: its name is a word of other
+    tools too (``job``: ``mcp__ci__job_status``), and those are searched."""
     if spec.name not in {s.name for s in assigned}:
         return f"{spec.name} is not assigned to you", spec.name in deferred
     if spec.name in off:
         return f"{spec.name} is disabled by the tools policy", spec.name in deferred
+    if native is not None and spec.name not in native and spec.name in NOT_FROM_PROGRAMS:
+        return _callable_from_nowhere(spec.name), True
     if spec.name in listed or spec.name not in deferred:
         return f"{spec.name} is in your tool list already", False
     return f"{spec.name} cannot be loaded", True  # (not reached: every other case is ranked)
@@ -710,7 +721,10 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
             # the agent has already is searched as words, the answer saying so first.
             named_here = [x for x in catalog.registry.all() if named(query, x)]
             if named_here:
-                why, final = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()))
+                native = catalog.native_names(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
+                                              session=ctx.tool_policy)
+                why, final = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()),
+                                             native)
                 if final:
                     return ToolResult.text(f"No deferred capability matches {json.dumps(query, ensure_ascii=False)}: "
                                            f"{why}. Nothing was loaded.",
