@@ -32,7 +32,7 @@ import msgspec
 from events import types as t
 from projections.tokens import UNSPACED, fold_text
 from runtime.errors import short_reason, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.providers.names import alias_for  # (imports nothing of tools: no cycle)
+from runtime.providers.names import alias_for, offered_names  # (imports nothing of tools: no cycle)
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
@@ -288,7 +288,7 @@ COMMON_WORDS = frozenset(
     "with would you your".split())
 
 
-def score(query: str, spec: ToolSpec) -> int:
+def score(query: str, spec: ToolSpec, offered: Mapping[str, str] | None = None) -> int:
     """How well ``query`` matches a tool: for each distinct query word, 3 if it is a word of the
     tool's name, else 2 if a name word starts with it (3+ letters) or, for one letter of an
     unspaced script (Han, kana, Hangul, Thai…), holds it, else 1 if it is (or, with 3+ letters,
@@ -300,7 +300,7 @@ def score(query: str, spec: ToolSpec) -> int:
     name_words = set(tokens(spec.name))
     name_chars = _characters(spec.name)
     desc_words = set(tokens(spec.description)) | _characters(spec.description)
-    total = named(query, spec)
+    total = named(query, spec, offered)
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3
@@ -313,18 +313,20 @@ def score(query: str, spec: ToolSpec) -> int:
     return total
 
 
-def named(query: str, spec: ToolSpec) -> int:
-    """The bonus of a query that is ``spec``'s name (or the digest alias it is offered under):
-    11 exactly as written, 10 in another case, else 0."""
+def named(query: str, spec: ToolSpec, offered_as: Mapping[str, str] | None = None) -> int:
+    """The bonus of a query that is ``spec``'s name (or the name it is offered under, from
+    ``offered_as``, :meth:`ToolCatalog.offered_names`; else its digest alias): 11 exactly as
+    written, 10 in another case, else 0."""
     asked = query.strip()
-    offered = alias_for(spec.name)
+    offered = (offered_as or {}).get(spec.name) or alias_for(spec.name)
     return (11 if asked in (spec.name, offered) else
             10 if _fold(asked) in (_fold(spec.name), _fold(offered)) else 0)
 
 
-def rank(query: str, specs: Sequence[ToolSpec]) -> list[tuple[int, ToolSpec]]:
-    """The tools matching ``query`` (score above 0), best first; ties by name."""
-    scored = [(score(query, s), s) for s in specs]
+def rank(query: str, specs: Sequence[ToolSpec], offered: Mapping[str, str] | None = None) -> list[tuple[int, ToolSpec]]:
+    """The tools matching ``query`` (score above 0), best first; ties by name (``offered``: the
+    names the tools are offered under, as :func:`named` takes them)."""
+    scored = [(score(query, s, offered), s) for s in specs]
     return sorted([x for x in scored if x[0] > 0], key=lambda x: (-x[0], x[1].name))
 
 
@@ -391,6 +393,20 @@ class ToolCatalog:
         the ids a digest alias a model gives is mapped back to (F-MOD-3: the log holds ids)."""
         names = {s.name for s in self.registry.all()}
         return names | set(self.mcp_listed.listed_tools()) if self.mcp_listed is not None else names
+
+    def offered_names(self) -> dict[str, str]:
+        """{id: the name providers are sent} for :meth:`known_names` (F-MOD-3): a tool's own name
+        when it is native, even when it is another tool's digest alias; that other tool then goes
+        under a further alias (:func:`runtime.providers.names.offered_names`)."""
+        return offered_names(self.known_names())
+
+    def request_tools(self, offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+        """``offered`` as a model request carries them (:meth:`ToolSpec.schema`), with
+        ``nativeName`` on a tool whose digest alias is another tool's own name (the provider
+        sends it under that further alias; any other tool goes under its id or its alias)."""
+        wire = self.offered_names()
+        return [s.schema() if wire.get(s.name, alias_for(s.name)) == alias_for(s.name)
+                else {**s.schema(), "nativeName": wire[s.name]} for s in offered]
 
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""
@@ -708,18 +724,19 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         have = set(loaded)
         # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
         # of a server's tools, where the ones loaded by the first search filled the limit again)
-        ranked = rank(query, [*searchable, *already])
+        wire = catalog.offered_names()
+        ranked = rank(query, [*searchable, *already], wire)
         note = ""  # (what the answer says first: a named tool the agent has already)
         # A query that is a tool's name finds that tool alone (both, for two names differing only
         # by case): every tool of its server shares the words "mcp" and the server's name, and
         # those loaded tools nobody asked for beside it.
-        if any(named(query, x[1]) for x in ranked):
-            ranked = [x for x in ranked if named(query, x[1])]
+        if any(named(query, x[1], wire) for x in ranked):
+            ranked = [x for x in ranked if named(query, x[1], wire)]
         else:
             # A query naming a deferred tool this search cannot load answers why, and loads nothing
             # in its place (the other tools of its server, by the shared words); one naming a tool
             # the agent has already is searched as words, the answer saying so first.
-            named_here = [x for x in catalog.registry.all() if named(query, x)]
+            named_here = [x for x in catalog.registry.all() if named(query, x, wire)]
             if named_here:
                 native = catalog.native_names(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
                                               session=ctx.tool_policy)
