@@ -1150,7 +1150,7 @@ class SessionActor:
         """The tools ``agent_id``'s model requests offer (the inventory's ``offered`` for that agent:
         the same call)."""
         offered, _searchable = agent_planes(self.tool_catalog, self.state, agent_id)
-        return [s.schema() for s in offered]
+        return self.tool_catalog.request_tools(offered)
 
     async def _system_prompt(self, agent_id: str, listed: bool | Callable[[str], bool] | None = None) -> list[str]:
         """The system prompt sections ``agent_id``'s requests are sent: the project's, its skills

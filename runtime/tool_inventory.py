@@ -17,7 +17,6 @@ from tools.base import ToolSpec
 from tools.catalog import NOT_FROM_PROGRAMS, ToolCatalog, allowed_callers, describe
 
 from .agent_tools import agent_planes, agent_scope, session_tool_policy
-from .providers.names import alias_for, is_native
 from .providers.names import describe as provider_description
 
 
@@ -59,6 +58,7 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
     sources: dict[str, int] = {}
     for s in specs:
         sources[s.source] = sources.get(s.source, 0) + 1
+    wire = catalog.offered_names()
     tools = []
     for s in specs:
         entry = describe(s)
@@ -70,7 +70,7 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
             "enabled": bool(profiles[s.name]["enabled"]["value"]), "inputSchema": s.input_schema,
             # (the name and description a provider is sent: the F-MOD-3 alias, the description
             # naming the id under an alias and followed by the input examples)
-            "nativeName": alias_for(s.name), "offeredDescription": provider_description(s.schema(), alias_for(s.name)),
+            "nativeName": wire[s.name], "offeredDescription": provider_description(s.schema(), wire[s.name]),
         })
     return {
         "session": state.session_id if state is not None else None,
@@ -92,7 +92,7 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
         # programmatic_tool_run is assigned and enabled (the rest are called from a program), else null.
         "ptc": ptc_view(catalog, offered, session_policy, is_main_agent=is_main, allowed=allowed),
         # Tools whose names providers cannot take as they are (F-MOD-3): sent under an alias.
-        "mappingGaps": [{"name": s.name, "alias": alias_for(s.name)} for s in specs if not is_native(s.name)],
+        "mappingGaps": [{"name": s.name, "alias": wire[s.name]} for s in specs if wire[s.name] != s.name],
         "visibility": {"catalog": len(specs), "main": len(main_visible), "subagents": len(sub_visible),
                        "deferred": len(deferred), "offered": len(offered), "searchable": len(searchable),
                        "loaded": len(loaded),

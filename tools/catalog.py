@@ -32,7 +32,7 @@ import msgspec
 from events import types as t
 from projections.tokens import UNSPACED, fold_text
 from runtime.errors import short_reason, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.providers.names import alias_for  # (imports nothing of tools: no cycle)
+from runtime.providers.names import alias_for, offered_names  # (imports nothing of tools: no cycle)
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
@@ -288,7 +288,7 @@ COMMON_WORDS = frozenset(
     "with would you your".split())
 
 
-def score(query: str, spec: ToolSpec) -> int:
+def score(query: str, spec: ToolSpec, offered: Mapping[str, str] | None = None) -> int:
     """How well ``query`` matches a tool: for each distinct query word, 3 if it is a word of the
     tool's name, else 2 if a name word starts with it (3+ letters) or, for one letter of an
     unspaced script (Han, kana, Hangul, Thai…), holds it, else 1 if it is (or, with 3+ letters,
@@ -300,7 +300,7 @@ def score(query: str, spec: ToolSpec) -> int:
     name_words = set(tokens(spec.name))
     name_chars = _characters(spec.name)
     desc_words = set(tokens(spec.description)) | _characters(spec.description)
-    total = named(query, spec)
+    total = named(query, spec, offered)
     for w in dict.fromkeys(tokens(query)):
         if w in name_words:
             total += 3
@@ -313,18 +313,20 @@ def score(query: str, spec: ToolSpec) -> int:
     return total
 
 
-def named(query: str, spec: ToolSpec) -> int:
-    """The bonus of a query that is ``spec``'s name (or the digest alias it is offered under):
-    11 exactly as written, 10 in another case, else 0."""
+def named(query: str, spec: ToolSpec, offered_as: Mapping[str, str] | None = None) -> int:
+    """The bonus of a query that is ``spec``'s name (or the name it is offered under, from
+    ``offered_as``, :meth:`ToolCatalog.offered_names`; else its digest alias): 11 exactly as
+    written, 10 in another case, else 0."""
     asked = query.strip()
-    offered = alias_for(spec.name)
+    offered = (offered_as or {}).get(spec.name) or alias_for(spec.name)
     return (11 if asked in (spec.name, offered) else
             10 if _fold(asked) in (_fold(spec.name), _fold(offered)) else 0)
 
 
-def rank(query: str, specs: Sequence[ToolSpec]) -> list[tuple[int, ToolSpec]]:
-    """The tools matching ``query`` (score above 0), best first; ties by name."""
-    scored = [(score(query, s), s) for s in specs]
+def rank(query: str, specs: Sequence[ToolSpec], offered: Mapping[str, str] | None = None) -> list[tuple[int, ToolSpec]]:
+    """The tools matching ``query`` (score above 0), best first; ties by name (``offered``: the
+    names the tools are offered under, as :func:`named` takes them)."""
+    scored = [(score(query, s, offered), s) for s in specs]
     return sorted([x for x in scored if x[0] > 0], key=lambda x: (-x[0], x[1].name))
 
 
@@ -348,6 +350,13 @@ class PlaneCheck:
 def _not_loaded(name: str) -> ToolResult:
     return ToolResult.error("TOOL_NOT_LOADED", f"{name} is deferred: load it with {CAPABILITY_SEARCH} first "
                                                f"(it is callable from the next request)")
+
+
+def _callable_from_nowhere(name: str) -> str:
+    """Why ``name``, one of :data:`NOT_FROM_PROGRAMS` a fixed ``localPtc.nativeCapabilities``
+    leaves out, is callable neither directly nor from a program."""
+    return (f"{name} is left out of your tools by localPtc.nativeCapabilities, and a program cannot call it "
+            f"({_WHY_NOT_FROM_PROGRAMS[name]})")
 
 
 def _disabled(name: str) -> ToolResult:
@@ -384,6 +393,20 @@ class ToolCatalog:
         the ids a digest alias a model gives is mapped back to (F-MOD-3: the log holds ids)."""
         names = {s.name for s in self.registry.all()}
         return names | set(self.mcp_listed.listed_tools()) if self.mcp_listed is not None else names
+
+    def offered_names(self) -> dict[str, str]:
+        """{id: the name providers are sent} for :meth:`known_names` (F-MOD-3): a tool's own name
+        when it is native, even when it is another tool's digest alias; that other tool then goes
+        under a further alias (:func:`runtime.providers.names.offered_names`)."""
+        return offered_names(self.known_names())
+
+    def request_tools(self, offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+        """``offered`` as a model request carries them (:meth:`ToolSpec.schema`), with
+        ``nativeName`` on a tool whose digest alias is another tool's own name (the provider
+        sends it under that further alias; any other tool goes under its id or its alias)."""
+        wire = self.offered_names()
+        return [s.schema() if wire.get(s.name, alias_for(s.name)) == alias_for(s.name)
+                else {**s.schema(), "nativeName": wire[s.name]} for s in offered]
 
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""
@@ -465,7 +488,10 @@ class ToolCatalog:
         off = self.disabled_names(assigned, session)
         assigned = [s for s in assigned if s.name not in off]
         if native is not None:
-            searchable = [s for s in assigned if s.name in deferred and s.name not in have]
+            # (a load changes no native list: a tool outside it that no program can call is
+            # callable from nowhere, loaded or not, and a search must not load it)
+            searchable = [s for s in assigned if s.name in deferred and s.name not in have
+                          and (s.name in native or s.name not in NOT_FROM_PROGRAMS)]
             listed = self.ptc is not None and self.ptc.native_capabilities is not None
             # (capability_search: while something is searchable, or when the fixed list names it)
             offered = [s for s in assigned if s.name in native
@@ -538,9 +564,7 @@ class ToolCatalog:
                                         f"of your own, outside {PTC})")
             if native is not None and not is_native and name in NOT_FROM_PROGRAMS:
                 # (only a fixed nativeCapabilities list leaves such a tool out: reachable from nowhere)
-                return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is left out of your tools by "
-                                        f"localPtc.nativeCapabilities, and a program cannot call it "
-                                        f"({_WHY_NOT_FROM_PROGRAMS[name]}): it cannot be called here")
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{_callable_from_nowhere(name)}: it cannot be called here")
             if native is not None and not is_native:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is called through {PTC}: call it from "
                                         f"a program ({name}(...) in the code you pass to {PTC})")
@@ -615,16 +639,19 @@ class ToolCatalog:
 
 
 def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str], deferred: set[str],
-                    listed: set[str]) -> tuple[str, bool]:
+                    listed: set[str], native: set[str] | None) -> tuple[str, bool]:
     """Why ``spec``, which a query names, is not among the tools an agent's search may load, and
     whether that ends the search. It does for a deferred tool the agent cannot load (not assigned,
-    disabled): its name's words would load other tools of its server in its place. A tool in the
-    agent's tool list already (an eager one, or one a subagent's list gave it) does not: its name
-    is a word of other tools too (``job``: ``mcp__ci__job_status``), and those are searched."""
+    disabled, or with PTC in effect outside the native list and no program's to call): its name's
+    words would load other tools of its server in its place. A tool in the agent's tool list
+    already (an eager one, or one a subagent's list gave it) does not: its name is a word of other
+    tools too (``job``: ``mcp__ci__job_status``), and those are searched."""
     if spec.name not in {s.name for s in assigned}:
         return f"{spec.name} is not assigned to you", spec.name in deferred
     if spec.name in off:
         return f"{spec.name} is disabled by the tools policy", spec.name in deferred
+    if native is not None and spec.name not in native and spec.name in NOT_FROM_PROGRAMS:
+        return _callable_from_nowhere(spec.name), True
     if spec.name in listed or spec.name not in deferred:
         return f"{spec.name} is in your tool list already", False
     return f"{spec.name} cannot be loaded", True  # (not reached: every other case is ranked)
@@ -697,20 +724,24 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         have = set(loaded)
         # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
         # of a server's tools, where the ones loaded by the first search filled the limit again)
-        ranked = rank(query, [*searchable, *already])
+        wire = catalog.offered_names()
+        ranked = rank(query, [*searchable, *already], wire)
         note = ""  # (what the answer says first: a named tool the agent has already)
         # A query that is a tool's name finds that tool alone (both, for two names differing only
         # by case): every tool of its server shares the words "mcp" and the server's name, and
         # those loaded tools nobody asked for beside it.
-        if any(named(query, x[1]) for x in ranked):
-            ranked = [x for x in ranked if named(query, x[1])]
+        if any(named(query, x[1], wire) for x in ranked):
+            ranked = [x for x in ranked if named(query, x[1], wire)]
         else:
             # A query naming a deferred tool this search cannot load answers why, and loads nothing
             # in its place (the other tools of its server, by the shared words); one naming a tool
             # the agent has already is searched as words, the answer saying so first.
-            named_here = [x for x in catalog.registry.all() if named(query, x)]
+            named_here = [x for x in catalog.registry.all() if named(query, x, wire)]
             if named_here:
-                why, final = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()))
+                native = catalog.native_names(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
+                                              session=ctx.tool_policy)
+                why, final = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()),
+                                             native)
                 if final:
                     return ToolResult.text(f"No deferred capability matches {json.dumps(query, ensure_ascii=False)}: "
                                            f"{why}. Nothing was loaded.",

@@ -8,8 +8,12 @@ non-ASCII, longer than 64 characters) is sent under a *digest alias*::
 
 The alias is a pure function of the id, so the same id gets the same alias whatever else is
 loaded and in whatever order (history compiled later still matches), and two different ids
-collide only if 96 bits of SHA-256 do. A :class:`ToolNames` table still checks its own entries
-and refuses a collision instead of mis-routing a call. Streamed calls are mapped back to the
+collide only if 96 bits of SHA-256 do. An id may still be *named* as another id's alias (an MCP
+server listing ``some_tool_<digest>`` beside ``some.tool``): that name stays its own, and the
+other id goes under a further alias, from one table over the catalog's ids
+(:func:`offered_names`, a pure function of the set of ids; a request's tool carries it as
+``nativeName``). A :class:`ToolNames` table still checks its own entries and refuses a collision
+instead of mis-routing a call. Streamed calls are mapped back to the
 internal id before a :class:`~runtime.providers.base.ModelResult` leaves the provider; history,
 events and permissions only ever hold internal ids.
 
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from .base import ProviderError
 
@@ -51,14 +55,25 @@ def alias_for(internal_id: str) -> str:
     return _digest_alias(internal_id, "tool")
 
 
+def offered_names(ids: Iterable[str]) -> dict[str, str]:
+    """{id: the name providers are sent} for a catalog's tool ids: a native id is its own name,
+    whatever other id's alias it is (an MCP server may list a tool named ``some_tool_<digest>``
+    beside ``some.tool``); any other id goes under :func:`alias_for`, unless that name is another
+    id's, then under the first free digest alias of ``"<id>#1"``, ``"<id>#2"``… Aliases are
+    given in sorted order, so the table is a pure function of the set of ids (not of the order a
+    server lists them in): the same catalog offers the same names after a restart."""
+    return _unique(ids, alias_for, "tool", READABLE_MAX)
+
+
 def ids_for(names: Sequence[str], ids: Collection[str]) -> list[str]:
-    """``names`` (tool names a model gave) as internal ids: one of ``ids`` as it is, the digest
-    alias of one of ``ids`` as that id, any other name unchanged. A model knows the tools by the
-    names it is offered, and may give one where no request's table maps it back (a call of a tool
-    it was not offered, a subagent's ``tools`` list, a program's ``call_tool``)."""
+    """``names`` (tool names a model gave) as internal ids: one of ``ids`` as it is, the name one
+    of ``ids`` is offered under (:func:`offered_names`) as that id, any other name unchanged. A
+    model knows the tools by the names it is offered, and may give one where no request's table
+    maps it back (a call of a tool it was not offered, a subagent's ``tools`` list, a program's
+    ``call_tool``)."""
     if all(n in ids for n in names):
         return list(names)
-    aliases = {alias_for(i): i for i in ids if not is_native(i)}
+    aliases = {n: i for i, n in offered_names(ids).items() if n != i}
     return [n if n in ids else aliases.get(n, n) for n in names]
 
 
@@ -96,21 +111,29 @@ class CallIds:
     def __init__(self, call_ids: Iterable[str], *, chat: bool = False) -> None:
         self._first = chat_call_id_for if chat else call_id_for
         readable_max = CHAT_CALL_ID_MAX - 1 - DIGEST_HEX if chat else READABLE_MAX
-        ids = set(call_ids)
-        self._wire = {i: i for i in ids if self._first(i) == i}
-        taken = set(self._wire)
-        for i in sorted(ids - taken):
-            alias, attempt = self._first(i), 0
-            while alias in taken:
-                attempt += 1
-                alias = _digest_alias(i, "call", readable_max, attempt)
-            self._wire[i] = alias
-            taken.add(alias)
+        self._wire = _unique(call_ids, self._first, "call", readable_max)
 
     def wire(self, call_id: str) -> str:
         """The id ``call_id`` is sent under (one the table was not built with: its plain form)."""
         found = self._wire.get(call_id)
         return found if found is not None else self._first(call_id)
+
+
+def _unique(values: Iterable[str], first: Callable[[str], str], fallback: str, readable_max: int) -> dict[str, str]:
+    """{value: its wire form}, all different: each value ``first`` leaves as it is keeps itself;
+    the others, in sorted order, take ``first``'s alias unless it is taken, then the first free
+    digest alias of ``"<value>#1"``, ``"<value>#2"``… A pure function of the set of values."""
+    every = set(values)
+    wire = {v: v for v in every if first(v) == v}
+    taken = set(wire)
+    for v in sorted(every - taken):
+        alias, attempt = first(v), 0
+        while alias in taken:
+            attempt += 1
+            alias = _digest_alias(v, fallback, readable_max, attempt)
+        wire[v] = alias
+        taken.add(alias)
+    return wire
 
 
 def _digest_alias(value: str, fallback: str, readable_max: int = READABLE_MAX, attempt: int = 0) -> str:
@@ -129,9 +152,12 @@ class ToolNames:
     sent under one name; a history name never fails the request.
     """
 
-    def __init__(self, internal_ids: Iterable[str] = ()) -> None:
+    def __init__(self, internal_ids: Iterable[str] = (), offered: Mapping[str, str] | None = None) -> None:
+        """``offered``: the names the catalog gives tools whose :func:`alias_for` is another
+        tool's (:func:`offered_names`, as a request's tools carry them in ``nativeName``)."""
         self._native: dict[str, str] = {}
         self._internal: dict[str, str] = {}
+        self._offered = dict(offered or {})
         for i in internal_ids:
             self.add(i)
 
@@ -139,7 +165,7 @@ class ToolNames:
         native = self._native.get(internal_id)
         if native is not None:
             return native
-        native = alias_for(internal_id)
+        native = self._offered.get(internal_id) or alias_for(internal_id)
         other = self._internal.get(native)
         if other is not None and other != internal_id:
             raise ProviderError("TOOL_NAME_COLLISION", f"tools {other!r} and {internal_id!r} map to the same native name {native!r}")

@@ -191,33 +191,6 @@ async def test_a_real_provider_sees_a_digest_alias_and_the_call_reaches_the_mcp_
     assert history_calls == [alias]
 
 
-async def test_an_mcp_tool_named_as_another_tools_alias_is_left_out_and_sessions_still_run(
-        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
-    # F-MOD-3 / F-TOOL-5: "some.tool" travels as "mcp__srv__some_tool_<digest>"; a second tool the
-    # server names "some_tool_<digest>" has that very name as its own. Both in the catalog made
-    # every model request of every session fail (TOOL_NAME_COLLISION): the second one is left
-    # out with its reason, and the alias still reaches the first.
-    dotted = "mcp__srv__some.tool"
-    alias = alias_for(dotted)
-    loop, d, token, sid = await chat_session(
-        daemon_factory, nursery, {"mcpServers": {"srv": server("--dotted", "--named", alias.removeprefix("mcp__srv__"))}},
-        chat_stream(calls=[("call_1", alias, {})]), chat_stream(text="done"))
-    inv = await inventory(d, token)
-    entry = inv["mcpServers"][0]
-    assert dotted in entry["tools"] and alias not in entry["tools"], entry["tools"]
-    reasons = {s["name"]: s["reason"] for s in entry["skippedTools"]}
-    assert alias in reasons[alias.removeprefix("mcp__srv__")] and dotted in reasons[alias.removeprefix("mcp__srv__")]
-    assert alias not in inv["runtimeRegistry"]
-    await d.submit(token, sid, "r1", "go")
-    await d.wait_idle(token, sid)
-    events = await d.events(token, sid)
-    assert not [e for e in events if e["kind"] == "model.failed"], [e["body"] for e in events if e["kind"] == "model.failed"]
-    offered = [tool["function"]["name"] for tool in loop.bodies[0]["tools"]]
-    assert offered.count(alias) == 1 and len(set(offered)) == len(offered)
-    assert [e["body"]["name"] for e in events if e["kind"] == "tool.started"] == [dotted]
-    assert finished(events)[-1]["content"] == [{"type": "text", "text": "some.tool ran"}]
-
-
 NATIVE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 

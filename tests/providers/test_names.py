@@ -7,7 +7,8 @@ import json
 import pytest
 
 from runtime.providers.base import ProviderError
-from runtime.providers.names import CALL_ID_RE, NATIVE_NAME_RE, ToolNames, alias_for, call_id_for, chat_call_id_for
+from runtime.providers.names import (CALL_ID_RE, NATIVE_NAME_RE, ToolNames, alias_for, call_id_for, chat_call_id_for,
+                                     ids_for, offered_names)
 
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import reply
@@ -49,6 +50,25 @@ def test_a_collision_is_refused():
     with pytest.raises(ProviderError) as info:
         names.add("mcp__x.y")
     assert info.value.code == "TOOL_NAME_COLLISION"
+
+
+def test_an_id_named_as_another_ids_alias_keeps_it_and_the_other_takes_the_next_free_alias_in_any_order():
+    # F-MOD-3: `mcp__s__a_<digest>` is its own name; `mcp__s__a.b`, whose alias it is, takes the
+    # digest of "<id>#1", unless a third id is named so too, then of "<id>#2". The table depends
+    # on the set of ids only, never their order.
+    dotted = "mcp__s__a.b"
+    first = alias_for(dotted)
+    second = offered_names([dotted, first])[dotted]
+    third = offered_names([dotted, first, second])[dotted]
+    assert len({first, second, third}) == 3 and all(NATIVE_NAME_RE.fullmatch(n) for n in (second, third))
+    ids = [dotted, first, second, "read_file", "mcp__s__long" + "x" * 80]
+    tables = [offered_names(ids), offered_names(reversed(ids)), offered_names(sorted(ids, key=len))]
+    assert tables[0] == tables[1] == tables[2]
+    assert tables[0][first] == first and tables[0][second] == second and tables[0][dotted] == third
+    assert len(set(tables[0].values())) == len(ids)
+    assert ids_for([first, third, second], ids) == [first, dotted, second]  # (each name to the tool offered so)
+    names = ToolNames(ids, {dotted: third})
+    assert names.native(dotted) == third and names.internal(third) == dotted and names.internal(first) == first
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

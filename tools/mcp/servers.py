@@ -27,7 +27,6 @@ import trio
 from events.secrets import Secrets
 from runtime.config import no_home_said
 from runtime.mcp_config import McpServerConfig
-from runtime.providers.names import alias_for  # (imports nothing of tools: no cycle)
 from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
@@ -282,12 +281,11 @@ class McpServers:
 
     def _register(self, s: ServerState, tools: list[Any]) -> None:
         """Enter the server's usable tools into the registry; the others go to ``skippedTools``
-        with the reason. A tool whose native name (F-MOD-3: the name providers are sent, its id or
-        the id's digest alias) is already another tool's is left out too: offered together, the
-        two made every model request of every session fail (``TOOL_NAME_COLLISION``)."""
+        with the reason. A tool named as another tool's digest alias (F-MOD-3) is entered too: its
+        name is its own, and the other tool is offered under a further alias
+        (:meth:`tools.catalog.ToolCatalog.offered_names`)."""
         s.tools, s.skipped = [], []
         seen: set[str] = set()
-        natives = {alias_for(spec.name): spec.name for spec in self.registry.all()}
         untold = 0  # tools left out past MAX_SKIPPED (a page of a million tools made an inventory of as many)
 
         def skip(label: str, reason: str) -> None:
@@ -331,12 +329,6 @@ class McpServers:
             if self.registry.get(spec.name) is not None:
                 skip(name, f"{spec.name} is already a tool")
                 continue
-            native = alias_for(spec.name)
-            other = natives.get(native)
-            if other is not None:
-                skip(name, f"{spec.name} would be sent to models as {native}, the name {other} is sent under")
-                continue
-            natives[native] = spec.name
             self.registry.add(spec)
             s.tools.append(spec.name)
         s.listed = list(s.tools)
