@@ -1,5 +1,6 @@
 """The call journal (call replay, F-EXE-5) through the real executor process: a record damaged on
-disk, and a state directory an executor of another workspace journaled into.
+disk, a state directory an executor of another workspace journaled into, and a write the disk
+had no room for (``RLIMIT_FSIZE`` on the executor, as in ``tests/daemon/test_full_disk.py``).
 
 A replayed call id must never apply an edit twice, and a record it cannot trust is an
 ``IO_ERROR`` naming the journal (never a message about the caller's arguments, nor an edit
@@ -17,6 +18,8 @@ import pytest
 import trio
 
 from runtime.executor_client import ExecutorClient, ExecutorToolError
+from tests.daemon.test_full_disk import limit_files
+from tests.files.helpers import leftovers
 
 from .conftest import start_executor, stop_process
 
@@ -113,3 +116,56 @@ async def test_a_journal_of_another_workspace_replays_nothing_here(tmp_path: Pat
                 client.close()
     finally:
         stop_process(again.proc)
+
+
+async def test_a_write_the_disk_had_no_room_for_leaves_no_record_to_replay(tmp_path: Path) -> None:
+    """A call whose file could not be written (the disk full once its record was journaled: its
+    bytes were in the journal already) left a ``pending`` record. Run again under the same call
+    id (as Core re-runs a call a restart found unfinished), it answered for a write it never made:
+    "changed" when the file had come to hold its bytes by another call (history and revert_call
+    then credit it with that change), CONFLICT when the file had changed otherwise. The failed
+    call is now as if never tried: run again, it is applied to the file as it is."""
+    room = 4096  # the largest file the limited executor can write
+    big = "x" * (room + 1)
+    ex = start_executor(tmp_path)
+    try:
+        with trio.fail_after(BOUND_S):
+            client = ExecutorClient(ex.address, ex.token)
+            try:
+                await client.hello()
+                ws = ex.workspace
+                for name in ("a.txt", "b.txt"):
+                    (ws / name).write_text(big)
+                    # (shrunk by a call: both contents are the journal's blobs from now on)
+                    await client.call("edit_file", {"path": name, "mode": "rewrite", "content": "small\n"},
+                                      call_id=f"s:shrink-{name}")
+                grow = {name: {"path": name, "mode": "rewrite", "content": big} for name in ("a.txt", "b.txt")}
+                grow["d/c.txt"] = {"path": "d/c.txt", "mode": "create", "content": big}
+                limit_files(ex.pid, room)
+                try:
+                    for name, args in grow.items():
+                        err = await refused("IO_ERROR", client.call("edit_file", args, call_id=f"s:grow-{name}"))
+                        assert str(err) == (f"{name}: cannot be written: the disk is full: the file may not grow "
+                                            "that large (EFBIG)")
+                        assert not record_path(ex.state, f"s:grow-{name}").exists()
+                finally:
+                    limit_files(ex.pid, None)
+                assert [(ws / n).read_text() for n in ("a.txt", "b.txt")] == ["small\n", "small\n"]
+                assert not (ws / "d").exists() and leftovers(ws) == []
+                # Meanwhile another call writes what the failed one meant to, and b.txt changes otherwise.
+                await client.call("edit_file", grow["a.txt"], call_id="s:other")
+                await client.call("edit_file", grow["d/c.txt"], call_id="s:other-create")
+                (ws / "b.txt").write_text("third\n")
+                same = await client.call("edit_file", grow["a.txt"], call_id="s:grow-a.txt")
+                assert same.result == {"path": "a.txt", "changed": False, "units_applied": 1, "bytes_written": 0}
+                assert same.before == big.encode() == same.after
+                again = await client.call("edit_file", grow["b.txt"], call_id="s:grow-b.txt")
+                assert again.result == {"path": "b.txt", "changed": True, "units_applied": 1, "bytes_written": room + 1}
+                assert again.before == b"third\n" and (ws / "b.txt").read_text() == big
+                err = await refused("ALREADY_EXISTS", client.call("edit_file", grow["d/c.txt"],
+                                                                  call_id="s:grow-d/c.txt"))
+                assert str(err) == "d/c.txt: already exists; create never overwrites"
+            finally:
+                client.close()
+    finally:
+        stop_process(ex.proc)

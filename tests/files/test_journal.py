@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -12,6 +13,7 @@ import pytest
 
 from tools.files import EditOutcome, Workspace
 
+from ..unwritable import unwritable
 from .helpers import fails, leftovers
 
 
@@ -22,6 +24,21 @@ def sha(data: bytes) -> str:
 def _fail_before_publish(stage: str) -> None:
     assert stage == "before_publish"
     raise OSError(errno.EIO, "injected failure", "/host/secret/path")
+
+
+class _Died(BaseException):
+    """The process died at the hook's point (a kill, no error of the call): nothing after it ran."""
+
+
+def _die_before_publish(stage: str) -> None:
+    assert stage == "before_publish"
+    raise _Died
+
+
+def _interrupted(call, *args, **kwargs) -> None:
+    """``call`` interrupted as a kill interrupts it: its record written, the file not yet."""
+    with pytest.raises(_Died):
+        call(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- atomic commit
@@ -98,8 +115,8 @@ def _record(tmp_path: Path, call_id: str) -> Path:
 def test_crash_before_the_commit_applies_once_on_retry(jws: Workspace, root: Path, tmp_path: Path) -> None:
     (root / "f").write_text("n=1\n")
     edits = [{"old_string": "\n", "new_string": "+1\n", "replace_all": True}]
-    jws.commit_hook = _fail_before_publish  # the "crash": pending record written, file not published
-    fails("IO_ERROR", jws.edit_file, "f", "edit", edits=edits, call_id="c")
+    jws.commit_hook = _die_before_publish  # the crash: pending record written, file not published
+    _interrupted(jws.edit_file, "f", "edit", edits=edits, call_id="c")
     assert json.loads(_record(tmp_path, "c").read_text())["state"] == "pending"
     jws.commit_hook = None
     out = jws.edit_file("f", "edit", edits=edits, call_id="c")
@@ -113,8 +130,8 @@ def test_replaying_an_interrupted_call_removes_the_temp_file_it_left(jws: Worksp
     # (an audit found four 8 MiB ones after 25 rounds); the replay of that call removes it.
     (root / "d").mkdir()
     (root / "d" / "f").write_text("old\n")
-    jws.commit_hook = _fail_before_publish
-    fails("IO_ERROR", jws.edit_file, "d/f", "rewrite", content="new\n", call_id="c")
+    jws.commit_hook = _die_before_publish
+    _interrupted(jws.edit_file, "d/f", "rewrite", content="new\n", call_id="c")
     jws.commit_hook = None
     left = root / "d" / ".f.lens-0123456789ab.tmp"  # what the killed process left
     left.write_bytes(b"n" * 4096)
@@ -131,8 +148,8 @@ def test_replaying_an_interrupted_create_whose_directories_went_since_makes_it(j
     # The replay looked at the file through its directories and answered NOT_FOUND when another
     # process had removed them since the interruption: a missing directory means the file is
     # absent, as the create found it, so the call is made again (its directories with it).
-    jws.commit_hook = _fail_before_publish
-    fails("IO_ERROR", jws.edit_file, "d/e/f", "create", content="new\n", call_id="c")
+    jws.commit_hook = _die_before_publish
+    _interrupted(jws.edit_file, "d/e/f", "create", content="new\n", call_id="c")
     jws.commit_hook = None
     assert json.loads(_record(tmp_path, "c").read_text())["state"] == "pending"
     for entry in sorted(root.rglob("*"), reverse=True):  # (another process removes d/)
@@ -143,8 +160,8 @@ def test_replaying_an_interrupted_create_whose_directories_went_since_makes_it(j
     # as when the file alone was removed, and nothing is made.
     (root / "g").mkdir()
     (root / "g" / "f").write_text("old\n")
-    jws.commit_hook = _fail_before_publish
-    fails("IO_ERROR", jws.edit_file, "g/f", "rewrite", content="b\n", call_id="r")
+    jws.commit_hook = _die_before_publish
+    _interrupted(jws.edit_file, "g/f", "rewrite", content="b\n", call_id="r")
     jws.commit_hook = None
     (root / "g" / "f").unlink()
     (root / "g").rmdir()
@@ -188,12 +205,79 @@ def test_a_replay_names_the_file_the_call_wrote_not_where_its_path_leads_now(jws
 
 def test_pending_call_with_a_foreign_file_state_is_a_conflict(jws: Workspace, root: Path, tmp_path: Path) -> None:
     (root / "f").write_text("a\n")
-    jws.commit_hook = _fail_before_publish
-    fails("IO_ERROR", jws.edit_file, "f", "rewrite", content="b\n", call_id="c")
+    jws.commit_hook = _die_before_publish
+    _interrupted(jws.edit_file, "f", "rewrite", content="b\n", call_id="c")
     jws.commit_hook = None
     (root / "f").write_text("someone else\n")
     fails("CONFLICT", jws.edit_file, "f", "rewrite", content="b\n", call_id="c")
     assert (root / "f").read_text() == "someone else\n"
+
+
+# A call whose write failed once its record was journaled, each run again under its call id after
+# another writer put the bytes it meant to write in place: what the call does to the file as it
+# is now (it claimed "changed", from a pending record of the write that never happened).
+FAILED_WRITES = [
+    pytest.param("d/f.txt", lambda ws: ws.edit_file("d/f.txt", "rewrite", content="new\n", call_id="c"), None,
+                 id="rewrite"),
+    pytest.param("d/f.txt", lambda ws: ws.edit_file("d/f.txt", "edit", edits=[{"old_string": "old",
+                                                                                "new_string": "new"}],
+                                                    call_id="c"), "NO_MATCH", id="edit"),
+    pytest.param("d/f.txt", lambda ws: ws.patch_file("d/f.txt", "@@\n-old\n+new\n", call_id="c"), "NO_MATCH",
+                 id="patch"),
+    pytest.param("d/g.txt", lambda ws: ws.edit_file("d/g.txt", "create", content="new\n", call_id="c"),
+                 "ALREADY_EXISTS", id="create"),
+    pytest.param("d/f.txt", lambda ws: ws.restore("d/f.txt", b"new\n", sha(b"old\n"), call_id="c"), None,
+                 id="restore"),
+]
+
+
+@pytest.mark.parametrize("how", ["a failing disk", "a read-only directory"])
+@pytest.mark.parametrize("target,call,again", FAILED_WRITES)
+def test_a_write_that_failed_leaves_no_record_and_runs_again_afresh(jws: Workspace, root: Path, tmp_path: Path,
+                                                                   how: str, target: str, call, again) -> None:
+    (root / "d").mkdir()
+    (root / "d" / "f.txt").write_text("old\n")
+    with contextlib.ExitStack() as stack:
+        if how == "a failing disk":
+            jws.commit_hook = _fail_before_publish
+            code, words = "IO_ERROR", "operating-system error EIO"
+        else:  # (the file read and journaled, its directory takes no new entry)
+            stack.enter_context(unwritable(root / "d"))
+            code, words = "PERMISSION_DENIED", "permission denied"
+        err = fails(code, call, jws)
+    jws.commit_hook = None
+    assert err.message == f"{target}: {words}"
+    assert list((tmp_path / "journal" / "calls").iterdir()) == []
+    assert (root / "d" / "f.txt").read_text() == "old\n" and leftovers(root) == []
+    (root / "d" / target.rsplit("/", 1)[1]).write_text("new\n")  # (another writer)
+    if again is None:
+        out = call(jws)
+        assert out.structured["changed"] is False and out.before == out.after == b"new\n"
+    else:
+        fails(again, call, jws)
+    assert (root / target).read_text() == "new\n"
+
+
+def test_a_file_written_whose_record_cannot_be_marked_done_is_written_and_said_so(jws: Workspace, root: Path,
+                                                                                 tmp_path: Path) -> None:
+    # The file was published, then the journal refused the "done" record: the call answered
+    # PERMISSION_DENIED (or IO_ERROR, a full disk) for a file it had changed, so no history kept
+    # the change and revert_call could not undo it. The call succeeds; its pending record, over
+    # a file holding its bytes, replays as done and is not applied twice.
+    (root / "f").write_text("n=1\n")
+    edits = [{"old_string": "\n", "new_string": "+1\n", "replace_all": True}]
+    calls = tmp_path / "journal" / "calls"
+    with contextlib.ExitStack() as stack:
+        jws.commit_hook = lambda stage: stack.enter_context(unwritable(calls))
+        out = jws.edit_file("f", "edit", edits=edits, call_id="c")
+    jws.commit_hook = None
+    assert out == EditOutcome({"path": "f", "changed": True, "units_applied": 1, "bytes_written": 6},
+                              b"n=1\n", b"n=1+1\n", "f")
+    assert (root / "f").read_text() == "n=1+1\n"
+    assert json.loads(_record(tmp_path, "c").read_text())["state"] == "pending"
+    assert jws.edit_file("f", "edit", edits=edits, call_id="c") == out
+    assert (root / "f").read_text() == "n=1+1\n"
+    assert json.loads(_record(tmp_path, "c").read_text())["state"] == "done"
 
 
 def test_without_a_journal_call_ids_are_ignored(ws: Workspace, root: Path) -> None:

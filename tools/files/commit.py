@@ -17,7 +17,11 @@ FILE_CHANGED and nothing is written. What another process writes between that ch
 rename (microseconds) is still replaced: without a lock every writer honours, no check closes it.
 
 On any failure before the publish the temp file is unlinked and the target is untouched; no
-temp file is ever left behind by a failed call. A process killed mid-write leaves its temp file;
+temp file is ever left behind by a failed call. Such a failure is raised as a
+:class:`FileToolError` (the OS error translated) and as nothing else: its caller may take the
+call as never tried (the call journal drops its record). What fails once the file is published
+(the temp file's second name removed, the directory's fsync) is raised as the ``OSError`` it is:
+the file holds the new bytes, maybe not durably. A process killed mid-write leaves its temp file;
 the replay of that call removes it (:func:`remove_temps`). On filesystems without hard links the exclusive
 publish falls back to "lstat says absent, then rename" (a narrow race, documented here).
 """
@@ -81,8 +85,8 @@ def write_atomic(dir_fd: int, name: str, data: bytes, *, shown: str, exclusive: 
     ``like``: the stat of the file being replaced, whose permission bits (and owner, best effort)
     the new file keeps. ``exclusive``: refuse (ALREADY_EXISTS) when ``name`` exists in any form.
     ``expect``: (fd, bytes) of the original an update read; FILE_CHANGED when the file is no
-    longer that (see :func:`check_unchanged`). Raises :class:`FileToolError`; the temp file is
-    gone when it does.
+    longer that (see :func:`check_unchanged`). Raises :class:`FileToolError` when nothing was
+    published (the temp file gone, the target untouched), an ``OSError`` when the file was.
     """
     tmp = temp_name(name)
     mode = stat.S_IMODE(like.st_mode) if like is not None else 0o666
@@ -110,8 +114,9 @@ def write_atomic(dir_fd: int, name: str, data: bytes, *, shown: str, exclusive: 
             hook("before_publish")
         if expect is not None:
             check_unchanged(dir_fd, name, *expect, shown=shown)
+        linked = False
         if exclusive:
-            _publish_exclusive(dir_fd, tmp, name, shown)
+            linked = _publish_exclusive(dir_fd, tmp, name, shown)
         else:
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException as exc:
@@ -122,10 +127,15 @@ def write_atomic(dir_fd: int, name: str, data: bytes, *, shown: str, exclusive: 
         if isinstance(exc, OSError):
             raise from_os_error(exc, shown) from None
         raise
+    # Published: what fails from here on is raised as an OSError (see the module docstring).
+    if linked:
+        os.unlink(tmp, dir_fd=dir_fd)
     fsync_dir(dir_fd)
 
 
-def _publish_exclusive(dir_fd: int, tmp: str, name: str, shown: str) -> None:
+def _publish_exclusive(dir_fd: int, tmp: str, name: str, shown: str) -> bool:
+    """Publish ``tmp`` as ``name`` unless ``name`` exists; True when ``tmp`` was linked (its own
+    name is still to be removed), False when it was renamed."""
     try:
         os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
     except FileExistsError:
@@ -137,9 +147,9 @@ def _publish_exclusive(dir_fd: int, tmp: str, name: str, shown: str) -> None:
             os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            return
+            return False
         raise FileToolError("ALREADY_EXISTS", f"{shown}: already exists; create never overwrites") from None
-    os.unlink(tmp, dir_fd=dir_fd)
+    return True
 
 
 def check_unchanged(dir_fd: int, name: str, fd: int, read: bytes, *, shown: str) -> None:
@@ -165,12 +175,12 @@ def check_unchanged(dir_fd: int, name: str, fd: int, read: bytes, *, shown: str)
 def remove(dir_fd: int, name: str, *, shown: str, expect: tuple[int, bytes] | None = None,
            hook: CommitHook | None = None) -> None:
     """Unlink ``name`` (a regular file) and make the removal durable; ``expect`` and ``hook``
-    (its "before_publish" is right before the unlink) as for :func:`write_atomic`."""
-    if hook:
-        hook("before_publish")
-    if expect is not None:
-        check_unchanged(dir_fd, name, *expect, shown=shown)
+    (its "before_publish" is right before the unlink) and what is raised as for :func:`write_atomic`."""
     try:
+        if hook:
+            hook("before_publish")
+        if expect is not None:
+            check_unchanged(dir_fd, name, *expect, shown=shown)
         os.unlink(name, dir_fd=dir_fd)
     except OSError as exc:
         raise from_os_error(exc, shown) from None

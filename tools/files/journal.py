@@ -21,9 +21,12 @@ Protocol of an editing call with a call id (driven by :mod:`tools.files.workspac
 
 1. compute the change in memory; when nothing changes, journal a ``done`` record and return;
 2. store both blobs, then a ``pending`` record naming their hashes — before touching the file;
-3. commit the file (atomic rename); when the file changed since step 1 (FILE_CHANGED, nothing
-   written) the record is dropped instead;
-4. rewrite the record as ``done``.
+3. commit the file (atomic rename); when the commit fails before its publish (FILE_CHANGED, a
+   full disk, a read-only file system, a permission: nothing written) the record is dropped, and
+   the call is as if never tried; a failure once the file is published (its directory's fsync)
+   leaves it pending, as a crash there would;
+4. rewrite the record as ``done`` (when that write fails, the call still succeeds: the record
+   stays pending over a file holding the ``after`` bytes, which a replay answers as done).
 
 On a repeated call id: ``done`` returns the recorded outcome (blobs loaded back) without applying
 again; ``pending`` (a crash between 2 and 4) looks at the file — holding the ``after`` bytes means

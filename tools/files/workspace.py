@@ -354,13 +354,29 @@ class Workspace:
                 else:
                     commit.write_atomic(t.dir_fd, t.name, p.after, shown=shown, exclusive=p.exclusive,
                                         like=p.like, hook=self.commit_hook, expect=expect)
-            except FileToolError as exc:
-                if exc.code == "FILE_CHANGED" and journal is not None and call_id:
-                    journal.drop(call_id)  # nothing was written: a failed call is not journaled
+            except FileToolError:
+                # Nothing was written (the commit raises FileToolError only before its publish:
+                # a full disk, a read-only file system, a permission taken away, the file changed
+                # under the call): a failed call is not journaled. Its record left pending
+                # answered a later run of the call id for a write never made ("changed", once
+                # the file held those bytes by another call; CONFLICT, once it held others).
+                if journal is not None and call_id:
+                    # (the commit's error is the one to tell: a record that cannot be dropped
+                    # stays pending, and a run of the call id takes it as a crash's)
+                    with contextlib.suppress(OSError):
+                        journal.drop(call_id)
                 raise
+            # (an OSError once the file is published, its directory's fsync failing, leaves the
+            # record pending: the file holds the call's bytes, and a run of the call id finds them)
             if journal is not None and rec is not None:
                 rec.state = DONE
-                journal.put(rec)
+                try:
+                    journal.put(rec)
+                except OSError:
+                    # The file is written: the call succeeded, and says so (the caller records the
+                    # change and can revert it). Its record stays pending, over a file holding the
+                    # call's bytes: a run of the call id finds them and answers as done.
+                    pass
         return EditOutcome(structured, p.before, p.after, t.rel)
 
     def _confined_link(self, path: str) -> str:
