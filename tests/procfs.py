@@ -5,6 +5,7 @@ child of its own running (``children``)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -54,6 +55,22 @@ def all_threads_stopped(pid: int) -> bool:
         if stat[stat.rindex(")") + 2] not in "Tt":
             return False
     return True
+
+
+def thread_names(pid: int) -> Counter[str]:
+    """The process's threads by kernel name (``/proc/<pid>/task/*/comm``; a thread that ends
+    meanwhile is left out, and so is every thread once the process is gone)."""
+    names: Counter[str] = Counter()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return names
+    for tid in tasks:
+        try:
+            names[Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")] += 1
+        except OSError:
+            continue
+    return names
 
 
 def processes() -> Iterator[Proc]:

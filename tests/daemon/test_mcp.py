@@ -17,7 +17,8 @@ import trio
 
 from runtime.providers.names import alias_for, is_native
 
-from ..mcp.conftest import SERVER, alive
+from ..mcp.conftest import SERVER
+from ..procfs import alive
 from ..providers.scripts import reply
 from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream

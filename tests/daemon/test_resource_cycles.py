@@ -39,7 +39,7 @@ from runtime.providers.base import ModelRequest
 from tools.executor.server import CALL_THREAD_NAME
 
 from ..mcp.conftest import SERVER
-from ..procfs import executor_of, processes
+from ..procfs import executor_of, processes, thread_names
 from .conftest import LIMIT, Daemon, DaemonFactory, finished, run_lens, wait_until
 from .test_serve_process import ServeProcess, as_daemon
 
@@ -79,19 +79,8 @@ SETTLE = 15.0  # seconds: bound on the wait for the counts to come back
 def _count(path: str) -> int:
     try:
         return len(os.listdir(path))
-    except FileNotFoundError:
+    except OSError:  # (the process is gone, or going: a reap between two reads is ESRCH, not ENOENT)
         return 0
-
-
-def _named(pid: int, name: str) -> int:
-    """How many of the process's threads have ``name`` in the kernel's thread list."""
-    found = 0
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += (task / "comm").read_text().rstrip("\n") == name
-        except FileNotFoundError:  # (a thread that ended meanwhile)
-            pass
-    return found
 
 
 def rss(pid: int) -> int:
@@ -124,7 +113,7 @@ class Usage:
     @staticmethod
     def of(pid: int) -> "Usage":
         ex = executor_of(pid)
-        pool = _named(ex, CALL_THREAD_NAME) if ex else 0
+        pool = thread_names(ex)[CALL_THREAD_NAME] if ex else 0
         return Usage(_count(f"/proc/{pid}/fd"), _count(f"/proc/{pid}/task"), len(children(pid)), len(zombies(pid)),
                      _count(f"/proc/{ex}/fd") if ex else 0, _count(f"/proc/{ex}/task") - pool if ex else 0,
                      len(children(ex)) if ex else 0, pool)

@@ -25,7 +25,8 @@ from typing import Any
 
 import trio
 
-from ..mcp.conftest import SERVER, alive
+from ..mcp.conftest import SERVER
+from ..procfs import alive
 from ..providers.servers.base import Received, Reply, ScriptedServer
 from ..providers.servers.openai_responses import response_stream
 from .conftest import Daemon, run_lens, serving, wait_until

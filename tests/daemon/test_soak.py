@@ -56,7 +56,8 @@ import trio
 
 from tests.procfs import processes, running_in
 
-from ..mcp.conftest import SERVER, alive
+from ..mcp.conftest import SERVER
+from ..procfs import alive
 
 from .conftest import (BUSY, LIMIT, Daemon, ServeProcess, as_daemon, error_of, projections_caught_up, run_lens,
                        wait_until)

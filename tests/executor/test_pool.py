@@ -22,6 +22,7 @@ from tools.base import ToolContext, ToolError, ToolResult
 from tools.executor import PROTOCOL_VERSION
 from tools.workspace_tools import workspace_tools
 
+from ..procfs import alive, read_proc
 from .conftest import (ExecutorProcess, group_members, kill_group, running_pool, start_executor, stop_process,
                        wait_group_gone)
 
@@ -515,11 +516,7 @@ trio.run(main)
 
 
 def _exited(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"  # (a zombie whose new parent has not reaped it yet)
+    return not alive(pid)  # (a zombie whose new parent has not reaped it yet has exited too)
 
 
 def test_a_daemon_killed_outright_takes_its_executors_with_it(tmp_path: Path) -> None:
@@ -594,11 +591,8 @@ async def test_the_allowlist_judges_a_path_leading_to_a_name_that_is_not_utf8(lo
 
 def _gone(pid: int) -> bool:
     """No such process, or not a live one (a zombie not reaped yet is not gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "X"
-    except FileNotFoundError:
-        return True
+    p = read_proc(pid)  # (None once reaped: also when that happens between its reads)
+    return p is None or p.state == "X"
 
 
 async def test_a_child_nothing_uses_is_stopped_and_the_next_call_spawns_another(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ A real ``lens executor serve`` process and a raw grpc client on the wire; waits 
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
@@ -19,6 +18,7 @@ import pytest
 from proto import executor_pb2 as pb
 from tools.executor.server import CALL_THREAD_NAME, SEND_WATCH_THREAD_NAME, SERVER_THREADS
 
+from ..procfs import thread_names
 from .conftest import ExecutorProcess, poll_until, start_executor, stop_process
 from .test_unread_streams import BOUND_S, FAR_S, RUN, meta
 
@@ -30,17 +30,6 @@ def executor(tmp_path: Path) -> Iterator[ExecutorProcess]:
         yield ex
     finally:
         stop_process(ex.proc)
-
-
-def thread_names(pid: int) -> Counter[str]:
-    """The process's threads by kernel name (a thread that ends meanwhile left out)."""
-    names: Counter[str] = Counter()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            names[(task / "comm").read_text().rstrip("\n")] += 1
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return names
 
 
 def test_a_command_streams_send_watch_is_named_apart_from_the_pool(executor: ExecutorProcess) -> None:

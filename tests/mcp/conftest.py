@@ -35,15 +35,6 @@ async def wait_for(predicate: Any, what: str) -> None:
     raise AssertionError(f"{what} did not hold within {LIMIT} s")
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 class Running:
     def __init__(self, servers: McpServers, registry: ToolRegistry, cancel: trio.CancelScope) -> None:
         self.servers, self.registry, self.cancel = servers, registry, cancel

@@ -22,7 +22,8 @@ import trio
 
 from tools.mcp.escaped import Escaped
 
-from .conftest import LIMIT, alive, wait_for
+from ..procfs import alive
+from .conftest import LIMIT, wait_for
 
 # A "server" that starts a child in a session of its own, prints its pid, and waits on stdin.
 SERVER = """

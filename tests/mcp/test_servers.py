@@ -22,7 +22,8 @@ from runtime.config import parse_config
 from runtime.mcp_config import McpServerConfig
 from tools.mcp.client import MAX_ANSWERS_QUEUED
 
-from .conftest import LIMIT, alive, srv, wait_for
+from ..procfs import alive
+from .conftest import LIMIT, srv, wait_for
 
 
 async def test_tools_enter_the_registry_with_prefixed_names_and_answer(start: Any) -> None:
