@@ -363,7 +363,7 @@ def test_a_subagents_earlier_items_come_in_two_steps_when_more_than_a_window_is_
     # 410 items: 200 shown, then 200 more with the button drawn again (the focus on it), then the
     # rest (the focus on the earliest item); only how many were shown is announced, each time.
     from selenium.webdriver.common.keys import Keys
-    from tests.dashboard.test_dashboard_keyboard import WATCH_ANNOUNCEMENTS
+    from tests.dashboard.test_dashboard_keyboard import WATCH_ANNOUNCEMENTS, announced_but_the_status
 
     driver = browser
     d = make_daemon(with_turns({"when": '"408 calls"', "toolCalls": [{"name": "get_system_time", "arguments": {}}] * 408}))
@@ -394,6 +394,5 @@ def test_a_subagents_earlier_items_come_in_two_steps_when_more_than_a_window_is_
     wait_for(lambda: shown() == ids, "every item")
     assert by_css(driver, more) == []
     assert driver.execute_script("return document.activeElement.matches(arguments[0])", convo + " > .sub-items > .msg.user")
-    announced = [a for a in driver.execute_script("return window.announced") if a != "idle"]
-    assert announced == [f"200 earlier items shown of {sub}", f"10 earlier items shown of {sub}"]
+    assert announced_but_the_status(driver) == [f"200 earlier items shown of {sub}", f"10 earlier items shown of {sub}"]
     assert console_errors(driver) == []
