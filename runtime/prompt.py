@@ -248,26 +248,6 @@ class SystemPrompt:
         return [assemble(dataclasses.replace(self.inputs, skills=kept))]
 
 
-async def build_system_prompt(
-    read_text: ReadText,
-    *,
-    workspace: str | None,
-    home: str | None,
-    cwd: str | None = None,
-    skills: Sequence[SkillMeta] = (),
-    preamble: str = DEFAULT_PREAMBLE,
-    rules: Sequence[str] = DEFAULT_RULES,
-    secrets: Secrets | None = None,
-) -> list[str]:
-    """The ``ModelRequest.system`` list for one agent: one string, the assembled prompt. The
-    project files are scrubbed of ``secrets`` before they are cut to
-    :data:`MAX_PROJECT_FILE_CHARS` (a key across the cut is replaced whole, and a marker the cut
-    would split left out whole); a file the read cut
-    at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
-    return (await build_system_prompts(read_text, workspace=workspace, home=home, cwd=cwd, skills=skills,
-                                       preamble=preamble, rules=rules, secrets=secrets)).for_agent(True)
-
-
 async def build_system_prompts(
     read_text: ReadText,
     *,
@@ -280,7 +260,10 @@ async def build_system_prompts(
     secrets: Secrets | None = None,
 ) -> SystemPrompt:
     """Both forms of the project's prompt (:class:`SystemPrompt`) from one reading of its files;
-    otherwise as :func:`build_system_prompt`."""
+    each form is a ``ModelRequest.system`` list of one string, the assembled prompt. The project
+    files are scrubbed of ``secrets`` before they are cut to :data:`MAX_PROJECT_FILE_CHARS` (a key
+    across the cut is replaced whole, and a marker the cut would split left out whole); a file the
+    read cut at :data:`READ_LIMIT_BYTES` leaves out what at its end could begin a key."""
     secrets = secrets or Secrets()
     files = await load_project_files(read_text, workspace=workspace, home=home)
     inputs = PromptInputs(preamble, tuple(rules), tuple(files), tuple(skills),

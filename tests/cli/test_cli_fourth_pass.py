@@ -12,14 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import trio
 
 from runtime.cli import build_parser
 from runtime.pairing import PairStore
 
 from tests.cli.lens_script import executor_serve, lens, lens_script, write_log
 from tests.cli.test_pair_cli import pending_client
-from tests.daemon.conftest import ServeProcess
+from tests.daemon.conftest import ServeProcess, served_once
 
 LOOPBACK = ("--listen", "127.0.0.1:0")
 
@@ -114,12 +113,8 @@ async def test_lens_serve_keeps_its_log_in_a_data_directory_named_dot_slash_tild
     # `lens serve --data ./~/data` kept its log in the home directory's `data`.
     cwd, home, _workspace = places
     serve = ServeProcess(cwd, "--data", "./~/data", env={**os.environ, "HOME": str(home)})
-    async with trio.open_nursery() as nursery:
-        try:
-            await serve.run(nursery)
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
+    async with served_once(serve):
+        pass
     assert (cwd / "~" / "data" / "events.db").is_file()
     assert sorted(p.name for p in home.iterdir()) == ["ws"]
 

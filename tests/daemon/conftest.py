@@ -634,6 +634,21 @@ class ServeProcess:
             self.proc.kill()
 
 
+@asynccontextmanager
+async def served_once(serve: ServeProcess) -> AsyncIterator[str]:
+    """``serve`` started and listening, its URL given to the block; when the block ends, the
+    process is stopped with SIGTERM and must exit 0 (its stopped line read, its stderr closed).
+    It is killed if it did not start, the block failed, or it did not stop."""
+    async with trio.open_nursery() as nursery:
+        try:
+            url = await serve.run(nursery)
+            yield url
+            code = await serve.terminate()
+            assert code == 0, (code, (serve.cwd / serve.stderr_name).read_text(errors="replace")[-3000:])
+        finally:
+            serve.kill()
+
+
 def as_daemon(cwd: Path, url: str, client: httpx2.AsyncClient) -> Daemon:
     """The suite's client helpers, pointed at the process (stop/done are unused here)."""
     port = int(url.rsplit(":", 1)[1])

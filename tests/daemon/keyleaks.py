@@ -22,7 +22,7 @@ import trio
 import zstandard
 
 from ..providers.servers.base import ScriptedServer
-from .conftest import LIMIT, Daemon, ServeProcess, as_daemon, run_lens
+from .conftest import LIMIT, Daemon, ServeProcess, as_daemon, run_lens, served_once
 
 # Distinctive values, no 8 characters of which occur anywhere by chance.
 KEYS = {
@@ -147,8 +147,7 @@ async def watched(cwd: Path, client_id: str) -> AsyncIterator[Watched]:
         url = await server.start(nursery)
         (cwd / "config" / "lens.jsonc").write_text(json.dumps(config(url), indent=2))
         serve = ServeProcess(cwd, env={**os.environ, **KEYS})
-        try:
-            daemon_url = await serve.run(nursery)
+        async with served_once(serve) as daemon_url:
             # (No connection is kept alive: a request sent on an idle one just as the daemon's
             # keep-alive timer closes it fails without an answer — the race every HTTP/1.1 client
             # meets, which a client expiring its connections first only narrows. On a loaded
@@ -164,10 +163,7 @@ async def watched(cwd: Path, client_id: str) -> AsyncIterator[Watched]:
                     yield Watched(cwd, server, serve, d, token, project, recorder, sse)
                     await stream_caught_up(d, sse)
                     inner.cancel_scope.cancel()
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
-            nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
 
 
 async def leaks_everywhere(w: Watched, *, raw: bool = False) -> tuple[list[str], str]:

@@ -21,7 +21,7 @@ import trio
 from ..providers.servers import anthropic as an
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import ScriptedServer
-from .conftest import LIMIT, Daemon, ServeProcess, as_daemon, error_of
+from .conftest import LIMIT, Daemon, ServeProcess, as_daemon, error_of, served_once
 from .keyleaks import SLOW, leaks, unpacked
 
 OPENAI_KEY = "sk-proj-N4vB7cX1zL8kJ5hG2fD9sBuiltinOpenaiQ3"
@@ -44,17 +44,13 @@ async def serving_with(cwd: Path, env: dict[str, str],
             (cwd / "config").mkdir()
             (cwd / "config" / "lens.jsonc").write_text(json.dumps(config).replace("{loop}", url))
         serve = ServeProcess(cwd, env={**os.environ, **{k: v.replace("{loop}", url) for k, v in env.items()}})
-        try:
-            daemon_url = await serve.run(nursery)
+        async with served_once(serve) as daemon_url:
             async with httpx2.AsyncClient(base_url=daemon_url, timeout=LIMIT,
                                           limits=httpx2.Limits(max_keepalive_connections=0)) as client:
                 d = as_daemon(cwd, daemon_url, client)
                 token = await d.pair("builtin-client", strong=True, via="cli")
                 yield serve, d, token, server
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
-            nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
 
 
 def default_line(serve: ServeProcess) -> str:

@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from runtime.config import ConfigError, load_config
 from runtime.startcheck import check_startable
 
-from .conftest import run_lens
-from .test_serve_process import ServeProcess
+from .conftest import ServeProcess, run_lens, served_once
 
 FAST = settings(deadline=None, derandomize=True, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 
@@ -286,12 +284,8 @@ async def test_lens_serve_starts_from_a_valid_config_with_unknown_keys_named(tmp
     cfg["providers"][0]["models"][0]["contextWindw"] = 1000  # (misspelt: named with the key meant)
     (tmp_path / "c.jsonc").write_text("\ufeff// edited by hand\n" + json.dumps(cfg, indent=2)[:-1] + ",\n}\n")
     proc = ServeProcess(tmp_path, "--config", "c.jsonc")
-    async with trio.open_nursery() as nursery:
-        try:
-            await proc.run(nursery)
-        finally:
-            proc.kill() if proc.proc is None or not proc.listening.is_set() else None
-        assert await proc.terminate() == 0
+    async with served_once(proc):
+        pass
     note = next(line for line in proc.lines if "ignoring unknown keys" in line)
     assert "providers[0].models[0].futureFlag, " in note and "server.later" in note, note
     assert 'providers[0].models[0].contextWindw (did you mean "contextWindow"?)' in note, note

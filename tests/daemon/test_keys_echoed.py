@@ -23,7 +23,7 @@ import trio
 from events.secrets import marker
 
 from ..providers.servers import openai_responses as orr
-from .conftest import LIMIT, ServeProcess, as_daemon, run_tool, wait_until
+from .conftest import LIMIT, ServeProcess, as_daemon, run_tool, served_once, wait_until
 from .keyleaks import KEYS, PIECE, SLOW, Recorder, leaks, leaks_everywhere, stream_caught_up, watch, watched
 
 KEY_ENV = "LENS_TEST_ECHO_KEY"
@@ -124,47 +124,41 @@ async def test_a_running_daemon_quoting_a_key_in_an_error_a_log_line_or_a_note_d
     recorder = Recorder()
     sse = bytearray()
     serve = ServeProcess(cwd, env=ENV)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            err_log = await wait_for_line(cwd / serve.stderr_name, "clients[0].clientId")
-            pair_file.unlink()  # (no pair file: no clients, and pairing works again)
-            async with httpx2.AsyncClient(base_url=url, timeout=LIMIT,
-                                          limits=httpx2.Limits(max_keepalive_connections=0),
-                                          event_hooks={"response": [recorder.on_response]}) as client:
-                d = as_daemon(cwd, url, client)
-                token = await d.pair("c1", strong=True, via="cli")
-                async with trio.open_nursery() as inner:
-                    inner.start_soon(watch, d, token, sse)
-                    project = await d.project(token, "p")
-                    r = await d.post("/sessions", token, {"projectId": project["id"], "model": "faux/faux-1"})
-                    assert r.status_code == 201, r.text
-                    sid = r.json()["id"]
-                    # A refused call: its message quotes where the path leads.
-                    body = await run_tool(d, token, sid, "r1", "read_file", {"path": "src/link"})
-                    assert body["error_code"] == "PATH_NOT_ALLOWED", body
-                    text = body["content"][0]["text"]
-                    # (the key is replaced before the cut; a marker the cut would split is left out
-                    # whole, so the quote ends with the path's own characters)
-                    assert "read_file: path 'src/link' leads to 'yyy" in text and "[redacted" not in text, text
-                    assert "y', outside the workspace allowlist" in text, text
-                    no_key("the refusal", text)
-                    # A refused field: msgspec's reason quotes its value to 80 characters.
-                    r = await d.post(f"/sessions/{sid}/inputs", token,
-                                     {"requestId": "r2", "content": "hi", "whenBusy": "x" * 70 + KEY})
-                    assert r.status_code in (400, 422), r.text
-                    message = r.json()["error"]["message"]
-                    assert "whenBusy" in message and MARK in message, message
-                    view = await d.view(token, sid)
-                    shown = json.dumps(view)
-                    assert "leads to 'yyy" in shown, view  # (the refused call, as a view shows it)
-                    no_key("the view", shown)
-                    await stream_caught_up(d, sse)
-                    inner.cancel_scope.cancel()
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
-            nursery.cancel_scope.cancel()
+    async with served_once(serve) as url:
+        err_log = await wait_for_line(cwd / serve.stderr_name, "clients[0].clientId")
+        pair_file.unlink()  # (no pair file: no clients, and pairing works again)
+        async with httpx2.AsyncClient(base_url=url, timeout=LIMIT,
+                                      limits=httpx2.Limits(max_keepalive_connections=0),
+                                      event_hooks={"response": [recorder.on_response]}) as client:
+            d = as_daemon(cwd, url, client)
+            token = await d.pair("c1", strong=True, via="cli")
+            async with trio.open_nursery() as inner:
+                inner.start_soon(watch, d, token, sse)
+                project = await d.project(token, "p")
+                r = await d.post("/sessions", token, {"projectId": project["id"], "model": "faux/faux-1"})
+                assert r.status_code == 201, r.text
+                sid = r.json()["id"]
+                # A refused call: its message quotes where the path leads.
+                body = await run_tool(d, token, sid, "r1", "read_file", {"path": "src/link"})
+                assert body["error_code"] == "PATH_NOT_ALLOWED", body
+                text = body["content"][0]["text"]
+                # (the key is replaced before the cut; a marker the cut would split is left out
+                # whole, so the quote ends with the path's own characters)
+                assert "read_file: path 'src/link' leads to 'yyy" in text and "[redacted" not in text, text
+                assert "y', outside the workspace allowlist" in text, text
+                no_key("the refusal", text)
+                # A refused field: msgspec's reason quotes its value to 80 characters.
+                r = await d.post(f"/sessions/{sid}/inputs", token,
+                                 {"requestId": "r2", "content": "hi", "whenBusy": "x" * 70 + KEY})
+                assert r.status_code in (400, 422), r.text
+                message = r.json()["error"]["message"]
+                assert "whenBusy" in message and MARK in message, message
+                view = await d.view(token, sid)
+                shown = json.dumps(view)
+                assert "leads to 'yyy" in shown, view  # (the refused call, as a view shows it)
+                no_key("the view", shown)
+                await stream_caught_up(d, sse)
+                inner.cancel_scope.cancel()
     stdout = "\n".join(serve.lines)
     assert "the default model cannot serve (PROVIDER_DISABLED" in stdout and MARK in stdout, stdout
     err_log = (cwd / serve.stderr_name).read_text(errors="replace")

@@ -26,7 +26,8 @@ from ..providers.servers import anthropic as an
 from ..providers.servers import openai_chat as oc
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import Reply, ScriptedServer
-from .conftest import LIMIT, Daemon, DaemonFactory, ServeProcess, as_daemon, run_lens, run_tool, wait_until
+from .conftest import (LIMIT, Daemon, DaemonFactory, ServeProcess, as_daemon, run_lens, run_tool, served_once,
+                       wait_until)
 from .keyleaks import KEYS, SLOW, Recorder, leaks, leaks_everywhere, loop_config, stream_caught_up, watch, watched
 
 PROVIDERS = [("chat", "OPENAI_API_KEY"), ("resp", "LENS_TEST_RESPONSES_KEY"), ("anth", "ANTHROPIC_API_KEY")]
@@ -162,32 +163,25 @@ async def test_keys_stored_before_escaped_in_json_or_cut_by_a_page_are_not_shown
         monkeypatch.delenv(n, raising=False)
     recorder = Recorder()
     sse_bytes = bytearray()
-    async with trio.open_nursery() as nursery:
-        for phase in (1, 2):
-            if phase == 2:
-                monkeypatch.setenv(name, key)
-                monkeypatch.setenv(slash_name, slashed)
-            serve = ServeProcess(tmp_path, stderr_name=f"serve-{phase}.err")
-            try:
-                daemon_url = await serve.run(nursery)
-                async with httpx2.AsyncClient(base_url=daemon_url, timeout=LIMIT,
-                                              limits=httpx2.Limits(max_keepalive_connections=0),
-                                              event_hooks={"response": [recorder.on_response] if phase == 2 else []}
-                                              ) as client:
-                    d = as_daemon(tmp_path, daemon_url, client)
-                    if phase == 1:
-                        token = await d.pair("old-client", strong=True, via="cli")
-                        project = await d.project(token, "p")
-                        r = await d.post("/sessions", token, {"projectId": project["id"]})
-                        old_sid = r.json()["id"]
-                        await d.submit(token, old_sid, "old-1", f"my key is {key}, keep it")
-                        await d.wait_idle(token, old_sid)
-                    else:
-                        await stored_before_and_after(d, token, project, old_sid, sse_bytes)
-                assert await serve.terminate() == 0
-            finally:
-                serve.kill()
-        nursery.cancel_scope.cancel()
+    for phase in (1, 2):
+        if phase == 2:
+            monkeypatch.setenv(name, key)
+            monkeypatch.setenv(slash_name, slashed)
+        async with served_once(ServeProcess(tmp_path, stderr_name=f"serve-{phase}.err")) as daemon_url:
+            async with httpx2.AsyncClient(base_url=daemon_url, timeout=LIMIT,
+                                          limits=httpx2.Limits(max_keepalive_connections=0),
+                                          event_hooks={"response": [recorder.on_response] if phase == 2 else []}
+                                          ) as client:
+                d = as_daemon(tmp_path, daemon_url, client)
+                if phase == 1:
+                    token = await d.pair("old-client", strong=True, via="cli")
+                    project = await d.project(token, "p")
+                    r = await d.post("/sessions", token, {"projectId": project["id"]})
+                    old_sid = r.json()["id"]
+                    await d.submit(token, old_sid, "old-1", f"my key is {key}, keep it")
+                    await d.wait_idle(token, old_sid)
+                else:
+                    await stored_before_and_after(d, token, project, old_sid, sse_bytes)
 
     decoded = await run_lens(tmp_path, "log", "decode", "--data", "data")
     found = leaks("lens log decode", decoded.stdout + decoded.stderr, [key, slashed])

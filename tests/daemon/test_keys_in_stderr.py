@@ -19,7 +19,7 @@ import trio
 
 from events.secrets import marker
 
-from .conftest import LIMIT, ServeProcess, as_daemon, lens_command, run_tool, wait_until
+from .conftest import LIMIT, ServeProcess, as_daemon, lens_command, run_tool, served_once, wait_until
 from .keyleaks import leaks
 from .test_keys_echoed import KEY, KEY_ENV, MARK, PROVIDERS, write_config
 
@@ -36,26 +36,20 @@ async def test_a_local_executors_lines_reach_the_daemons_stderr_without_the_daem
     (cwd / "workspaces" / "p").mkdir(parents=True)
     data = f"d-{KEY}"
     serve = ServeProcess(cwd, "--data", data, env=ENV)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
-                d = as_daemon(cwd, url, client)
-                token = await d.pair("c1", strong=True, via="cli")
-                project = await d.project(token, "p")
-                state = cwd / data / "executors" / hashlib.sha256(project["id"].encode()).hexdigest()[:16]
-                (state / "commands" / "12345").mkdir(parents=True)
-                sid = (await d.session(token, project["id"]))["id"]
-                body = await run_tool(d, token, sid, "r1", "read_file", {"path": "."})
-                assert body["status"] == "ok", body
+    async with served_once(serve) as url:
+        async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
+            d = as_daemon(cwd, url, client)
+            token = await d.pair("c1", strong=True, via="cli")
+            project = await d.project(token, "p")
+            state = cwd / data / "executors" / hashlib.sha256(project["id"].encode()).hexdigest()[:16]
+            (state / "commands" / "12345").mkdir(parents=True)
+            sid = (await d.session(token, project["id"]))["id"]
+            body = await run_tool(d, token, sid, "r1", "read_file", {"path": "."})
+            assert body["status"] == "ok", body
 
-                async def warned() -> bool:
-                    return "12345: Is a directory" in (cwd / serve.stderr_name).read_text(errors="replace")
-                await wait_until(warned, what="the executor's warning on the daemon's stderr")
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
-            nursery.cancel_scope.cancel()
+            async def warned() -> bool:
+                return "12345: Is a directory" in (cwd / serve.stderr_name).read_text(errors="replace")
+            await wait_until(warned, what="the executor's warning on the daemon's stderr")
     err = (cwd / serve.stderr_name).read_text(errors="replace")
     lines = [x for x in err.splitlines() if "12345: Is a directory" in x]
     assert lines and all(MARK in x for x in lines), err

@@ -18,7 +18,7 @@ from ..providers.servers import anthropic as an
 from ..providers.servers import openai_responses as orr
 from ..providers.servers.base import ScriptedServer
 from ..providers.test_sdk_environment import SDK_ENV, env_values
-from .conftest import LIMIT, ServeProcess, as_daemon
+from .conftest import LIMIT, ServeProcess, as_daemon, served_once
 from .keyleaks import SLOW, leaks
 
 KEY_ENV = "LENS_TEST_SDK_ENV_KEY"
@@ -37,9 +37,7 @@ async def test_a_provider_sends_only_the_key_its_config_names(tmp_path: Path) ->
              "models": [{"id": "m"}]},
             {"id": "anth", "protocol": "anthropic", "baseUrl": url, "maxRetries": 0, "models": [{"id": "m"}]},
         ], "defaultModel": "chat/m"}))
-        serve = ServeProcess(tmp_path, env={**os.environ, **SDK_ENV, KEY_ENV: KEY})
-        try:
-            daemon_url = await serve.run(nursery)
+        async with served_once(ServeProcess(tmp_path, env={**os.environ, **SDK_ENV, KEY_ENV: KEY})) as daemon_url:
             async with httpx2.AsyncClient(base_url=daemon_url, timeout=LIMIT) as client:
                 d = as_daemon(tmp_path, daemon_url, client)
                 token = await d.pair("sdk-env", strong=True, via="cli")
@@ -64,10 +62,7 @@ async def test_a_provider_sends_only_the_key_its_config_names(tmp_path: Path) ->
                     assert [f["code"] for f in failed] == ["BAD_REQUEST"], failed
                     assert "bad request, headers:" in failed[0]["message"]
                     assert leaks(f"{pid} events", json.dumps(events), env_values()) == []
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
-            nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
     for rq in server.requests:
         auth = rq.headers.get("authorization")
         assert auth == (f"Bearer {KEY}" if rq.path.endswith("/chat/completions") else "Bearer lens-no-key"), rq.headers

@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-import trio
 
-from .conftest import run_lens
+from .conftest import ServeProcess, run_lens, served_once
 
 NUL_PAIR = '{"pairFile": "a\\u0000b"}'
 NO_HOME_PAIR = json.dumps({"pairFile": "~nosuchuser-lens-test/p.json"})
@@ -125,17 +124,11 @@ async def test_an_executor_token_past_4096_characters_is_refused_at_start(tmp_pa
 ], ids=["openai-chat", "faux"])
 async def test_a_model_flag_for_a_provider_that_lists_no_models_starts_with_a_note(tmp_path: Path,
                                                                                    provider: dict[str, object]):
-    from .test_serve_process import ServeProcess
-
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "lens.jsonc").write_text(json.dumps({"providers": [provider]}))
     serve = ServeProcess(tmp_path, "--model", "a/anything")
-    async with trio.open_nursery() as nursery:
-        try:
-            await serve.run(nursery)
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
+    async with served_once(serve):
+        pass
     notes = [line for line in serve.lines if "lists no models" in line]
     assert notes == ["lens: note: provider 'a' lists no models, so --model a/anything cannot be checked "
                      "before a session uses it"], serve.lines

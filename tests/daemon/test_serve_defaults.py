@@ -18,7 +18,7 @@ import httpx2
 import pytest
 import trio
 
-from .conftest import SDK_IMPORT_LIMIT, ServeProcess, as_daemon, run_lens
+from .conftest import SDK_IMPORT_LIMIT, ServeProcess, as_daemon, run_lens, served_once
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,33 +47,28 @@ async def test_without_data_or_config_flags_serve_uses_dot_lens_and_config_under
         (tmp_path / "config").mkdir()
         (tmp_path / "config" / "lens.jsonc").write_text(config)
     serve = ServeProcess(tmp_path, default_data=True)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            if config is None:
-                assert any("using built-in defaults" in line for line in serve.lines), serve.lines
-            else:
-                assert "lens: default model demo/a (defaultModel of config/lens.jsonc)" in serve.lines, serve.lines
-            # the log is `.lens/` under the working directory
-            assert (tmp_path / ".lens" / "events.db").is_file()
-            async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
-                d = as_daemon(tmp_path, url, client)
-                # the pair file is config/pair.json under the working directory: what the first
-                # request writes there is what `lens pair approve` (run there) reads, and the
-                # daemon takes the credential it prints
-                token = await d.pair("defaults-client", strong=True, via="cli")
-                assert json.loads((tmp_path / "config" / "pair.json").read_text())["clients"][0]["clientId"] \
-                    == "defaults-client"
-                if config is not None:
-                    assert await _default_model(d, token) == {"effective": "demo/a", "source": "config",
-                                                              "saved": None}
-                project = await d.project(token, "p")
-                sid = (await d.session(token, project["id"]))["id"]
-                await d.submit(token, sid, "r1", "hello")
-                await d.wait_idle(token, sid)
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
+    async with served_once(serve) as url:
+        if config is None:
+            assert any("using built-in defaults" in line for line in serve.lines), serve.lines
+        else:
+            assert "lens: default model demo/a (defaultModel of config/lens.jsonc)" in serve.lines, serve.lines
+        # the log is `.lens/` under the working directory
+        assert (tmp_path / ".lens" / "events.db").is_file()
+        async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
+            d = as_daemon(tmp_path, url, client)
+            # the pair file is config/pair.json under the working directory: what the first
+            # request writes there is what `lens pair approve` (run there) reads, and the
+            # daemon takes the credential it prints
+            token = await d.pair("defaults-client", strong=True, via="cli")
+            assert json.loads((tmp_path / "config" / "pair.json").read_text())["clients"][0]["clientId"] \
+                == "defaults-client"
+            if config is not None:
+                assert await _default_model(d, token) == {"effective": "demo/a", "source": "config",
+                                                          "saved": None}
+            project = await d.project(token, "p")
+            sid = (await d.session(token, project["id"]))["id"]
+            await d.submit(token, sid, "r1", "hello")
+            await d.wait_idle(token, sid)
     assert serve.lines[-1] == "lens: stopped"
     # `lens log` without --data reads the same `.lens/`
     verify = await run_lens(tmp_path, "log", "verify")
@@ -87,20 +82,15 @@ async def test_the_model_flag_wins_over_the_configs_default_model(tmp_path: Path
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "lens.jsonc").write_text(FAUX_CONFIG)
     serve = ServeProcess(tmp_path, "--model", "demo/b")
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            assert "lens: default model demo/b (from --model)" in serve.lines, serve.lines
-            async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
-                d = as_daemon(tmp_path, url, client)
-                token = await d.pair("model-flag", strong=True, via="cli")
-                assert await _default_model(d, token) == {"effective": "demo/b", "source": "cli", "saved": None}
-                project = await d.project(token, "p")
-                sid = (await d.session(token, project["id"]))["id"]
-                assert (await d.view(token, sid))["model"] == "demo/b"
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
+    async with served_once(serve) as url:
+        assert "lens: default model demo/b (from --model)" in serve.lines, serve.lines
+        async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
+            d = as_daemon(tmp_path, url, client)
+            token = await d.pair("model-flag", strong=True, via="cli")
+            assert await _default_model(d, token) == {"effective": "demo/b", "source": "cli", "saved": None}
+            project = await d.project(token, "p")
+            sid = (await d.session(token, project["id"]))["id"]
+            assert (await d.view(token, sid))["model"] == "demo/b"
 
 
 async def test_without_port_serve_binds_127_0_0_1_port_7420(tmp_path: Path):
@@ -127,15 +117,9 @@ async def test_the_config_template_copied_to_config_lens_jsonc_starts_the_daemon
     # `lens serve` takes (every key it shows is one the daemon knows, with a value it accepts).
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "lens.jsonc").write_text((REPO / "config" / "lens.example.jsonc").read_text())
-    serve = ServeProcess(tmp_path)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await serve.run(nursery)
-            async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
-                assert (await client.get("/api/v1/health")).status_code == 200
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
+    async with served_once(ServeProcess(tmp_path)) as url:
+        async with httpx2.AsyncClient(base_url=url, timeout=10) as client:
+            assert (await client.get("/api/v1/health")).status_code == 200
     err = (tmp_path / "serve-0.err").read_text()
     assert "unknown" not in err.lower() and "ignored" not in err.lower(), err
 
@@ -164,9 +148,7 @@ async def test_the_spec_example_config_is_read_as_written_and_flags_take_its_pla
   "defaultModel": "local/qwen3"     // "<provider id>/<model id>"
 }
 """ % url)
-        serve = ServeProcess(tmp_path, default_data=True)
-        try:
-            daemon_url = await serve.run(nursery)
+        async with served_once(ServeProcess(tmp_path, default_data=True)) as daemon_url:
             assert daemon_url.startswith("http://127.0.0.2:"), daemon_url
             async with httpx2.AsyncClient(base_url=daemon_url, timeout=10) as client:
                 d = as_daemon(tmp_path, daemon_url, client)
@@ -180,21 +162,14 @@ async def test_the_spec_example_config_is_read_as_written_and_flags_take_its_pla
                 await d.wait_idle(token, sid, timeout=SDK_IMPORT_LIMIT)
                 events = await d.events(token, sid)
                 assert [e["body"]["text"] for e in events if e["kind"] == "model.responded"] == ["fine"], events
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
         assert (tmp_path / "cfg-data" / "events.db").is_file() and not (tmp_path / ".lens").exists()
         assert server.requests[0].headers.get("authorization") == "Bearer lens-no-key", server.requests[0].headers
 
-        serve = ServeProcess(tmp_path, "--host", "127.0.0.3", "--data", "flag-data", stderr_name="serve-1.err")
-        try:
-            daemon_url = await serve.run(nursery)
+        async with served_once(ServeProcess(tmp_path, "--host", "127.0.0.3", "--data", "flag-data",
+                                            stderr_name="serve-1.err")) as daemon_url:
             assert daemon_url.startswith("http://127.0.0.3:"), daemon_url
             assert (tmp_path / "flag-data" / "events.db").is_file()
-            assert await serve.terminate() == 0
-        finally:
-            serve.kill()
-            nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()  # (the scripted server)
 
 
 @pytest.mark.parametrize("port", ["8_0", " 80", "80 ", "\u0668\u0660", "\uff18\uff10", "0x50", "", "80.0"])

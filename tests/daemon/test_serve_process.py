@@ -25,7 +25,8 @@ from events import types as t
 from events.store import Draft, EventStore
 from tests.procfs import processes
 
-from .conftest import LIMIT, ServeProcess, lens_command, run_lens, serving, stopped_listening, wait_until
+from .conftest import (LIMIT, ServeProcess, lens_command, run_lens, served_once, serving, stopped_listening,
+                       wait_until)
 from .conftest import as_daemon  # noqa: F401  (other modules of the suite import it and ServeProcess from here)
 
 
@@ -127,20 +128,14 @@ async def test_a_second_lens_serve_of_the_same_daemon_is_told_the_data_directory
     # Started twice as it was (same data directory, same port): the data directory is the cause
     # to name, not the port it also cannot have; on another port, the same. A port another
     # program holds is LISTEN_FAILED, without a data directory made (the test above).
-    first = ServeProcess(tmp_path)
-    async with trio.open_nursery() as nursery:
-        try:
-            url = await first.run(nursery)
-            port = url.rsplit(":", 1)[1]
-            for port_arg in (port, "0"):
-                out = await run_lens(tmp_path, "serve", "--port", port_arg, "--data", "data", check=False)
-                assert out.returncode == 2, out.stderr
-                assert out.stderr.splitlines()[-1] == ("lens: STORE_LOCKED: data directory data is in use by another "
-                                                       "Lens process; stop it or choose another --data directory"), \
-                    out.stderr
-            assert await first.terminate() == 0
-        finally:
-            first.kill()
+    async with served_once(ServeProcess(tmp_path)) as url:
+        port = url.rsplit(":", 1)[1]
+        for port_arg in (port, "0"):
+            out = await run_lens(tmp_path, "serve", "--port", port_arg, "--data", "data", check=False)
+            assert out.returncode == 2, out.stderr
+            assert out.stderr.splitlines()[-1] == ("lens: STORE_LOCKED: data directory data is in use by another "
+                                                   "Lens process; stop it or choose another --data directory"), \
+                out.stderr
 
 
 async def test_lens_serve_holds_its_flags_to_the_configs_checks(tmp_path: Path):
@@ -214,13 +209,8 @@ async def test_a_signal_during_start_up_stops_the_daemon_cleanly(tmp_path: Path,
     # the catch-up ended at the end of a chunk, without refolding the rest of the log first
     assert max(projected_positions(tmp_path / "data")) < events
     # what the catch-up committed stays; the next start goes on from there and serves
-    again = ServeProcess(tmp_path)
-    async with trio.open_nursery() as nursery:
-        try:
-            await again.run(nursery)
-            assert await again.terminate() == 0
-        finally:
-            again.kill()
+    async with served_once(ServeProcess(tmp_path)):
+        pass
     assert set(projected_positions(tmp_path / "data")) == {events}
 
 

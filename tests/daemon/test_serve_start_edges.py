@@ -25,7 +25,7 @@ import trio
 
 from tests.procfs import blocked_writing_a_pipe, listening_ports
 
-from .conftest import LIMIT, ServeProcess, lens_command, lock_is_free, run_lens, wait_until
+from .conftest import LIMIT, ServeProcess, lens_command, lock_is_free, run_lens, served_once, wait_until
 
 
 def full_pipe() -> tuple[int, int]:
@@ -188,10 +188,5 @@ async def test_stop_signals_while_the_daemon_starts_leave_nothing_behind(tmp_pat
          "executors and MCP servers killed; the event log still writes what it accepted (exit 143)"] if second else [])
     assert lock_is_free(tmp_path / "data")
     assert (await run_lens(tmp_path, "log", "verify", "--data", "data", check=False)).returncode == 0
-    again = ServeProcess(tmp_path, stderr_name="serve-1.err")
-    async with trio.open_nursery() as nursery:
-        try:
-            await again.run(nursery)  # (not STORE_LOCKED)
-            assert await again.terminate() == 0
-        finally:
-            again.kill()
+    async with served_once(ServeProcess(tmp_path, stderr_name="serve-1.err")):
+        pass  # (it started: not STORE_LOCKED)

@@ -8,9 +8,16 @@ import pytest
 
 from events.secrets import Secrets
 from runtime.daemon import read_home_agents_md, read_workspace_agents_md
-from runtime.prompt import READ_LIMIT_BYTES, Cut, Unusable, build_system_prompt
+from runtime.prompt import READ_LIMIT_BYTES, Cut, ReadText, Unusable, build_system_prompts
 
 from .conftest import running_pool
+
+
+async def full_prompt(read_text: ReadText, ws: Path, home: Path, secrets: Secrets | None = None) -> str:
+    """The prompt an agent that can load a skill is sent (the full form, one string)."""
+    (prompt,) = (await build_system_prompts(read_text, workspace=str(ws), home=str(home),
+                                            secrets=secrets)).for_agent(True)
+    return prompt
 
 
 async def test_workspace_agents_md_is_read_through_the_executor(tmp_path: Path) -> None:
@@ -35,7 +42,7 @@ async def test_workspace_agents_md_is_read_through_the_executor(tmp_path: Path) 
                 return await read_workspace_agents_md(pool, "p")
             return None
 
-        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+        prompt = await full_prompt(read_text, ws, tmp_path / "home")
         assert "Use tabs. ✓" in prompt and "never walked up" not in prompt
 
 
@@ -50,7 +57,7 @@ async def test_a_workspace_agents_md_that_is_a_directory_is_left_out(tmp_path: P
         async def read_text(path: str) -> str | None:
             return await read_workspace_agents_md(pool, "p") if path == str(ws / "AGENTS.md") else None
 
-        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+        prompt = await full_prompt(read_text, ws, tmp_path / "home")
         assert "notes.txt" not in prompt and "# Project context" not in prompt
 
 
@@ -70,14 +77,14 @@ async def test_an_agents_md_with_a_byte_order_mark_and_crlf_endings_reads_as_its
 
         (ws / "AGENTS.md").write_bytes(b"\xef\xbb\xbfWS-RULE one\r\nWS-RULE two\r\n")
         home_md.write_bytes(b"\xef\xbb\xbf")
-        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+        prompt = await full_prompt(read_text, ws, tmp_path / "home")
         assert "## <workspace>/AGENTS.md\nWS-RULE one\nWS-RULE two\n\n# Environment" in prompt, repr(prompt)
         assert "~/.agents/AGENTS.md" not in prompt, repr(prompt)  # (a mark alone: an empty file)
         assert "\ufeff" not in prompt and "\r" not in prompt, repr(prompt)
 
         (ws / "AGENTS.md").write_bytes(b"\xef\xbb\xbf \r\n\r\n")
         home_md.write_bytes(b"\xef\xbb\xbfHOME-RULE one\r\nHOME-RULE two\r\n")
-        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+        prompt = await full_prompt(read_text, ws, tmp_path / "home")
         assert "## ~/.agents/AGENTS.md\nHOME-RULE one\nHOME-RULE two\n\n# Environment" in prompt, repr(prompt)
         assert "<workspace>/AGENTS.md" not in prompt and "\ufeff" not in prompt and "\r" not in prompt, repr(prompt)
 
@@ -134,12 +141,12 @@ async def test_each_reader_stops_at_the_limit_and_says_whether_the_file_goes_on(
         for size in (262_141, 262_143, READ_LIMIT_BYTES):  # read whole, up to the limit itself
             data = (line * 2_700)[:size - 1] + b"z"
             assert await both(data) == [data.decode()] * 2, size
-            (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+            prompt = await full_prompt(read_text, ws, tmp_path / "home")
             assert prompt.count(f"[… truncated: the file has {size} characters;") == 2, (size, prompt[-300:])
         for size in (READ_LIMIT_BYTES + 1, 270_004, 810 * 1024):  # one past it and more: its first 256 KiB
             data = (line * 8_300)[:size]
             assert await both(data) == [Cut(data[:READ_LIMIT_BYTES].decode())] * 2, size
-            (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"))
+            prompt = await full_prompt(read_text, ws, tmp_path / "home")
             assert prompt.count(f"[… truncated: the file has at least {READ_LIMIT_BYTES} characters;") == 2, size
 
         # A key's first character ends a file read whole (65,536 characters, 262,141 bytes): kept,
@@ -147,8 +154,7 @@ async def test_each_reader_stops_at_the_limit_and_says_whether_the_file_goes_on(
         secrets = Secrets({"sk-live-" + "k" * 56: "LENS_K"})
         data = "😀".encode() * 65_535 + b"s"
         assert await both(data) == [data.decode()] * 2
-        (prompt,) = await build_system_prompt(read_text, workspace=str(ws), home=str(tmp_path / "home"),
-                                              secrets=secrets)
+        prompt = await full_prompt(read_text, ws, tmp_path / "home", secrets=secrets)
         assert prompt.count("😀s\n\n") == 2, prompt[-100:]
 
         # A character the limit cuts in two is left out: 2,000 lines end at byte 262,143, then a

@@ -23,7 +23,7 @@ from runtime.actor import Abort, Answer, Configure, Delete, GetState, Submit, Wa
 from runtime.errors import LensError
 from runtime.providers.faux import FauxProvider, FauxToolCall, FauxTurn
 from runtime.supervisor import Supervisor
-from runtime.prompt import SkillMeta, build_system_prompt
+from runtime.prompt import SkillMeta, build_system_prompts
 from tests.idgen import IdGen
 from tools.skills import MAX_SKILL_BYTES, MAX_SKILLS, discover, prompt_skills, skill_tool, workspace_reader
 
@@ -443,8 +443,8 @@ async def test_the_system_prompt_lists_loadable_skills_metadata_only(tmp_path: P
     async with running_pool(tmp_path / "executors", {"proj": ws}) as pool:
         metas = await prompt_skills(pool, "proj")
         assert metas == [("review", "Review a change", "skills/review/SKILL.md")]
-        [text] = await build_system_prompt(lambda path: _none(), workspace=None, home=None,
-                                           skills=[SkillMeta(*m) for m in metas])
+        [text] = (await build_system_prompts(lambda path: _none(), workspace=None, home=None,
+                                             skills=[SkillMeta(*m) for m in metas])).for_agent(True)
         assert "# Skills\n" in text and "- review: Review a change (skills/review/SKILL.md)" in text
         assert "REVIEW-STEPS" not in text and "broken" not in text
         assert await prompt_skills(pool, "no-such-project") == []  # logged, left out

@@ -12,7 +12,6 @@ from runtime.prompt import (
     PromptInputs,
     SkillMeta,
     assemble,
-    build_system_prompt,
     build_system_prompts,
     load_project_files,
     sections,
@@ -50,7 +49,7 @@ async def test_project_context_reads_exactly_the_two_files():
     files = await load_project_files(fs, workspace="/repo", home="/home/u")
     assert fs.asked == ["/home/u/.agents/AGENTS.md", "/repo/AGENTS.md"]
     assert files == [ProjectFile("~/.agents/AGENTS.md", "Prefer tabs."), ProjectFile("<workspace>/AGENTS.md", "Run make test.")]
-    system = await build_system_prompt(fs, workspace="/repo", home="/home/u")
+    system = (await build_system_prompts(fs, workspace="/repo", home="/home/u")).for_agent(True)
     assert len(system) == 1
     assert "Prefer tabs." in system[0] and "Run make test." in system[0] and "never read" not in system[0]
     assert "Current working directory: /repo" in system[0]
@@ -59,23 +58,23 @@ async def test_project_context_reads_exactly_the_two_files():
 
 async def test_missing_files_and_oversized_ones():
     fs = FakeFs({"/repo/AGENTS.md": "x" * (MAX_PROJECT_FILE_CHARS + 10)})
-    system = (await build_system_prompt(fs, workspace="/repo/", home="/home/u", cwd="/repo/src"))[0]
+    system = (await build_system_prompts(fs, workspace="/repo/", home="/home/u", cwd="/repo/src")).for_agent(True)[0]
     assert "~/.agents/AGENTS.md" not in system
     assert "truncated" in system and f"the file has {MAX_PROJECT_FILE_CHARS + 10} characters" in system
     # A text as long as a reader's limit may be the beginning of a longer file: not its size.
     from runtime.prompt import READ_LIMIT_BYTES
 
     capped = FakeFs({"/repo/AGENTS.md": Cut("y" * READ_LIMIT_BYTES)})
-    note = (await build_system_prompt(capped, workspace="/repo/", home=None, cwd="/repo"))[0]
+    note = (await build_system_prompts(capped, workspace="/repo/", home=None, cwd="/repo")).for_agent(True)[0]
     assert f"the file has at least {READ_LIMIT_BYTES} characters" in note
     # (and a file of exactly the limit, read whole, is its size: cut is the reader's word, not a guess)
     whole = FakeFs({"/repo/AGENTS.md": "y" * READ_LIMIT_BYTES})
-    note = (await build_system_prompt(whole, workspace="/repo/", home=None, cwd="/repo"))[0]
+    note = (await build_system_prompts(whole, workspace="/repo/", home=None, cwd="/repo")).for_agent(True)[0]
     assert f"the file has {READ_LIMIT_BYTES} characters; read it for the rest]" in note, note[-200:]
     # A cut file of 4-byte characters fits the 65,536 characters: shown whole, and said to go on
     # (it was shown as if it were the whole file).
     emoji = FakeFs({"/repo/AGENTS.md": Cut("😀" * MAX_PROJECT_FILE_CHARS)})
-    note = (await build_system_prompt(emoji, workspace="/repo/", home=None, cwd="/repo"))[0]
+    note = (await build_system_prompts(emoji, workspace="/repo/", home=None, cwd="/repo")).for_agent(True)[0]
     assert "😀" * MAX_PROJECT_FILE_CHARS + f"\n[… truncated: the file has at least {MAX_PROJECT_FILE_CHARS} " \
            "characters; read it for the rest]\n\n# Environment" in note, note[-200:]
     assert fs.asked == ["/home/u/.agents/AGENTS.md", "/repo/AGENTS.md"]
@@ -97,13 +96,13 @@ async def test_whether_a_file_was_cut_is_judged_on_its_text_as_read_not_as_scrub
     for name, text in (("a key's start at the end", "y" * (READ_LIMIT_BYTES - 20) + key[:20]),
                        ("a key inside", key + "y" * (READ_LIMIT_BYTES - len(key)))):
         fs = FakeFs({"/repo/AGENTS.md": Cut(text)})
-        note = (await build_system_prompt(fs, workspace="/repo", home=None, secrets=secrets))[0]
+        note = (await build_system_prompts(fs, workspace="/repo", home=None, secrets=secrets)).for_agent(True)[0]
         assert f"[… truncated: the file has at least {READ_LIMIT_BYTES} characters;" in note, (name, note[-200:])
         assert key[:8] not in note, (name, note[-200:])
     short = Secrets({"sk-12345": "A_VERY_LONG_VARIABLE_NAME_FOR_ITS_MARKER"})
     whole = "sk-12345 " * ((READ_LIMIT_BYTES - 100) // 9)  # (read whole: shorter than the limit)
     fs = FakeFs({"/repo/AGENTS.md": whole})
-    note = (await build_system_prompt(fs, workspace="/repo", home=None, secrets=short))[0]
+    note = (await build_system_prompts(fs, workspace="/repo", home=None, secrets=short)).for_agent(True)[0]
     # (counted on the text as read, 262,043 characters once stripped: the markers made it 1,514,031)
     assert "[redacted A_VERY_LONG_VARIABLE_NAME_FOR_ITS_MARKER] \n[… truncated: the file has 262043 characters; read it " \
            "for the rest]\n\n# Environment" in note, note[-300:]
@@ -116,7 +115,6 @@ async def test_both_forms_of_the_prompt_come_from_one_reading_and_differ_by_the_
     skills = [SkillMeta("review", "Review a change", "skills/review/SKILL.md")]
     both = await build_system_prompts(fs, workspace="/repo", home=None, skills=skills)
     assert fs.asked == ["/repo/AGENTS.md"]  # (read once for both)
-    assert both.for_agent(True) == await build_system_prompt(fs, workspace="/repo", home=None, skills=skills)
     full = PromptInputs(project_files=[ProjectFile("<workspace>/AGENTS.md", "Run make test.")], skills=skills, cwd="/repo")
     without = dataclasses.replace(full, skills=())
     assert both.for_agent(True) == [assemble(full)] and both.for_agent(False) == [assemble(without)]

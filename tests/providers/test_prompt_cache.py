@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runtime.prompt import PROMPT_REFRESH_SECONDS, PromptCache, build_system_prompt
+from runtime.prompt import PROMPT_REFRESH_SECONDS, PromptCache, build_system_prompts
 
 
 class Files:
@@ -27,7 +27,7 @@ class Files:
         async def read_text(path: str) -> str | None:
             return self.text.get(project_id) if path == "/ws/AGENTS.md" else None
 
-        return await build_system_prompt(read_text, workspace="/ws", home=None)
+        return (await build_system_prompts(read_text, workspace="/ws", home=None)).for_agent(True)
 
 
 async def test_one_build_per_refresh_period_then_edits_show(autojump_clock: trio.testing.MockClock) -> None:
