@@ -5,7 +5,8 @@ A directory another user can change (writable by the group or by others, a stick
 owned by another user) lets that user remove the pair file, rename another of the daemon user's
 pair files over it (an old copy, with credentials revoked since) or take its lock file; every
 write is refused there (``PAIR_FILE_UNWRITABLE``, naming the directory and what is wrong with
-it), before anything is made in it, and the file is left as it was. Reading it goes on (its own
+it; ``CONFIG_INVALID`` through the config-file API, as for the main config), before anything is
+made in it, and the file is left as it was. Reading it goes on (its own
 mode and owner judged, as before). A directory that is not there is made by the first write,
 mode 0700 under any umask, as the data directory is."""
 
@@ -108,3 +109,20 @@ async def test_the_daemon_refuses_pairing_requests_while_the_directory_is_loose(
     r = await d.post("/pair/requests", body={"clientId": "newcomer", "name": ""})
     assert r.status_code == 202, r.text
     assert d.pairs().find("newcomer") is not None
+
+
+async def test_a_pair_file_write_through_the_config_api_is_refused_there_too(daemon_factory: DaemonFactory):
+    d = await daemon_factory()
+    strong = await d.pair("admin", strong=True)
+    text = d.pair_path.read_text()
+    d.pair_path.parent.chmod(0o775)
+    r = await d.put("/config/files/pair.json", strong, {"text": text})
+    assert r.status_code == 400 and error_of(r) == "CONFIG_INVALID", r.text
+    message = r.json()["error"]["message"]
+    assert message.startswith("pair.json: its directory is writable by other users (mode 0775), who could put a "
+                              "pair file of theirs in its place"), message
+    assert "chmod go-w" in message and message.endswith("nothing was changed") and str(d.root) not in message
+    assert d.pair_path.read_text() == text
+    d.pair_path.parent.chmod(0o755)
+    r = await d.put("/config/files/pair.json", strong, {"text": text})
+    assert r.status_code == 200, r.text
