@@ -35,7 +35,7 @@ from .config import (ConfigError, check_config_file_mode, check_size, config_dir
                      unknown_keys)
 from .errors import LensError, shortened
 from .key_hints import unknown_keys_meant
-from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, pair_lock, parse_pair_file
+from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, make_pair_directory, pair_lock, parse_pair_file
 from .startcheck import check_startable
 
 TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
@@ -227,6 +227,11 @@ class ConfigFiles:
             raise ConfigError(f"{name}: the text is larger than {self.max_bytes} bytes")
         self.validate(role, name, text)
         try:
+            if role == "pair" and not os.path.islink(path):  # (a link is refused, as itself, below)
+                # Judged before the lock file is made there, as `lens pair` and pairing requests
+                # judge it (a directory not there is made private first).
+                make_pair_directory(path)
+                self._check_directory(path, name, role)
             lock: AbstractContextManager[Any] = pair_lock(path) if role == "pair" else self._write_lock
             with lock:
                 written = self._replace(path, role, name, raw, expect_digest)
@@ -278,7 +283,7 @@ class ConfigFiles:
                 except ConfigError as exc:
                     raise ConfigError(f"{name}: {exc.message}; nothing was changed") from None
         if role == "main":
-            self._check_directory(path, name)
+            self._check_directory(path, name, role)
         if expect_digest is not msgspec.UNSET:  # (after the checks above: "changed" is for a file it can write)
             current = self._digest(path, name)
             if current != expect_digest:
@@ -292,11 +297,13 @@ class ConfigFiles:
         return {"name": name, "role": role, "written": len(raw), "digest": hashlib.sha256(raw).hexdigest()}
 
     @staticmethod
-    def _check_directory(path: Path, name: str) -> None:
+    def _check_directory(path: Path, name: str, role: str) -> None:
         """:class:`ConfigError` for a main config whose directory (its own, or its link
-        target's) another user can change, which the next start refuses. A daemon that started
-        on its defaults, with no config file, never judged the directory. The message names the
-        file and "its directory", not the directory's path, which the API's answers do not show."""
+        target's) another user can change, which the next start refuses (a daemon that started
+        on its defaults, with no config file, never judged the directory), or for a pair file
+        in such a directory, which pairing requests and ``lens pair`` refuse to write. The
+        message names the file and "its directory", not the directory's path, which the API's
+        answers do not show."""
         problem = config_directory_problem(path)
         if problem is None:
             return
@@ -306,8 +313,9 @@ class ConfigFiles:
                                        f"{why.strerror}); nothing was changed")
         fix = ("give it to the daemon's user (chown)" if why.startswith("owned")
                else "take the group's and others' write permission from it (chmod go-w)")
-        raise ConfigError(f"{name}: its directory is {why}, who could put a config of theirs in its "
-                          f"place, and the next start would refuse it; check what the directory "
+        then = ("a config of theirs in its place, and the next start would refuse it" if role == "main" else
+                "a pair file of theirs in its place, and pairing requests and `lens pair` refuse to write it")
+        raise ConfigError(f"{name}: its directory is {why}, who could put {then}; check what the directory "
                           f"holds, then {fix}; nothing was changed")
 
     def _digest(self, path: Path, name: str) -> str | None:

@@ -12,7 +12,9 @@ stays; the target's lock is taken too, and the write is refused if the link move
 was replaced since it was read), and one to nothing is invalid, never replaced. The daemon re-reads the file when it changes: each credential check and each
 pairing request looks first (one ``stat``), so a revocation counts from the next request; open streams learn of it
 from a watcher that the change itself wakes (inotify), or that looks every 250 ms. A file other users can write, or that another user owns,
-grants nothing (:func:`check_private`).
+grants nothing (:func:`check_private`); a directory holding it that another user can change is
+written in by nothing (:meth:`PairStore._check_directories`), and one that is not there is made
+by the first write, mode 0700.
 """
 
 from __future__ import annotations
@@ -211,6 +213,14 @@ def check_private(st: os.stat_result, path: Path) -> None:
                           f"then {fix}; every credential is refused until it is fixed")
 
 
+def make_pair_directory(path: Path) -> None:
+    """Make the directory of the pair file ``path`` if it is not there, mode 0700, as the data
+    directory is made (the directories above it as the umask has them): the directory check of
+    every write (:meth:`PairStore._check_directories`) then passes under any umask. Raises
+    ``OSError``."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
 @contextmanager
 def pair_lock(path: Path, *, make_directory: bool = True) -> Iterator[None]:
     """Hold the pair file's lock (``<path>.lock``, ``flock``) for a read-modify-write of it.
@@ -218,10 +228,10 @@ def pair_lock(path: Path, *, make_directory: bool = True) -> Iterator[None]:
     Taken by ``lens pair approve|revoke``, by pairing requests and by config-API writes of the
     pair file, in any process: a change made under it is never lost to another's write (a
     store whose file is a link takes its target's lock too: see :meth:`PairStore._locked`).
-    Makes the file's directory if need be (unless ``make_directory`` is false: a link's
-    target's never is); raises ``OSError`` if the lock file cannot be opened."""
+    Makes the file's directory if need be (:func:`make_pair_directory`; unless ``make_directory``
+    is false: a link's target's never is); raises ``OSError`` if the lock file cannot be opened."""
     if make_directory:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_pair_directory(path)
     fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -413,6 +423,11 @@ class PairStore:
         :class:`PairFileUnwritable`, and the file is left as it was."""
         with ExitStack() as stack:
             try:
+                if not os.path.islink(self.path):  # (a link's directories are judged once it is resolved)
+                    # Judged before anything is made in it (the lock file): the first write makes
+                    # the directory, private, and a file's directory others can change is refused.
+                    make_pair_directory(self.path)
+                    self._check_directories()
                 stack.enter_context(pair_lock(self.path))
                 place = self._open_place()
                 stack.callback(os.close, place.dir_fd)
@@ -422,7 +437,7 @@ class PairStore:
                 # Through a link (not one to itself, a loop: its lock is the one held): its target's lock too, which a store configured with the
                 # target takes (never making a directory there), in a directory only this user
                 # can change, as the main config's must be.
-                self._check_target_directory()
+                self._check_directories()
                 try:
                     stack.enter_context(pair_lock(place.target, make_directory=False))
                 except (FileNotFoundError, NotADirectoryError):
@@ -454,9 +469,12 @@ class PairStore:
     def _unwritable(self, exc: OSError) -> PairFileUnwritable:
         return PairFileUnwritable(f"the pair file {self.path} cannot be updated ({why_not_written(exc)})")
 
-    def _check_target_directory(self) -> None:
-        """:class:`PairFileUnwritable` when a directory holding the pair file (its link's, its
-        target's) is one another user can change (:func:`~runtime.config.config_directory_problem`)."""
+    def _check_directories(self) -> None:
+        """:class:`PairFileUnwritable` when a directory holding the pair file (its own; a link's
+        and its target's) is one another user can change
+        (:func:`~runtime.config.config_directory_problem`, the main config's check: a sticky
+        directory, the temporary directory's mode 1777, is refused too). Such a user could remove the file, rename
+        another of the daemon user's pair files (an old copy) over it, or take its lock file."""
         problem = config_directory_problem(self.path)
         if problem is None:
             return
@@ -464,8 +482,9 @@ class PairStore:
         if isinstance(why, OSError):
             raise PairFileUnwritable(f"the pair file {self.path} cannot be updated (its directory {folder} "
                                      f"cannot be checked: {why.strerror}); nothing was written")
+        holds = "it or its link's target" if os.path.islink(self.path) else "it"
         raise PairFileUnwritable(f"the pair file {self.path} cannot be updated: the directory {folder}, which holds "
-                                 f"it or its link's target, is {why}, who could put a pair file of theirs in its "
+                                 f"{holds}, is {why}, who could put a pair file of theirs in its "
                                  f"place; check what it holds, then {the_fix(why, folder, _DAEMON_USER)}; "
                                  f"nothing was written")
 

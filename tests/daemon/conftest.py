@@ -827,3 +827,12 @@ async def stop_daemon(d: Daemon) -> None:
 
 def file_mode(path: Path) -> int:
     return os.stat(path).st_mode & 0o777
+
+
+def write_pair_file(path: Path, *client_ids: str) -> None:
+    """A pair file at ``path`` (mode 0600, its directory made) with a pending record of each of
+    ``client_ids``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clients = ", ".join(f'{{"clientId": "{c}", "status": "pending"}}' for c in client_ids)
+    path.write_text(f'{{"version": 1, "clients": [{clients}]}}')
+    path.chmod(0o600)

@@ -18,7 +18,7 @@ import pytest
 
 from runtime.pairing import PairFileInvalid, PairFileUnwritable, PairStore
 
-from .conftest import DaemonFactory, error_of, run_lens, wait_until
+from .conftest import DaemonFactory, error_of, run_lens, wait_until, write_pair_file
 
 
 def _dangling(pair: Path, root: Path) -> Path:
@@ -114,13 +114,6 @@ async def test_a_link_loop_is_an_invalid_pair_file_to_every_command(tmp_path: Pa
         assert pair.is_symlink()
 
 
-def _pair_file(path: Path, *client_ids: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clients = ", ".join(f'{{"clientId": "{c}", "status": "pending"}}' for c in client_ids)
-    path.write_text(f'{{"version": 1, "clients": [{clients}]}}')
-    path.chmod(0o600)
-
-
 class _MovedAfterRead(PairStore):
     """A store whose link is pointed at ``then`` right after the locked read (as another
     process's ``ln -sfn`` would, between that read and the write)."""
@@ -138,7 +131,7 @@ class _MovedAfterRead(PairStore):
 
 def _moved_store(tmp_path: Path, then: Path) -> tuple[_MovedAfterRead, Path]:
     first = tmp_path / "a" / "pair.json"
-    _pair_file(first, "kept-a")
+    write_pair_file(first, "kept-a")
     pair = tmp_path / "config" / "pair.json"
     pair.parent.mkdir()
     pair.symlink_to(first)
@@ -149,7 +142,7 @@ def _moved_store(tmp_path: Path, then: Path) -> tuple[_MovedAfterRead, Path]:
 
 def test_a_link_moved_to_another_pair_file_between_read_and_write_is_refused(tmp_path: Path):
     other = tmp_path / "b" / "pair.json"
-    _pair_file(other, "kept-b")
+    write_pair_file(other, "kept-b")
     store, first = _moved_store(tmp_path, other)
     before = first.read_bytes(), other.read_bytes()
     with pytest.raises(PairFileUnwritable, match="changed while it was being updated"):
@@ -176,7 +169,7 @@ def test_a_link_left_dangling_between_read_and_write_makes_no_directory(tmp_path
 
 def test_a_target_replaced_between_read_and_write_is_refused(tmp_path: Path):
     first = tmp_path / "a" / "pair.json"
-    _pair_file(first, "kept-a")
+    write_pair_file(first, "kept-a")
     pair = tmp_path / "config" / "pair.json"
     pair.parent.mkdir()
     pair.symlink_to(first)
@@ -188,7 +181,7 @@ def test_a_target_replaced_between_read_and_write_is_refused(tmp_path: Path):
             read = super()._read(*args, **kwargs)
             if self.armed:
                 self.armed = False
-                _pair_file(first.with_name("new.json"), "swapped-in")
+                write_pair_file(first.with_name("new.json"), "swapped-in")
                 os.replace(first.with_name("new.json"), first)
             return read
 
@@ -201,7 +194,7 @@ def test_a_target_replaced_between_read_and_write_is_refused(tmp_path: Path):
 
 def test_a_link_and_its_target_configured_in_two_stores_share_one_lock(tmp_path: Path):
     target = tmp_path / "volume" / "pair.json"
-    _pair_file(target, "c0")
+    write_pair_file(target, "c0")
     pair = tmp_path / "config" / "pair.json"
     pair.parent.mkdir()
     pair.symlink_to(target)
@@ -259,7 +252,7 @@ def test_a_chain_of_links_to_nothing_names_the_last_target(tmp_path: Path):
 
 def test_writes_through_a_relative_link_and_a_chain_land_in_the_last_target(tmp_path: Path):
     target = tmp_path / "volume" / "pair.json"
-    _pair_file(target, "c0")
+    write_pair_file(target, "c0")
     target.chmod(0o644)
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "middle").symlink_to("../volume/pair.json")
@@ -286,7 +279,7 @@ async def test_a_link_to_a_directory_is_an_invalid_pair_file_and_left_alone(tmp_
 
 def test_a_link_target_in_a_directory_others_can_write_is_not_written(tmp_path: Path):
     target = tmp_path / "shared" / "pair.json"
-    _pair_file(target, "c0")
+    write_pair_file(target, "c0")
     target.parent.chmod(0o777)
     pair = tmp_path / "config" / "pair.json"
     pair.parent.mkdir()
