@@ -100,6 +100,9 @@ class ExecutorServicer:
         an executor built before it answers UNIMPLEMENTED (Core then cancels the stream, as before).
         The answer comes once the command's run is over (`ended`, with the exit its stream sent),
         or, past the call's deadline less a moment, without it.
+        With no command by that id, `run_id` may name an editing Call (edit_file, patch_file,
+        restore) by its `call_id`: one that has not yet looked whether its caller waits writes
+        nothing (`ended` at once); one that may be writing is answered once it has returned.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

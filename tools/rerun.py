@@ -38,6 +38,8 @@ class Respawning(ExecutorAccess, Protocol):
 
     async def respawned(self, ex: Any) -> Any: ...
 
+    async def call_ended(self, ex: Any, call_id: str) -> None: ...
+
 
 # What asking for a project's executor, or calling it, may fail with: the pool's and the client's
 # typed errors (EXECUTOR_UNAVAILABLE, EXECUTOR_TIMEOUT, PROJECT_NOT_FOUND, a tool's own code...)

@@ -26,6 +26,7 @@ from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
 from .command_output import CommandEnd, StreamJoin, drain, drain_rest
+from .executor import EDITING_CALLS
 from .executor.commands import DEFAULT_TIMEOUT_MS  # (the executor's default timeout_ms)
 from .rerun import EXECUTOR_FAILURES, Reached, Respawning, executor_failures, once_more_if_died
 from .slot_resend import resend_while_slots_full
@@ -241,7 +242,27 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         if isinstance(args.get("path"), str):
             await check_where_it_leads(ctx, ex.client, tool, "path", args["path"])
         with executor_failures("EXECUTOR_ERROR"):
-            return await ex.client.call(tool, args, call_id=f"{ctx.session_id}:{ctx.call_id}")
+            call_id = f"{ctx.session_id}:{ctx.call_id}"
+            if tool not in EDITING_CALLS:
+                return await ex.client.call(tool, args, call_id=call_id)
+            return await writing(ex, tool, args, call_id)
+
+    async def writing(ex: Any, tool: str, args: dict[str, Any], call_id: str) -> Any:
+        """An editing call, run under the domain's write lock, which its caller holds until the
+        call has ended on the executor: a caller cancelled (an abort) or past the call's deadline
+        waits, shielded and bounded, for the executor to say so (``pool.call_ended``), so that
+        the domain's next write never runs beside one still writing."""
+        try:
+            return await ex.client.call(tool, args, call_id=call_id)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await pool.call_ended(ex, call_id)
+            raise
+        except EXECUTOR_FAILURES as exc:
+            if getattr(exc, "code", None) == "EXECUTOR_TIMEOUT":  # (past its deadline: the same)
+                with trio.CancelScope(shield=True):
+                    await pool.call_ended(ex, call_id)
+            raise
 
     async def store(data: bytes) -> str:
         """``data`` put in the artifact store, off the event loop (it writes and fsyncs a file).
@@ -377,9 +398,9 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                 except ArtifactError as exc:
                     raise ToolError(exc.code, exc.message) from None
                 try:
-                    await ex.client.call("restore", {
+                    await writing(ex, "restore", {
                         "path": where, "content_hex": before.hex() if before is not None else None,
-                        "expect_sha256": e.after_sha256}, call_id=f"{ctx.session_id}:{ctx.call_id}:{len(restored)}")
+                        "expect_sha256": e.after_sha256}, f"{ctx.session_id}:{ctx.call_id}:{len(restored)}")
                 except EXECUTOR_FAILURES as exc:
                     message = str(getattr(exc, "message", exc))
                     if message.startswith(f"{where}:"):  # (the executor's own messages name it)

@@ -156,14 +156,16 @@ async def client(executor: ExecutorProcess) -> AsyncIterator[ExecutorClient]:
 async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
                        remote: RemoteExecutor | None = None, shared: bool = False,
                        hidden_env: tuple[str, ...] | frozenset[str] = (),
-                       idle_stop_s: float | None = None) -> AsyncIterator[ExecutorPool]:
+                       idle_stop_s: float | None = None,
+                       call_end_wait_s: float | None = None) -> AsyncIterator[ExecutorPool]:
     """The real pool in its own nursery; its children are stopped when the block ends."""
 
     async def workspace_of(project_id: str) -> Path | None:
         return workspaces.get(project_id)
 
     pool = ExecutorPool(state_root, workspace_of, remote, local_shared_filesystem=shared, hidden_env=hidden_env,
-                        **({} if idle_stop_s is None else {"idle_stop_s": idle_stop_s}))
+                        **({} if idle_stop_s is None else {"idle_stop_s": idle_stop_s}),
+                        **({} if call_end_wait_s is None else {"call_end_wait_s": call_end_wait_s}))
     async with started(pool.run):
         yield pool
 

@@ -25,6 +25,7 @@ from runtime.executors import ExecutorPool, KilledWhileStarting, RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError
+from tests import procfs
 from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
@@ -200,8 +201,11 @@ async def test_a_call_of_a_session_aborted_before_its_executor_died_is_not_run_a
         sid = await sup.create_session("proj")
         await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
         await wait_path(held, timeout=30)
+        pid = int(held.read_text())
         assert (await sup.call(sid, Abort()))["aborted"] is True
-        os.kill(int(held.read_text()), signal.SIGKILL)  # the held edit's child dies after the abort
+        # The held edit's child dies after the abort: the pool kills it, as it did not say the
+        # given-up call ended (test_write_lock_until_call_ended).
+        assert not procfs.alive(pid)
         await sup.call(sid, WaitIdle())
         events = await events_of(store, sid)
     assert (ws / "f.txt").read_text() == "a\n"

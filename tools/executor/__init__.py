@@ -1,6 +1,9 @@
 """The executor process: a gRPC server (proto/executor.proto) in front of one workspace."""
 
 PROTOCOL_VERSION = 8
+# The calls that write (one at a time under Core's execution-domain lock); ``Stop`` names one by
+# its call id, and answers once it has ended.
+EDITING_CALLS = frozenset({"edit_file", "patch_file", "restore"})
 
 
 # grpc refuses a call whose headers pass 8 KiB (by chance up to 16 KiB, then always): a token of at

@@ -37,6 +37,7 @@ class StopLatch:
         self._lock = threading.Lock()
         self._read, self._write = os.pipe()
         self._set = False
+        self._claimed = False
         self._closed = False
         self._over = threading.Event()
         self._exit: Any = None
@@ -50,6 +51,21 @@ class StopLatch:
 
     def is_set(self) -> bool:
         return self._set
+
+    def claim(self) -> bool:
+        """An editing call's last look before it writes: False when a ``Stop`` came first (the
+        call writes nothing); else the call may write, and a ``Stop`` coming later waits for
+        its end (:attr:`claimed`)."""
+        with self._lock:
+            if self._set:
+                return False
+            self._claimed = True
+            return True
+
+    @property
+    def claimed(self) -> bool:
+        with self._lock:
+            return self._claimed
 
     def fileno(self) -> int:
         return self._read
@@ -82,9 +98,13 @@ class StopLatch:
 
 
 class RunRegistry:
-    def __init__(self) -> None:
+    """``max_chars``: the longest id taken (None: any; an editing call's id is Core's
+    ``session:call``, not bounded by this protocol)."""
+
+    def __init__(self, max_chars: int | None = MAX_RUN_ID_CHARS) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, StopLatch] = {}
+        self._max_chars = max_chars
 
     @contextmanager
     def running(self, run_id: str) -> Iterator[StopLatch | None]:
@@ -93,8 +113,8 @@ class RunRegistry:
         if not run_id:
             yield None
             return
-        if len(run_id) > MAX_RUN_ID_CHARS:
-            raise RunIdRefused("INVALID_ARGUMENT", f"run_id must be at most {MAX_RUN_ID_CHARS} characters; "
+        if self._max_chars is not None and len(run_id) > self._max_chars:
+            raise RunIdRefused("INVALID_ARGUMENT", f"run_id must be at most {self._max_chars} characters; "
                                                    f"it has {len(run_id)}")
         latch = StopLatch()
         with self._lock:

@@ -8,6 +8,7 @@ constant time) and ``lens-protocol: 8``. Tool calls are delegated to the workspa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -32,7 +33,7 @@ from tools.files.errors import FileToolError, from_os_error
 from tools.files.ignore_cache import IgnoreCache
 from tools.files.workspace import Workspace
 
-from . import PROTOCOL_VERSION, split_host_port, token_fault
+from . import EDITING_CALLS, PROTOCOL_VERSION, split_host_port, token_fault
 from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, KILL_GRACE_S, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk,
                        CommandNotStarted, Exit, run_command)
 from .groups import GroupRegistry
@@ -72,8 +73,8 @@ TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 # answered), or ``call:<tool>`` (a Call of that tool received, not yet run: a read, say). The first
 # editing call (or start, Hello, Call) to reach that point removes the file, writes ``<file>.held``
 # (this process's pid, whole) and blocks there until the process is killed: tests kill an executor at an
-# exact point of a call or of its start. An executor started later over the same setting finds no
-# file and holds nothing.
+# exact point of a call or of its start, or let it go on by writing ``<file>.release``. An
+# executor started later over the same setting finds no file and holds nothing.
 TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
 EXECUTOR_VERSION = "0.1.0"
 # The longest ``Stop`` waits for the command's run to end before it answers without the end: the
@@ -84,8 +85,8 @@ STOP_ANSWER_ROOM_S = 0.2
 
 
 def hold_at(hold: Path | None, point: str) -> None:
-    """Block here for good when the test-only hold file ``hold`` names ``point`` (see
-    TEST_HOLD_ENV; ``hold`` is None unless test hooks are on)."""
+    """Block here (until killed, or ``<hold>.release`` is written) when the test-only hold file
+    ``hold`` names ``point`` (see TEST_HOLD_ENV; ``hold`` is None unless test hooks are on)."""
     if hold is None:
         return
     try:
@@ -98,8 +99,9 @@ def hold_at(hold: Path | None, point: str) -> None:
     # empty file.
     Path(f"{hold}.held.part").write_text(str(os.getpid()))
     os.replace(f"{hold}.held.part", f"{hold}.held")
-    while True:
-        time.sleep(1)
+    released = Path(f"{hold}.release")  # (a test that lets the call go on writes it)
+    while not released.exists():
+        time.sleep(0.02)
 
 
 class CannotListen(Exception):
@@ -216,6 +218,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         self._call = threading.local()  # the grpc context of the call this handler thread serves
         self._runs = threading.BoundedSemaphore(MAX_RUNNING_COMMANDS)
         self.running = RunRegistry()  # the commands a Stop can name (CommandRequest.run_id)
+        # The editing calls a Stop can name too, by their call id: Core, whose caller of one gave
+        # up, asks when it has ended, and keeps the domain's write lock until then.
+        self.calls = RunRegistry(max_chars=None)
         workspace.still_wanted = self._caller_waits
         self.test_hooks = test_hooks
         self.send_stall_s = send_stall_s
@@ -234,15 +239,25 @@ class ExecutorService(pb_grpc.ExecutorServicer):
 
     def _caller_waits(self) -> bool:
         context = getattr(self._call, "context", None)
-        return context is None or context.is_active()
+        if context is None:
+            return True
+        latch = getattr(self._call, "latch", None)  # (an editing call's: a Stop may name it)
+        return context.is_active() and (latch is None or latch.claim())
 
     def Call(self, request: pb.ToolRequest, context: grpc.ServicerContext) -> pb.ToolReply:
         self._hold(f"call:{request.tool}")
         self._call.context = context
         try:
-            return self._call_tool(request, context)
+            with contextlib.ExitStack() as registered:  # (left: over, a Stop waiting for it answers)
+                if request.tool in EDITING_CALLS and request.call_id:
+                    try:
+                        self._call.latch = registered.enter_context(self.calls.running(request.call_id))
+                    except RunIdRefused:  # (the same id running already: a Stop waits for that one)
+                        pass
+                return self._call_tool(request, context)
         finally:
             self._call.context = None
+            self._call.latch = None
 
     def _call_tool(self, request: pb.ToolRequest, context: grpc.ServicerContext) -> pb.ToolReply:
         try:
@@ -393,6 +408,13 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         # the command ended with no race against the command's own end. The wait ends before the
         # caller's deadline (so the answer still reaches it) and when the caller goes away.
         latch = self.running.stop(request.run_id)
+        if latch is None:
+            # An editing call's id (Core's, whose caller gave up): one that has not looked yet
+            # whether its caller waits writes nothing now (its look finds the stop), so the answer
+            # is its end at once; one that looked and may be writing is waited for as a command.
+            latch = self.calls.stop(request.run_id)
+            if latch is not None and not latch.claimed:
+                return pb.StopReply(found=True, ended=True)
         if latch is None:
             return pb.StopReply(found=False)
         remaining = context.time_remaining()

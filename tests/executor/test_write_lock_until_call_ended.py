@@ -1,0 +1,121 @@
+"""A write whose caller gave up (an abort, a deadline) keeps its domain's write lock until the
+executor's call has ended: the executor's ``Stop`` by the call's id says when; an executor that
+does not say so within the pool's bound is killed before the lock is let go.
+
+The executor is held at an exact point of an ``edit_file`` call (its journal record written, the
+file not yet) by its test-only hold (``TEST_HOLD_ENV``), and let go on (``<hold>.release``) or
+never. Everything is real: the pool, executor processes over gRPC, the workspace tools.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests import procfs
+from tests.executor_hold import held_at
+from tools.artifacts import ArtifactStore
+from tools.base import ToolContext
+from tools.executor.runs import StopLatch
+from tools.workspace_tools import workspace_tools
+
+from .conftest import running_pool, until, wait_path
+
+
+def ctx(call_id: str) -> ToolContext:
+    return ToolContext("p", "ses_w", "main", None, call_id, True)
+
+
+async def give_up_then_write(pool: Any, tmp_path: Path, held: Path, old: str,
+                             while_waiting: Any) -> tuple[dict[str, Any], int]:
+    """Rewrite f.txt ("a") to "b" (held by the executor), give that call up, then edit ``old``
+    into "c" at once; ``while_waiting(lock)`` runs while the second write waits for the lock.
+    Returns the results and the held executor's pid."""
+    edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+    results: dict[str, Any] = {}
+    cancel = trio.CancelScope()
+
+    async def first() -> None:
+        with cancel:
+            await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"}, ctx("c1"))
+        results["first"] = cancel.cancelled_caught
+
+    async def second() -> None:
+        results["second"] = await edit.run({"path": "f.txt", "mode": "edit",
+                                            "edits": [{"old_string": old, "new_string": "c"}]}, ctx("c2"))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first)
+            await wait_path(held, timeout=20)
+            pid = int(held.read_text())
+            lock = (await pool.get("p")).lock
+            cancel.cancel()
+            nursery.start_soon(second)
+            # (either the second write waits for the lock, or, were it let go, it has run)
+            await until(lambda: lock._writers_waiting or "second" in results)
+            assert "second" not in results  # the given-up write still holds the lock
+            await while_waiting(lock)
+    assert results["first"] is True
+    return results, pid
+
+
+async def test_a_given_up_write_holds_the_lock_until_the_executor_ended_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("a\n")
+
+    async def release(lock: Any) -> None:
+        assert (ws / "f.txt").read_text() == "a\n"  # the held call has not written yet
+        Path(f"{tmp_path / 'hold'}.release").write_text("")
+
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        results, pid = await give_up_then_write(pool, tmp_path, held, "b", release)
+        ex = await pool.get("p")
+        assert ex.process is not None and ex.process.pid == pid  # (the executor answered: kept)
+    # The second write began once the first had written "b": it edited that (before the fix it
+    # ran beside the held call, found "a", and failed NO_MATCH).
+    second = results["second"]
+    assert not second.is_error, second.content
+    assert (ws / "f.txt").read_text() == "c\n"
+
+
+async def test_an_executor_that_does_not_end_a_given_up_write_is_killed_before_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("a\n")
+
+    async def nothing(lock: Any) -> None:
+        pass
+
+    async with running_pool(tmp_path / "executors", {"p": ws}, call_end_wait_s=0.5) as pool:
+        start = trio.current_time()
+        results, pid = await give_up_then_write(pool, tmp_path, held, "a", nothing)
+        assert trio.current_time() - start < 15  # (not held for good: the bound, then the kill)
+        ex = await pool.get("p")
+        assert ex.process is not None and ex.process.pid != pid  # the second ran on a new child
+    assert not procfs.alive(pid)
+    second = results["second"]
+    assert not second.is_error, second.content
+    assert (ws / "f.txt").read_text() == "c\n"  # (the killed child never wrote its "b")
+
+
+def test_a_stop_before_the_calls_look_leaves_it_nothing_to_write() -> None:
+    # The executor's side of the answer: a Stop that came before the call's look (whether its
+    # caller waits) makes that look fail, and is answered at once; one after it waits for the end.
+    early = StopLatch()
+    early.set()
+    assert early.claim() is False and not early.claimed
+    late = StopLatch()
+    assert late.claim() is True
+    late.set()
+    assert late.claimed
+    for latch in (early, late):
+        latch.close()
