@@ -296,6 +296,11 @@ def _drop_oldest_revoked(data: PairFile) -> None:
 _DAEMON_USER = "the daemon's user"
 
 
+def _not_asked(client_id: str) -> ClientNotFound:
+    return ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST "
+                          f"/api/v1/pair/requests first")
+
+
 class _Changed(Exception):
     """The pair file's name no longer leads to the file read (its link moved, the file was
     replaced) when its new bytes were ready."""
@@ -610,12 +615,14 @@ class PairStore:
         """Issue a credential for ``client_id`` (replacing any earlier one); returns it, once."""
         validate_client_id(client_id)
         if not os.path.lexists(self.path):  # no client asked yet: nothing to lock, nor a directory to make
-            raise ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST /api/v1/pair/requests first")
+            raise _not_asked(client_id)
+        if self._read_records(client_id) == []:  # (no write needed to say so, wherever the file is)
+            raise _not_asked(client_id)
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._locked() as data:
             rec = next((c for c in data.clients if c.client_id == client_id), None)
             if rec is None:
-                raise ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST /api/v1/pair/requests first")
+                raise _not_asked(client_id)
             rec.status = "approved"
             rec.trust = "strong" if strong else "read"
             rec.credential_hash = credential_hash(client_id, rec.trust, token)
@@ -630,6 +637,14 @@ class PairStore:
         validate_client_id(client_id)
         if not os.path.lexists(self.path):  # (a link to nothing is there: reading it says what is wrong)
             raise ClientNotFound(f"no client {client_id!r} in {self.path}")
+        # The answers that change nothing come from a read, before the lock and the directory
+        # check of a write: in a directory others can change, a client revoked already is left as
+        # it was and an unknown one is not found, as anywhere else.
+        found = self._read_records(client_id)
+        if found == []:
+            raise ClientNotFound(f"no client {client_id!r} in {self.path}")
+        if found is not None and all(rec.status == "revoked" for rec in found):
+            return False
         with self._locked() as data:
             records = [c for c in data.clients if c.client_id == client_id]
             if not records:
@@ -641,6 +656,12 @@ class PairStore:
                 rec.credential_hash = None
                 rec.revoked_at = _now_ms()
         return True
+
+    def _read_records(self, client_id: str) -> list[ClientRecord] | None:
+        """The records of ``client_id`` in the file as read now (re-read if it changed), or
+        ``None`` when it cannot be read (the write that follows says why)."""
+        self.reload()
+        return [c for c in self._data.clients if c.client_id == client_id] if self.valid else None
 
     def clients(self) -> list[ClientRecord]:
         return list(self._data.clients)

@@ -149,6 +149,20 @@ def test_a_lock_file_that_is_a_link_is_never_followed(tmp_path: Path):
     assert PairStore(pair).approve("c0", strong=True).startswith("lens_")
 
 
+async def test_lens_pair_revoke_that_changes_nothing_is_answered_in_a_loose_directory(tmp_path: Path):
+    pair = tmp_path / "config" / "pair.json"
+    write_pair_file(pair, "c0")
+    pair.write_text('{"version": 1, "clients": [{"clientId": "c0", "status": "revoked", "revokedAt": 5}]}')
+    pair.parent.chmod(0o775)
+    before = pair.read_bytes()
+    out = await run_lens(tmp_path, "pair", "revoke", "--client", "c0")
+    assert out.stdout == "client c0 is revoked already; nothing was changed\n", out
+    for command in (["revoke", "--client", "nobody"], ["approve", "--client", "nobody"]):
+        out = await run_lens(tmp_path, "pair", *command, check=False)
+        assert out.returncode == 2 and out.stderr.startswith("lens: CLIENT_NOT_FOUND: "), (command, out)
+    assert pair.read_bytes() == before and sorted(os.listdir(pair.parent)) == ["pair.json"]
+
+
 async def test_lens_pair_names_the_directory_and_exits_2(tmp_path: Path):
     pair = tmp_path / "config" / "pair.json"
     write_pair_file(pair, "c0")
