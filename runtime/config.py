@@ -610,26 +610,47 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
     (or a directory holding one) in the config's place. Readable by others is not refused (see
     the note about credentials it holds)."""
     check_private_config_file(path, st)
-    problem = config_directory_problem(path)
-    if problem is not None:
-        folder, why = problem
+    problem = place_problem(config_directories(path))
+    if problem is None:
+        return
+    folder, why, below = problem
+    if below is None:
         if isinstance(why, OSError):
             raise ConfigError(f"cannot check the config directory {folder}: {why.strerror}")
         raise ConfigError(f"the config directory {folder} is {why}, who could put a config of theirs in "
                           f"place of {path.name} (and send the providers' keys to a server of theirs); "
                           f"check what it holds, then {the_fix(why, folder, _DAEMON_USER)}, "
                           f"or move the config to a directory of the daemon's user alone")
-    for folder in config_directories(path):
+    if isinstance(why, OSError):
+        raise ConfigError(f"cannot check the directories above the config directory {below}: {why.strerror}")
+    raise ConfigError(f"the directory {folder} above the config directory {below} is {why}, who "
+                      f"could put a directory of theirs, and a config in it, in place of {below}; "
+                      f"check what it holds, then {swap_fix(why, folder)}, or move the config "
+                      f"to a directory of the daemon's user alone")
+
+
+def place_problem(folders: list[Path], *, missing_ok: bool = False
+                  ) -> tuple[Path, str | OSError, Path | None] | None:
+    """The first of ``folders`` (the directories holding a file: the config's, the pair file's)
+    that a user other than the daemon's (or root) can change (:func:`directory_problem`), then
+    the first directory above one of them, up to ``/``, that such a user can swap
+    (:func:`~runtime.trust.loose_directory_above`: a sticky one of root's or this user's
+    passes), as ``(directory, why, None)`` or ``(directory, why, folder)`` for one above
+    ``folder``; ``why`` is in words, or the :class:`OSError` that kept it from being checked.
+    ``None`` when there is none. ``missing_ok``: a folder not there yet is not judged itself
+    (the directories above it are), for a writer that makes it private. The one rule of the
+    main config's start (:func:`check_private_config`) and of every pair file write."""
+    problem = directory_problem(folders, missing_ok=missing_ok)
+    if problem is not None:
+        return problem[0], problem[1], None
+    for folder in folders:
         try:
             above = loose_directory_above(folder)
         except OSError as exc:
-            raise ConfigError(f"cannot check the directories above the config directory {folder}: "
-                              f"{exc.strerror}") from None
+            return folder, exc, folder
         if above is not None:
-            raise ConfigError(f"the directory {above[0]} above the config directory {folder} is {above[1]}, who "
-                              f"could put a directory of theirs, and a config in it, in place of {folder}; "
-                              f"check what it holds, then {swap_fix(above[1], above[0])}, or move the config "
-                              f"to a directory of the daemon's user alone")
+            return above[0], above[1], folder
+    return None
 
 
 def config_directories(path: Path) -> list[Path]:
@@ -644,9 +665,20 @@ def config_directory_problem(path: Path) -> tuple[Path, str | OSError] | None:
     :class:`OSError` that kept it from being checked; ``None`` when neither can be changed. The
     start (:func:`check_private_config`) and a write through the config-file API each word
     their own message from it."""
-    for folder in config_directories(path):
+    return directory_problem(config_directories(path))
+
+
+def directory_problem(folders: list[Path], *, missing_ok: bool = False) -> tuple[Path, str | OSError] | None:
+    """The first of ``folders`` that a user other than the daemon's (or root) can change, with
+    why (:func:`~runtime.atomicfile.others_can_change`) or the :class:`OSError` that kept it
+    from being checked; ``missing_ok``: one not there is passed over."""
+    for folder in folders:
         try:
             why = others_can_change(os.stat(folder))
+        except FileNotFoundError as exc:
+            if missing_ok:
+                continue
+            return folder, exc
         except OSError as exc:
             return folder, exc
         if why is not None:

@@ -22,20 +22,21 @@ import stat
 import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
 from events.secrets import Secrets
 
 from . import jsonc
-from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, read_regular_file, replace_atomically,
-                         why_not_written)
+from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, others_can_change, read_regular_file,
+                         replace_atomically, why_not_written)
 from .config import (ConfigError, check_config_file_mode, check_size, config_directory_problem, parse_config,
                      unknown_keys)
 from .errors import LensError, shortened
 from .key_hints import unknown_keys_meant
-from .pairing import MAX_PAIR_FILE_BYTES, PairFileInvalid, make_pair_directory, pair_lock, parse_pair_file
+from .pairing import (MAX_PAIR_FILE_BYTES, PairFileInvalid, make_pair_directory, pair_lock, pair_place_problem,
+                      parse_pair_file)
 from .startcheck import check_startable
 
 TEMPLATE_SUFFIXES = (".example.json", ".example.jsonc", ".template.json", ".template.jsonc")
@@ -227,12 +228,16 @@ class ConfigFiles:
             raise ConfigError(f"{name}: the text is larger than {self.max_bytes} bytes")
         self.validate(role, name, text)
         try:
-            if role == "pair" and not os.path.islink(path):  # (a link is refused, as itself, below)
-                # Judged before the lock file is made there, as `lens pair` and pairing requests
-                # judge it (a directory not there is made private first).
-                make_pair_directory(path)
+            lock: AbstractContextManager[Any] = self._write_lock
+            if role == "pair":
+                # Judged before the lock file is made there, a link's directory too (a link is
+                # refused, as itself, below), as `lens pair` and pairing requests judge it; a
+                # directory not there is made private first, and the one the lock file is
+                # opened in is judged once opened.
                 self._check_directory(path, name, role)
-            lock: AbstractContextManager[Any] = pair_lock(path) if role == "pair" else self._write_lock
+                if not os.path.islink(path):
+                    make_pair_directory(path)
+                lock = pair_lock(path, judge=lambda st: self._judge_opened(st, name))
             with lock:
                 written = self._replace(path, role, name, raw, expect_digest)
         except OSError as exc:  # (the pair file's lock could not be opened)
@@ -304,13 +309,34 @@ class ConfigFiles:
         in such a directory, which pairing requests and ``lens pair`` refuse to write. The
         message names the file and "its directory", not the directory's path, which the API's
         answers do not show."""
-        problem = config_directory_problem(path)
+        problem = config_directory_problem(path) if role == "main" else pair_place_problem(path)
         if problem is None:
             return
         why = problem[1]
+        above = len(problem) > 2 and problem[2] is not None
         if isinstance(why, OSError):
-            raise ConfigFileUnwritable(f"{name} cannot be written (its directory cannot be checked: "
+            which = "the directories above its directory" if above else "its directory"
+            raise ConfigFileUnwritable(f"{name} cannot be written ({which} cannot be checked: "
                                        f"{why.strerror}); nothing was changed")
+        if above:  # (the pair file's: a main config's start judges those above, its write does not)
+            fix = ("give it to root or the daemon's user (chown)" if why.startswith("owned")
+                   else "take the group's and others' write permission from it (chmod go-w), or make it sticky "
+                        "(chmod +t)")
+            raise ConfigError(f"{name}: a directory above its directory is {why}, who could put a directory of "
+                              f"theirs, and a pair file in it, in its place, and pairing requests and `lens pair` "
+                              f"refuse to write it; check what that directory holds, then {fix}; nothing was changed")
+        ConfigFiles._refuse_directory(name, role, why)
+
+    @staticmethod
+    def _judge_opened(st: os.stat_result, name: str) -> None:
+        """The pair file's directory as opened for its lock file (``st``: its ``fstat``), judged as
+        :meth:`_check_directory` judges it by name: the directory judged is the one written in."""
+        why = others_can_change(st)
+        if why is not None:
+            ConfigFiles._refuse_directory(name, "pair", why)
+
+    @staticmethod
+    def _refuse_directory(name: str, role: str, why: str) -> NoReturn:
         fix = ("give it to the daemon's user (chown)" if why.startswith("owned")
                else "take the group's and others' write permission from it (chmod go-w)")
         then = ("a config of theirs in its place, and the next start would refuse it" if role == "main" else

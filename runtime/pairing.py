@@ -32,7 +32,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal, NoReturn
 
 import msgspec
 
@@ -41,12 +41,12 @@ from events.ids import SHA256_RE
 from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_regular_file, replace_in_directory,
                          why_not_written)
 from .byte_order import byte_order_mark
-from .config import config_directory_problem
+from .config import config_directories, place_problem
 from .errors import LensError, short_reason
 from .filewatch import DirectoryWatch
 from .key_hints import UnknownKey, hinted, unknown_keys_listed
 from .terminal import unshowable_in
-from .trust import the_fix
+from .trust import swap_fix, the_fix
 
 log = logging.getLogger("lens.pairing")
 
@@ -214,25 +214,64 @@ def check_private(st: os.stat_result, path: Path) -> None:
 
 
 def make_pair_directory(path: Path) -> None:
-    """Make the directory of the pair file ``path`` if it is not there, mode 0700, as the data
-    directory is made (the directories above it as the umask has them): the directory check of
-    every write (:meth:`PairStore._check_directories`) then passes under any umask. Raises
-    ``OSError``."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Make the directory of the pair file ``path`` if it is not there, and each missing one
+    above it, mode 0700 under any umask, as the data directory is made: the directory check of
+    every write (:func:`pair_place_problem`) then passes. Raises ``OSError``."""
+    missing = []
+    folder = Path(os.path.abspath(path.parent))
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # (made meanwhile by another write: judged as it is found)
+            pass
+
+
+def pair_place_problem(path: Path, *, resolved: bool = False) -> tuple[Path, str | OSError, Path | None] | None:
+    """What keeps the pair file ``path`` from being written, by the main config's rule
+    (:func:`~runtime.config.place_problem`): a directory holding it that another user can change
+    (a sticky one too), or one above that such a user can swap; ``None`` when there is none.
+    Before the file is resolved, its own directory (as named, and as its links lead), not
+    judged while it is not there (the first write makes it, private); ``resolved``: a link's
+    target's directory too, which must be there."""
+    if resolved:
+        return place_problem(config_directories(path))
+    own = list(dict.fromkeys([path.parent, Path(os.path.realpath(path.parent))]))
+    return place_problem(own, missing_ok=True)
+
+
+class LockFileIsLink(OSError):
+    """The pair file's lock file is a symbolic link (never followed: a file of another's could
+    be made, or taken, in its place). ``strerror`` names it by its name only."""
 
 
 @contextmanager
-def pair_lock(path: Path, *, make_directory: bool = True) -> Iterator[None]:
+def pair_lock(path: Path, *, judge: Callable[[os.stat_result], None] | None = None) -> Iterator[None]:
     """Hold the pair file's lock (``<path>.lock``, ``flock``) for a read-modify-write of it.
 
     Taken by ``lens pair approve|revoke``, by pairing requests and by config-API writes of the
     pair file, in any process: a change made under it is never lost to another's write (a
     store whose file is a link takes its target's lock too: see :meth:`PairStore._locked`).
-    Makes the file's directory if need be (:func:`make_pair_directory`; unless ``make_directory``
-    is false: a link's target's never is); raises ``OSError`` if the lock file cannot be opened."""
-    if make_directory:
-        make_pair_directory(path)
-    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    The directory is opened once: ``judge`` is called with its ``fstat`` before the lock file is
+    opened through it, so the directory judged is the one it is made in. Makes no directory;
+    the lock file is never followed as a link (:class:`LockFileIsLink`); raises ``OSError`` if
+    it cannot be opened (``FileNotFoundError``: no directory)."""
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if judge is not None:
+            judge(os.fstat(dir_fd))
+        name = path.name + ".lock"
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise LockFileIsLink(errno.ELOOP, f"its lock file {name} is a symbolic link, which is never followed; "
+                                              f"check where it leads, then remove it") from None
+    finally:
+        os.close(dir_fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -255,6 +294,11 @@ def _drop_oldest_revoked(data: PairFile) -> None:
 
 
 _DAEMON_USER = "the daemon's user"
+
+
+def _not_asked(client_id: str) -> ClientNotFound:
+    return ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST "
+                          f"/api/v1/pair/requests first")
 
 
 class _Changed(Exception):
@@ -423,23 +467,25 @@ class PairStore:
         :class:`PairFileUnwritable`, and the file is left as it was."""
         with ExitStack() as stack:
             try:
-                if not os.path.islink(self.path):  # (a link's directories are judged once it is resolved)
-                    # Judged before anything is made in it (the lock file): the first write makes
-                    # the directory, private, and a file's directory others can change is refused.
+                # Judged before anything is made in it (the lock file), a link's own directory
+                # too (its target's once it is resolved, below): the first write makes the
+                # directory, private, and one others can change, or swap, is refused.
+                self._check_directories()
+                if not os.path.islink(self.path):
                     make_pair_directory(self.path)
-                    self._check_directories()
-                stack.enter_context(pair_lock(self.path))
+                stack.enter_context(pair_lock(self.path, judge=self._judged_in(self.path.parent)))
                 place = self._open_place()
                 stack.callback(os.close, place.dir_fd)
+                self._judged_in(place.target.parent)(os.fstat(place.dir_fd))  # (the one the write goes through)
             except OSError as exc:
                 raise self._unwritable(exc) from None
             if place.target not in (self.path, Path(os.path.realpath(self.path.parent)) / self.path.name):
                 # Through a link (not one to itself, a loop: its lock is the one held): its target's lock too, which a store configured with the
                 # target takes (never making a directory there), in a directory only this user
                 # can change, as the main config's must be.
-                self._check_directories()
+                self._check_directories(resolved=True)
                 try:
-                    stack.enter_context(pair_lock(place.target, make_directory=False))
+                    stack.enter_context(pair_lock(place.target, judge=self._judged_in(place.target.parent)))
                 except (FileNotFoundError, NotADirectoryError):
                     raise self._dangling(place.target) from None
                 except OSError as exc:
@@ -469,19 +515,39 @@ class PairStore:
     def _unwritable(self, exc: OSError) -> PairFileUnwritable:
         return PairFileUnwritable(f"the pair file {self.path} cannot be updated ({why_not_written(exc)})")
 
-    def _check_directories(self) -> None:
+    def _check_directories(self, *, resolved: bool = False) -> None:
         """:class:`PairFileUnwritable` when a directory holding the pair file (its own; a link's
-        and its target's) is one another user can change
-        (:func:`~runtime.config.config_directory_problem`, the main config's check: a sticky
-        directory, the temporary directory's mode 1777, is refused too). Such a user could remove the file, rename
-        another of the daemon user's pair files (an old copy) over it, or take its lock file."""
-        problem = config_directory_problem(self.path)
+        target's once ``resolved``) is one another user can change, or one above it one such a
+        user can swap (:func:`pair_place_problem`, the main config's rule: a sticky directory,
+        the temporary directory's mode 1777, is refused itself, and passes above). Such a user
+        could remove the file, rename another of the daemon user's pair files (an old copy) over
+        it, or take its lock file."""
+        problem = pair_place_problem(self.path, resolved=resolved)
         if problem is None:
             return
-        folder, why = problem
+        folder, why, below = problem
         if isinstance(why, OSError):
-            raise PairFileUnwritable(f"the pair file {self.path} cannot be updated (its directory {folder} "
-                                     f"cannot be checked: {why.strerror}); nothing was written")
+            which = f"its directory {folder}" if below is None else f"the directories above its directory {below}"
+            raise PairFileUnwritable(f"the pair file {self.path} cannot be updated ({which} cannot be checked: "
+                                     f"{why.strerror}); nothing was written")
+        if below is not None:
+            raise PairFileUnwritable(f"the pair file {self.path} cannot be updated: the directory {folder}, above "
+                                     f"the directory {below} holding it, is {why}, who could put a directory of "
+                                     f"theirs, and a pair file in it, in its place; check what it holds, then "
+                                     f"{swap_fix(why, folder)}; nothing was written")
+        self._refuse_directory(folder, why)
+
+    def _judged_in(self, folder: Path) -> Callable[[os.stat_result], None]:
+        """The own-directory part of :meth:`_check_directories` for the directory ``folder`` once
+        opened (called with its ``fstat``): the one the lock file or the write then goes through
+        is the one judged, even if another took its name's place since."""
+        def judge(st: os.stat_result) -> None:
+            why = others_can_change(st)
+            if why is not None:
+                self._refuse_directory(folder, why)
+        return judge
+
+    def _refuse_directory(self, folder: Path, why: str) -> NoReturn:
         holds = "it or its link's target" if os.path.islink(self.path) else "it"
         raise PairFileUnwritable(f"the pair file {self.path} cannot be updated: the directory {folder}, which holds "
                                  f"{holds}, is {why}, who could put a pair file of theirs in its "
@@ -549,12 +615,14 @@ class PairStore:
         """Issue a credential for ``client_id`` (replacing any earlier one); returns it, once."""
         validate_client_id(client_id)
         if not os.path.lexists(self.path):  # no client asked yet: nothing to lock, nor a directory to make
-            raise ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST /api/v1/pair/requests first")
+            raise _not_asked(client_id)
+        if self._read_records(client_id) == []:  # (no write needed to say so, wherever the file is)
+            raise _not_asked(client_id)
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._locked() as data:
             rec = next((c for c in data.clients if c.client_id == client_id), None)
             if rec is None:
-                raise ClientNotFound(f"no pairing request from client {client_id!r}; the client must call POST /api/v1/pair/requests first")
+                raise _not_asked(client_id)
             rec.status = "approved"
             rec.trust = "strong" if strong else "read"
             rec.credential_hash = credential_hash(client_id, rec.trust, token)
@@ -569,6 +637,14 @@ class PairStore:
         validate_client_id(client_id)
         if not os.path.lexists(self.path):  # (a link to nothing is there: reading it says what is wrong)
             raise ClientNotFound(f"no client {client_id!r} in {self.path}")
+        # The answers that change nothing come from a read, before the lock and the directory
+        # check of a write: in a directory others can change, a client revoked already is left as
+        # it was and an unknown one is not found, as anywhere else.
+        found = self._read_records(client_id)
+        if found == []:
+            raise ClientNotFound(f"no client {client_id!r} in {self.path}")
+        if found is not None and all(rec.status == "revoked" for rec in found):
+            return False
         with self._locked() as data:
             records = [c for c in data.clients if c.client_id == client_id]
             if not records:
@@ -580,6 +656,12 @@ class PairStore:
                 rec.credential_hash = None
                 rec.revoked_at = _now_ms()
         return True
+
+    def _read_records(self, client_id: str) -> list[ClientRecord] | None:
+        """The records of ``client_id`` in the file as read now (re-read if it changed), or
+        ``None`` when it cannot be read (the write that follows says why)."""
+        self.reload()
+        return [c for c in self._data.clients if c.client_id == client_id] if self.valid else None
 
     def clients(self) -> list[ClientRecord]:
         return list(self._data.clients)
