@@ -9,6 +9,9 @@ never. Everything is real: the pool, executor processes over gRPC, the workspace
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from tests import procfs
 from tests.executor_hold import held_at
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext
-from tools.executor.runs import StopLatch
+from tools.executor.runs import EditingCalls, StopLatch
 from tools.workspace_tools import workspace_tools
 
 from .conftest import running_pool, until, wait_path
@@ -85,6 +88,17 @@ async def test_a_given_up_write_holds_the_lock_until_the_executor_ended_it(
     assert (ws / "f.txt").read_text() == "c\n"
 
 
+def temp_files(ws: Path) -> list[str]:
+    return [p.name for p in ws.iterdir() if ".lens-" in p.name]
+
+
+async def until_ended(client: Any, call_id: str) -> None:
+    """Bounded poll until no call runs under ``call_id`` on the executor (``Stop`` finds none)."""
+    with trio.fail_after(10):
+        while (await client.stop(call_id, 2)).found:
+            await trio.sleep(0.01)
+
+
 async def test_an_executor_that_does_not_end_a_given_up_write_is_killed_before_the_next(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     held = held_at(monkeypatch, tmp_path, "before_publish")
@@ -107,6 +121,40 @@ async def test_an_executor_that_does_not_end_a_given_up_write_is_killed_before_t
     assert (ws / "f.txt").read_text() == "c\n"  # (the killed child never wrote its "b")
 
 
+async def test_a_stop_before_the_calls_look_is_answered_at_once_and_the_call_writes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = held_at(monkeypatch, tmp_path, "call:edit_file")  # (received, not yet run)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("a\n")
+    async with running_pool(tmp_path / "executors", {"p": ws}, call_end_wait_s=30) as pool:
+        edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+        cancel = trio.CancelScope()
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                async def first() -> None:
+                    with cancel:
+                        await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"}, ctx("c1"))
+                    assert cancel.cancelled_caught
+
+                nursery.start_soon(first)
+                await wait_path(held, timeout=20)
+                ex = await pool.get("p")
+                cancel.cancel()
+                # The next write proceeds while the call is still held: the Stop was answered at
+                # once (one that waited for the call's end would take the executor's 8 s bound).
+                with trio.fail_after(6):
+                    second = await edit.run({"path": "f.txt", "mode": "edit",
+                                             "edits": [{"old_string": "a", "new_string": "c"}]}, ctx("c2"))
+                assert not second.is_error, second.content
+                reply = await ex.client.stop("ses_w:c1", 2)  # (the call's, still held)
+                assert reply.found and reply.ended
+                Path(f"{tmp_path / 'hold'}.release").write_text("")
+                await until_ended(ex.client, "ses_w:c1")
+    assert (ws / "f.txt").read_text() == "c\n"  # the given-up call wrote nothing
+    assert temp_files(ws) == []
+
+
 def test_a_stop_before_the_calls_look_leaves_it_nothing_to_write() -> None:
     # The executor's side of the answer: a Stop that came before the call's look (whether its
     # caller waits) makes that look fail, and is answered at once; one after it waits for the end.
@@ -119,3 +167,29 @@ def test_a_stop_before_the_calls_look_leaves_it_nothing_to_write() -> None:
     assert late.claimed
     for latch in (early, late):
         latch.close()
+
+
+def test_a_stop_by_an_id_two_calls_run_under_waits_for_both() -> None:
+    # A call sent again while the first still runs under the same id has its own latch: the Stop
+    # reaches both, and answers ended only once every one that may be writing has ended.
+    calls = EditingCalls()
+    with calls.running("s:c") as first, calls.running("s:c") as second:
+        assert second.claim()  # (the second looked: it may be writing; the first has not)
+        assert calls.stop("s:c", 0.05) is False  # (not ended within the bound: the second's end)
+        assert first.claim() is False  # the first finds the stop: it writes nothing
+    assert calls.stop("s:c", 0.05) is None  # none runs by that id now
+    answers: list[bool | None] = []
+    first_stack, second_stack = contextlib.ExitStack(), contextlib.ExitStack()
+    first = first_stack.enter_context(calls.running("s:d"))
+    second = second_stack.enter_context(calls.running("s:d"))
+    assert first.claim() and second.claim()
+    waiter = threading.Thread(target=lambda: answers.append(calls.stop("s:d", 10)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not (first.is_set() and second.is_set()) and time.monotonic() < deadline:
+        time.sleep(0.001)  # (bounded poll: the Stop has reached both)
+    first_stack.close()  # the first ended; the second may still be writing
+    assert answers == []
+    second_stack.close()
+    waiter.join(10)
+    assert answers == [True]
