@@ -10,6 +10,7 @@ never. Everything is real: the pool, executor processes over gRPC, the workspace
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from pathlib import Path
@@ -204,3 +205,18 @@ def test_a_stop_by_an_id_two_calls_run_under_waits_for_both() -> None:
     second_stack.close()
     waiter.join(10)
     assert answers == [True]
+
+
+async def test_a_stop_that_cannot_be_sent_is_taken_as_not_confirmed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A closed channel raises a bare ValueError ("Cannot invoke RPC: Channel closed!"): the wait
+    # ends with the warning all the same, and nothing escapes the caller's write.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        ex = await pool.get("p")
+        ex.client.close()
+        with caplog.at_level(logging.WARNING, logger="lens.executors"), trio.fail_after(5):
+            await pool.call_ended(ex, "ses_w:c1")
+    warned = [r.getMessage() for r in caplog.records if r.name == "lens.executors"]
+    assert any("ses_w:c1" in m and "could not be asked whether it ended" in m for m in warned), warned
