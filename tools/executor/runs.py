@@ -5,7 +5,9 @@ readable then, so the command's read loop (blocked in ``select``) wakes at once 
 next poll. The ``Stop`` handler then waits on the same latch for the command's run to be over
 (:meth:`StopLatch.wait_over`): its group ended and its exit sent on its stream, which the run says
 with :meth:`StopLatch.over`. The registry holds the latches of the commands running now; it is the
-service's, made by it (no global state).
+service's, made by it (no global state). :class:`EditingCalls` holds those of the editing calls
+running now, by call id: a ``Stop`` naming one that has not yet looked whether its caller waits
+(:meth:`StopLatch.claim`) makes it write nothing, and waits for one that may be writing.
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 # (bound, its "listening on" line not yet printed) or ``before_hello`` (a Hello received, not yet
 # answered), or ``call:<tool>`` (a Call of that tool received, not yet run: a read, say). The first
 # editing call (or start, Hello, Call) to reach that point removes the file, writes ``<file>.held``
-# (this process's pid, whole) and blocks there until the process is killed: tests kill an executor at an
-# exact point of a call or of its start, or let it go on by writing ``<file>.release``. An
+# (this process's pid, whole) and blocks there until the process is killed or ``<file>.release`` is
+# written: tests kill an executor at an exact point of a call or of its start, or let it go on. An
 # executor started later over the same setting finds no file and holds nothing.
 TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
 EXECUTOR_VERSION = "0.1.0"
