@@ -26,7 +26,7 @@ from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import within_allowlist
 from .command_output import CommandEnd, StreamJoin, drain, drain_rest
-from .executor import EDITING_CALLS
+from .executor import ABORT_STOP_ANSWER_WAIT_S, EDITING_CALLS
 from .executor.commands import DEFAULT_TIMEOUT_MS  # (the executor's default timeout_ms)
 from .rerun import EXECUTOR_FAILURES, Reached, Respawning, executor_failures, once_more_if_died
 from .slot_resend import resend_while_slots_full
@@ -42,12 +42,6 @@ MAX_COMMAND_BYTES = 16 * 1024  # a command's text in UTF-8 (run_command and job 
 # (an executor built before ``Stop``, unreachable): it reads the output still on its way until
 # the exit; past this the stream is cancelled (and the group killed) with no exit known.
 ABORT_OUTPUT_WAIT_S = 0.25
-# The most an abort waits, from the ``Stop`` sent, for the executor's answer and the exit. The
-# executor answers once the command has ended, at most its grace between SIGTERM and SIGKILL
-# (``tools.executor.commands.KILL_GRACE_S``, 2 s) after it got the stop for a command that
-# ignores SIGTERM; this leaves as long again for a loaded host. An executor that never answers
-# (stopped, hung) holds the abort no longer than this.
-ABORT_STOP_ANSWER_WAIT_S = 4.0
 
 
 def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:

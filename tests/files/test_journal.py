@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.files import EditOutcome, Workspace
+from tools.files import EditOutcome, FileToolError, Workspace
 
 from ..unwritable import unwritable
 from .helpers import fails, leftovers
@@ -141,6 +141,31 @@ def test_replaying_an_interrupted_call_removes_the_temp_file_it_left(jws: Worksp
     jws.edit_file("d/f", "rewrite", content="new\n", call_id="c")
     assert (root / "d" / "f").read_text() == "new\n"
     assert not left.exists() and all(other.exists() for other in others)
+
+
+def test_a_replay_asks_whether_its_caller_waits_before_it_removes_the_temp_file(jws: Workspace, root: Path,
+                                                                                tmp_path: Path) -> None:
+    # The look comes first: a caller gone by then (a Stop by the call's id answered at once, and
+    # the next write begun) finds nothing removed and nothing recorded; one that waits, asked
+    # while the temp file is still there, has it removed and the call applied.
+    (root / "d").mkdir()
+    (root / "d" / "f").write_text("old\n")
+    jws.commit_hook = _die_before_publish
+    _interrupted(jws.edit_file, "d/f", "rewrite", content="new\n", call_id="c")
+    jws.commit_hook = None
+    left = root / "d" / ".f.lens-0123456789ab.tmp"  # the killed call's, or the next write's
+    left.write_bytes(b"n" * 4096)
+    jws.still_wanted = lambda: False
+    with pytest.raises(FileToolError) as err:
+        jws.edit_file("d/f", "rewrite", content="new\n", call_id="c")
+    assert err.value.code == "CANCELLED" and "nothing was changed" in err.value.message
+    assert left.exists() and (root / "d" / "f").read_text() == "old\n"
+    assert json.loads(_record(tmp_path, "c").read_text())["state"] == "pending"
+    looks: list[bool] = []
+    jws.still_wanted = lambda: looks.append(left.exists()) or True
+    jws.edit_file("d/f", "rewrite", content="new\n", call_id="c")
+    assert looks[0] is True  # (asked before the removal)
+    assert not left.exists() and (root / "d" / "f").read_text() == "new\n"
 
 
 def test_replaying_an_interrupted_create_whose_directories_went_since_makes_it(jws: Workspace, root: Path,

@@ -4,6 +4,13 @@ PROTOCOL_VERSION = 8
 # The calls that write (one at a time under Core's execution-domain lock); ``Stop`` names one by
 # its call id, and answers once it has ended.
 EDITING_CALLS = frozenset({"edit_file", "patch_file", "restore"})
+# The most Core waits, from the ``Stop`` sent, for the executor's answer: an aborted command's
+# end and exit (tools.workspace_tools), a given-up editing call's end (runtime.executors,
+# ``ExecutorPool.call_ended``). The executor answers once the command has ended, at most its grace
+# between SIGTERM and SIGKILL (``tools.executor.commands.KILL_GRACE_S``, 2 s) after it got the
+# stop for a command that ignores SIGTERM; this leaves as long again for a loaded host. An
+# executor that never answers (stopped, hung) holds the abort no longer than this.
+ABORT_STOP_ANSWER_WAIT_S = 4.0
 
 
 # grpc refuses a call whose headers pass 8 KiB (by chance up to 16 KiB, then always): a token of at

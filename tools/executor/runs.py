@@ -5,7 +5,9 @@ readable then, so the command's read loop (blocked in ``select``) wakes at once 
 next poll. The ``Stop`` handler then waits on the same latch for the command's run to be over
 (:meth:`StopLatch.wait_over`): its group ended and its exit sent on its stream, which the run says
 with :meth:`StopLatch.over`. The registry holds the latches of the commands running now; it is the
-service's, made by it (no global state).
+service's, made by it (no global state). :class:`EditingCalls` holds those of the editing calls
+running now, by call id: a ``Stop`` naming one that has not yet looked whether its caller waits
+(:meth:`StopLatch.claim`) makes it write nothing, and waits for one that may be writing.
 """
 
 from __future__ import annotations
@@ -98,13 +100,9 @@ class StopLatch:
 
 
 class RunRegistry:
-    """``max_chars``: the longest id taken (None: any; an editing call's id is Core's
-    ``session:call``, not bounded by this protocol)."""
-
-    def __init__(self, max_chars: int | None = MAX_RUN_ID_CHARS) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, StopLatch] = {}
-        self._max_chars = max_chars
 
     @contextmanager
     def running(self, run_id: str) -> Iterator[StopLatch | None]:
@@ -113,8 +111,8 @@ class RunRegistry:
         if not run_id:
             yield None
             return
-        if self._max_chars is not None and len(run_id) > self._max_chars:
-            raise RunIdRefused("INVALID_ARGUMENT", f"run_id must be at most {self._max_chars} characters; "
+        if len(run_id) > MAX_RUN_ID_CHARS:
+            raise RunIdRefused("INVALID_ARGUMENT", f"run_id must be at most {MAX_RUN_ID_CHARS} characters; "
                                                    f"it has {len(run_id)}")
         latch = StopLatch()
         with self._lock:
@@ -138,3 +136,49 @@ class RunRegistry:
             if latch is not None:
                 latch.set()
         return latch
+
+
+class EditingCalls:
+    """The latches of the editing calls running now, by call id (Core's ``session:call``, not
+    bounded by this protocol), for a ``Stop`` naming one. Several calls may run under one id (a
+    call sent again while the first still runs): each has its latch, and a ``Stop`` by the id
+    reaches all of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[str, list[StopLatch]] = {}
+
+    @contextmanager
+    def running(self, call_id: str) -> Iterator[StopLatch]:
+        """The latch of a call running under ``call_id``; on exit it is over (a ``Stop`` waiting
+        for it answers), unregistered and closed."""
+        latch = StopLatch()
+        with self._lock:
+            self._calls.setdefault(call_id, []).append(latch)
+        try:
+            yield latch
+        finally:
+            with self._lock:
+                same = self._calls[call_id]
+                same.remove(latch)
+                if not same:
+                    del self._calls[call_id]
+            latch.over()
+            latch.close()
+
+    def stop(self, call_id: str, bound: float, given_up: Callable[[], bool] = lambda: False) -> bool | None:
+        """Stop the calls running under ``call_id`` and wait, at most ``bound`` seconds in all
+        (``given_up()`` true ends the wait), for those that may be writing: whether all of them
+        have ended (a call that had not yet looked whether its caller waits will find the stop
+        there and write nothing: it needs no wait); None when none runs by that id."""
+        with self._lock:
+            latches = list(self._calls.get(call_id, ()))
+            for latch in latches:
+                latch.set()
+        if not latches:
+            return None
+        deadline = time.monotonic() + bound
+        for latch in latches:
+            if latch.claimed and not latch.wait_over(max(0.0, deadline - time.monotonic()), given_up)[0]:
+                return False
+        return True

@@ -37,7 +37,7 @@ from . import EDITING_CALLS, PROTOCOL_VERSION, split_host_port, token_fault
 from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, KILL_GRACE_S, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk,
                        CommandNotStarted, Exit, run_command)
 from .groups import GroupRegistry
-from .runs import RunIdRefused, RunRegistry, StopLatch
+from .runs import EditingCalls, RunIdRefused, RunRegistry, StopLatch
 
 log = logging.getLogger("lens.executor")
 TOKEN_ENV = "LENS_EXECUTOR_TOKEN"
@@ -72,8 +72,8 @@ TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 # (bound, its "listening on" line not yet printed) or ``before_hello`` (a Hello received, not yet
 # answered), or ``call:<tool>`` (a Call of that tool received, not yet run: a read, say). The first
 # editing call (or start, Hello, Call) to reach that point removes the file, writes ``<file>.held``
-# (this process's pid, whole) and blocks there until the process is killed: tests kill an executor at an
-# exact point of a call or of its start, or let it go on by writing ``<file>.release``. An
+# (this process's pid, whole) and blocks there until the process is killed or ``<file>.release`` is
+# written: tests kill an executor at an exact point of a call or of its start, or let it go on. An
 # executor started later over the same setting finds no file and holds nothing.
 TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
 EXECUTOR_VERSION = "0.1.0"
@@ -220,7 +220,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         self.running = RunRegistry()  # the commands a Stop can name (CommandRequest.run_id)
         # The editing calls a Stop can name too, by their call id: Core, whose caller of one gave
         # up, asks when it has ended, and keeps the domain's write lock until then.
-        self.calls = RunRegistry(max_chars=None)
+        self.calls = EditingCalls()
         workspace.still_wanted = self._caller_waits
         self.test_hooks = test_hooks
         self.send_stall_s = send_stall_s
@@ -245,15 +245,14 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         return context.is_active() and (latch is None or latch.claim())
 
     def Call(self, request: pb.ToolRequest, context: grpc.ServicerContext) -> pb.ToolReply:
-        self._hold(f"call:{request.tool}")
         self._call.context = context
         try:
             with contextlib.ExitStack() as registered:  # (left: over, a Stop waiting for it answers)
                 if request.tool in EDITING_CALLS and request.call_id:
-                    try:
-                        self._call.latch = registered.enter_context(self.calls.running(request.call_id))
-                    except RunIdRefused:  # (the same id running already: a Stop waits for that one)
-                        pass
+                    # (another call running under the same id has its own latch: a Stop by the id
+                    # waits for both)
+                    self._call.latch = registered.enter_context(self.calls.running(request.call_id))
+                self._hold(f"call:{request.tool}")  # (registered: a Stop can name it there)
                 return self._call_tool(request, context)
         finally:
             self._call.context = None
@@ -407,18 +406,15 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         # exit; this asks it to, then answers once it has, with that exit: the caller learns how
         # the command ended with no race against the command's own end. The wait ends before the
         # caller's deadline (so the answer still reaches it) and when the caller goes away.
-        latch = self.running.stop(request.run_id)
-        if latch is None:
-            # An editing call's id (Core's, whose caller gave up): one that has not looked yet
-            # whether its caller waits writes nothing now (its look finds the stop), so the answer
-            # is its end at once; one that looked and may be writing is waited for as a command.
-            latch = self.calls.stop(request.run_id)
-            if latch is not None and not latch.claimed:
-                return pb.StopReply(found=True, ended=True)
-        if latch is None:
-            return pb.StopReply(found=False)
         remaining = context.time_remaining()
         bound = STOP_ANSWER_MAX_S if remaining is None else min(STOP_ANSWER_MAX_S, remaining - STOP_ANSWER_ROOM_S)
+        latch = self.running.stop(request.run_id)
+        if latch is None:
+            # An editing call's id (Core's, whose caller gave up): a call that has not looked yet
+            # whether its caller waits writes nothing now (its look finds the stop), so it is
+            # ended at once; one that looked and may be writing is waited for as a command.
+            ended = self.calls.stop(request.run_id, bound, lambda: not context.is_active())
+            return pb.StopReply(found=False) if ended is None else pb.StopReply(found=True, ended=ended)
         over, exit_ = latch.wait_over(bound, lambda: not context.is_active())
         if not over:
             return pb.StopReply(found=True)

@@ -302,6 +302,9 @@ class Workspace:
                 if rec.tool != tool or rec.args_sha256 != digest:
                     raise FileToolError("CALL_ID_REUSED", f"call id already used for another {rec.tool} call")
                 if rec.state == PENDING:
+                    # (the caller's look comes before the cleanup: a Stop by the call's id answered
+                    # at once lets the next write begin, whose temp file the cleanup would remove)
+                    self._check_still_wanted(shown)
                     self._remove_interrupted_temps(path)
                     current = self._current_for_replay(path)
                     if current == rec.after_sha256:
@@ -333,9 +336,7 @@ class Workspace:
         """The second half of :meth:`_editing`: plan, journal and commit at the walked target."""
         journal = self.journal if call_id else None
         p = plan(t)
-        if self.still_wanted is not None and not self.still_wanted():
-            raise FileToolError("CANCELLED", f"{shown}: the caller went away before the edit was "
-                                             "written; nothing was changed")
+        self._check_still_wanted(shown)
         changed = p.before != p.after
         structured = {"path": path, "changed": changed, "units_applied": p.units,
                       "bytes_written": len(p.after) if changed and p.after is not None else 0}
@@ -378,6 +379,13 @@ class Workspace:
                     # call's bytes: a run of the call id finds them and answers as done.
                     pass
         return EditOutcome(structured, p.before, p.after, t.rel)
+
+    def _check_still_wanted(self, shown: str) -> None:
+        """``CANCELLED`` when the caller no longer waits: asked before anything of an edit is
+        written or removed (for the executor, also the look a ``Stop`` by the call's id finds)."""
+        if self.still_wanted is not None and not self.still_wanted():
+            raise FileToolError("CANCELLED", f"{shown}: the caller went away before the edit was "
+                                             "written; nothing was changed")
 
     def _confined_link(self, path: str) -> str:
         """``PATH_OUTSIDE_WORKSPACE`` when the final symlink a create met (and left unfollowed:
