@@ -590,6 +590,8 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     except CannotListen as exc:
         _fail(exc.code, str(exc))
         return 2
+    finally:
+        _ignore_stop_signals()
     return 0
 
 
@@ -674,6 +676,15 @@ def _stop_on_signals(stop: threading.Event) -> None:
                 return
 
     start_named_thread(watch, "lens-ex-signals")
+
+
+def _ignore_stop_signals() -> None:
+    """Ignore the stop signals once serving is over (no command is started after it). The
+    interpreter's exit puts back the default action of every signal a Python handler took, and
+    one more SIGTERM of a burst (the daemon's, an operator's repeated Ctrl-C) landing then killed
+    the executor that was already stopping cleanly: it ended by the signal, not with 0."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _stop_at_end_of_stdin(stop: threading.Event) -> None:
