@@ -352,9 +352,17 @@ def _not_loaded(name: str) -> ToolResult:
                                                f"(it is callable from the next request)")
 
 
-def _callable_from_nowhere(name: str) -> str:
-    """Why ``name``, one of :data:`NOT_FROM_PROGRAMS` a fixed ``localPtc.nativeCapabilities``
-    leaves out, is callable neither directly nor from a program."""
+def callable_from_nowhere(name: str, *, native: bool) -> bool:
+    """Whether ``name`` is callable neither directly nor from a program: outside the native list
+    of PTC (``native``: in it, or no such list in effect) and one of :data:`NOT_FROM_PROGRAMS`.
+    Only a fixed ``localPtc.nativeCapabilities`` leaves such a tool out. It is not offered, a
+    search neither finds nor loads it (a load changes no native list), and a call is refused
+    ``TOOL_NOT_NATIVE``."""
+    return not native and name in NOT_FROM_PROGRAMS
+
+
+def _why_from_nowhere(name: str) -> str:
+    """Why ``name`` is :func:`callable_from_nowhere`."""
     return (f"{name} is left out of your tools by localPtc.nativeCapabilities, and a program cannot call it "
             f"({_WHY_NOT_FROM_PROGRAMS[name]})")
 
@@ -488,10 +496,8 @@ class ToolCatalog:
         off = self.disabled_names(assigned, session)
         assigned = [s for s in assigned if s.name not in off]
         if native is not None:
-            # (a load changes no native list: a tool outside it that no program can call is
-            # callable from nowhere, loaded or not, and a search must not load it)
             searchable = [s for s in assigned if s.name in deferred and s.name not in have
-                          and (s.name in native or s.name not in NOT_FROM_PROGRAMS)]
+                          and not callable_from_nowhere(s.name, native=s.name in native)]
             listed = self.ptc is not None and self.ptc.native_capabilities is not None
             # (capability_search: while something is searchable, or when the fixed list names it)
             offered = [s for s in assigned if s.name in native
@@ -562,9 +568,8 @@ class ToolCatalog:
                 return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{name} cannot be called from a program: "
                                         f"{_WHY_NOT_FROM_PROGRAMS[name]}; call it directly (a tool call "
                                         f"of your own, outside {PTC})")
-            if native is not None and not is_native and name in NOT_FROM_PROGRAMS:
-                # (only a fixed nativeCapabilities list leaves such a tool out: reachable from nowhere)
-                return ToolResult.error("TOOL_NOT_NATIVE", f"{_callable_from_nowhere(name)}: it cannot be called here")
+            if callable_from_nowhere(name, native=is_native):
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{_why_from_nowhere(name)}: it cannot be called here")
             if native is not None and not is_native:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is called through {PTC}: call it from "
                                         f"a program ({name}(...) in the code you pass to {PTC})")
@@ -650,8 +655,8 @@ def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str],
         return f"{spec.name} is not assigned to you", spec.name in deferred
     if spec.name in off:
         return f"{spec.name} is disabled by the tools policy", spec.name in deferred
-    if native is not None and spec.name not in native and spec.name in NOT_FROM_PROGRAMS:
-        return _callable_from_nowhere(spec.name), True
+    if callable_from_nowhere(spec.name, native=native is None or spec.name in native):
+        return _why_from_nowhere(spec.name), True
     if spec.name in listed or spec.name not in deferred:
         return f"{spec.name} is in your tool list already", False
     return f"{spec.name} cannot be loaded", True  # (not reached: every other case is ranked)
