@@ -32,7 +32,7 @@ import msgspec
 from events import types as t
 from projections.tokens import UNSPACED, fold_text
 from runtime.errors import short_reason, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.providers.names import alias_for, offered_names  # (imports nothing of tools: no cycle)
+from runtime.providers.names import NameTable, alias_for, name_table  # (imports nothing of tools: no cycle)
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
@@ -393,6 +393,7 @@ class ToolCatalog:
         self.config = config or ToolsConfig()
         self.ptc = ptc if ptc is not None and ptc.enabled else None
         self.mcp_listed = mcp_listed
+        self._names: tuple[set[str], NameTable] | None = None  # (known_names and their table)
 
     # ---------------------------------------------------------------- context plane
 
@@ -405,16 +406,22 @@ class ToolCatalog:
     def offered_names(self) -> dict[str, str]:
         """{id: the name providers are sent} for :meth:`known_names` (F-MOD-3): a tool's own name
         when it is native, even when it is another tool's digest alias; that other tool then goes
-        under a further alias (:func:`runtime.providers.names.offered_names`)."""
-        return offered_names(self.known_names())
+        under a further alias (:func:`runtime.providers.names.name_table`). Not to be changed."""
+        return self._name_table().offered
 
-    def request_tools(self, offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-        """``offered`` as a model request carries them (:meth:`ToolSpec.schema`), with
-        ``nativeName`` on a tool whose digest alias is another tool's own name (the provider
-        sends it under that further alias; any other tool goes under its id or its alias)."""
-        wire = self.offered_names()
-        return [s.schema() if wire.get(s.name, alias_for(s.name)) == alias_for(s.name)
-                else {**s.schema(), "nativeName": wire[s.name]} for s in offered]
+    def further_aliases(self) -> dict[str, str]:
+        """{id: its further alias} for the few :meth:`known_names` whose digest alias is another
+        tool's own name, those of a server that is down included: what a model request carries
+        (``ModelRequest.tool_aliases``), so its history's calls keep their names. Not to be changed."""
+        return self._name_table().further
+
+    def _name_table(self) -> NameTable:
+        """:meth:`known_names`' :func:`name_table`, made again only when those names change (a
+        digest per id: tens of milliseconds for ten thousand MCP tools, on every request)."""
+        known = self.known_names()
+        if self._names is None or self._names[0] != known:
+            self._names = (known, name_table(known))
+        return self._names[1]
 
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""

@@ -13,7 +13,7 @@ import trio
 from runtime.providers.names import alias_for, offered_names
 
 from ..providers.servers.openai_chat import chat_stream
-from .conftest import DaemonFactory, finished, run_tool, stop_daemon
+from .conftest import DaemonFactory, finished, run_tool, stop_daemon, wait_until
 from .test_catalog_mcp_second_pass import faux
 from .test_mcp import NATIVE, chat_config, chat_session, server
 from .test_tool_catalog_http import inventory
@@ -105,3 +105,37 @@ async def test_an_mcp_tool_named_as_another_tools_alias_keeps_its_name_and_the_o
     await d.wait_idle(token, sid)
     assert sorted(tool["function"]["name"] for tool in loop.bodies[2]["tools"]) == sorted(offered)
     assert json.dumps(loop.bodies[2]["messages"]).count(f'"name": "{further}"') == 1  # (the history as it was sent)
+
+
+async def test_a_call_of_a_tool_under_a_further_alias_keeps_that_name_once_its_server_is_down(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # F-MOD-3: the dotted tool was called under its further alias; then its server failed and both
+    # tools left the registry. The next request offered neither, and sent the history's call under
+    # `mcp__srv__some_tool_<digest>`, the other tool's own name: a model calling that tool by its
+    # name had its call mapped to the dotted one. The history keeps the name it was offered under.
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    further = offered_names([dotted, alias])[dotted]
+    loop, d, token, sid = await chat_session(
+        daemon_factory, nursery, {"tools": {"mcpDeferAbove": 100}, "mcpServers": {"srv": server(
+            "--named", "some.tool", "--named", alias.removeprefix("mcp__srv__"), maxRestarts=0)}},
+        chat_stream(calls=[("call_1", further, {"text": "dotted"})]),
+        chat_stream(calls=[("call_2", "mcp__srv__crash", {})]), chat_stream(text="done"), chat_stream(calls=[("call_3", alias, {"text": "exact"})]), chat_stream(text="down"))
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    assert [b.get("error_code") for b in finished(await d.events(token, sid))] == [None, "MCP_SERVER_UNAVAILABLE"]
+
+    async def failed() -> dict[str, Any] | None:
+        inv = await inventory(d, token)
+        return inv if inv["mcpServers"][0]["status"] == "failed" else None
+    inv = await wait_until(failed, what="the server reported failed")
+    assert not {dotted, alias} & {t["name"] for t in inv["tools"]}, "both tools left the registry"
+
+    await d.submit(token, sid, "r3", "again")
+    await d.wait_idle(token, sid)
+    assert len(loop.bodies) == 5
+    assert not {dotted, alias, further} & {tool["function"]["name"] for tool in loop.bodies[3]["tools"]}
+    history = [c["function"]["name"] for m in loop.bodies[3]["messages"] for c in m.get("tool_calls") or []]
+    assert further in history and alias not in history, history
+    events = await d.events(token, sid)
+    assert [e["body"]["name"] for e in events if e["kind"] == "tool.started"][-1] == alias  # (not the dotted tool)
