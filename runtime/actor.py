@@ -382,7 +382,8 @@ class SessionActor:
         return wc.WorkingContextOps(self.session_id, emit=self._emit, state=lambda: self.state,
                                     catalog=self.deps.catalog, config=self.deps.context,
                                     system_prompt=self._system_prompt, tool_schemas=self._tool_schemas,
-                                    scoped=d.Scoped, secrets=self.deps.store.secrets)
+                                    scoped=d.Scoped, secrets=self.deps.store.secrets,
+                                    tool_aliases=self.tool_catalog.further_aliases)
 
     @property
     def jobs(self) -> j.SessionJobs:
@@ -990,7 +991,8 @@ class SessionActor:
         secrets = self.deps.store.secrets
         if secrets:
             system, items = [secrets.scrub_text(s) for s in system], secrets.scrub_structs(items, Item)
-        request = ModelRequest(model_id, system, items, tools, thinking_level, agent_id)
+        request = ModelRequest(model_id, system, items, tools, thinking_level, agent_id,
+                               tool_aliases=self.tool_catalog.further_aliases())
         on_delta = self.deps.on_delta
         # The deltas are scrubbed of the log's secrets as the answer they add up to will be; a
         # secret cut between two deltas is caught by holding back what could begin one.
@@ -1150,7 +1152,7 @@ class SessionActor:
         """The tools ``agent_id``'s model requests offer (the inventory's ``offered`` for that agent:
         the same call)."""
         offered, _searchable = agent_planes(self.tool_catalog, self.state, agent_id)
-        return self.tool_catalog.request_tools(offered)
+        return [s.schema() for s in offered]
 
     async def _system_prompt(self, agent_id: str, listed: bool | Callable[[str], bool] | None = None) -> list[str]:
         """The system prompt sections ``agent_id``'s requests are sent: the project's, its skills

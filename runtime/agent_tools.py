@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from projections.session_state import MAIN_AGENT, AgentState, SessionState
 from tools.base import ToolSpec
-from tools.catalog import NOT_FROM_PROGRAMS, ToolCatalog
+from tools.catalog import ToolCatalog
 
 SKILL = "skill"
 
@@ -47,21 +47,13 @@ def agent_planes(catalog: ToolCatalog, state: SessionState | None, agent_id: str
 
 def can_load_skills(catalog: ToolCatalog, state: SessionState | None, agent_id: str = MAIN_AGENT) -> bool:
     """Whether ``agent_id`` can load a skill: its requests offer ``skill``, or it is deferred and
-    the agent can load it with ``capability_search`` and then call it. Not so for a subagent whose
-    ``tools`` leave it out, under a policy that disables it, or with PTC's fixed native list without
-    it (deferred too: searchable, but once loaded a direct call is ``TOOL_NOT_NATIVE`` and a
-    program's ``PTC_TOOL_NOT_ALLOWED``). Which form of the system prompt the agent is sent
-    (``runtime.prompt.SystemPrompt``) follows from it (:func:`skills_listed`)."""
+    the agent can load it with ``capability_search`` and then call it (searchable). Not so for a
+    subagent whose ``tools`` leave it out, under a policy that disables it, or with PTC's fixed
+    native list without it (:func:`tools.catalog.callable_from_nowhere`: not searchable either).
+    Which form of the system prompt the agent is sent (``runtime.prompt.SystemPrompt``) follows
+    from it (:func:`skills_listed`)."""
     offered, searchable = agent_planes(catalog, state, agent_id)
-    if any(s.name == SKILL for s in offered):
-        return True
-    if not any(s.name == SKILL for s in searchable):
-        return False
-    # Deferred: once loaded it is called directly, or with PTC assigned from a program (PTC's
-    # native list would have offered it if it held it), which cannot call it (NOT_FROM_PROGRAMS).
-    _agent, allowed, is_main = agent_scope(state, agent_id)
-    native = catalog.native_names(is_main_agent=is_main, allowed=allowed, session=session_tool_policy(state))
-    return native is None or SKILL not in NOT_FROM_PROGRAMS
+    return any(s.name == SKILL for s in (*offered, *searchable))
 
 
 def skills_listed(catalog: ToolCatalog, state: SessionState | None,

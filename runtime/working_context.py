@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal, Sequence
+from typing import Any, Awaitable, Callable, Literal, Mapping, Sequence
 
 import trio
 
@@ -315,7 +315,8 @@ class WorkingContextOps:
     def __init__(self, session_id: str, *, emit: Emit, state: Callable[[], SessionState], catalog: ProviderCatalog,
                  config: ContextConfig, system_prompt: Callable[[str], Awaitable[list[str]]],
                  tool_schemas: Callable[[str], list[dict[str, Any]]], scoped: Callable[..., Any],
-                 secrets: Secrets | None = None) -> None:
+                 secrets: Secrets | None = None, tool_aliases: Callable[[], Mapping[str, str]] = dict) -> None:
+        """``tool_aliases``: the catalog's further tool aliases (``ModelRequest.tool_aliases``)."""
         self._session_id = session_id
         self._secrets = secrets or Secrets()  # (the summarizing request, as every model request)
         self._emit = emit
@@ -324,6 +325,7 @@ class WorkingContextOps:
         self._config = config
         self._system_prompt = system_prompt
         self._tool_schemas = tool_schemas
+        self._tool_aliases = tool_aliases
         self._scoped = scoped  # runtime.decide.Scoped
 
     def settings(self) -> ContextSettings:
@@ -444,7 +446,8 @@ class WorkingContextOps:
             if fit.cut or fit.omitted:
                 last = ask(instruction + COMPACTION_PARTIAL)
                 fit = fit_summary_input(shown, request_tokens([COMPACTION_SYSTEM], [last], schemas), budget)
-            return ModelRequest(model_id, [COMPACTION_SYSTEM], [*fit.items, last], schemas, None, agent_id), fit
+            return ModelRequest(model_id, [COMPACTION_SYSTEM], [*fit.items, last], schemas, None, agent_id,
+                                tool_aliases=self._tool_aliases()), fit
 
         request, fit = summarizing(summary_budget(model.context_window, model.max_output_tokens))
         meter = UsageMeter()

@@ -32,7 +32,7 @@ import msgspec
 from events import types as t
 from projections.tokens import UNSPACED, fold_text
 from runtime.errors import short_reason, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.providers.names import alias_for, offered_names  # (imports nothing of tools: no cycle)
+from runtime.providers.names import NameTable, alias_for, name_table  # (imports nothing of tools: no cycle)
 
 from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
 
@@ -352,9 +352,17 @@ def _not_loaded(name: str) -> ToolResult:
                                                f"(it is callable from the next request)")
 
 
-def _callable_from_nowhere(name: str) -> str:
-    """Why ``name``, one of :data:`NOT_FROM_PROGRAMS` a fixed ``localPtc.nativeCapabilities``
-    leaves out, is callable neither directly nor from a program."""
+def callable_from_nowhere(name: str, *, native: bool) -> bool:
+    """Whether ``name`` is callable neither directly nor from a program: outside the native list
+    of PTC (``native``: in it, or no such list in effect) and one of :data:`NOT_FROM_PROGRAMS`.
+    Only a fixed ``localPtc.nativeCapabilities`` leaves such a tool out. It is not offered, a
+    search neither finds nor loads it (a load changes no native list), and a call is refused
+    ``TOOL_NOT_NATIVE``."""
+    return not native and name in NOT_FROM_PROGRAMS
+
+
+def _why_from_nowhere(name: str) -> str:
+    """Why ``name`` is :func:`callable_from_nowhere`."""
     return (f"{name} is left out of your tools by localPtc.nativeCapabilities, and a program cannot call it "
             f"({_WHY_NOT_FROM_PROGRAMS[name]})")
 
@@ -385,6 +393,7 @@ class ToolCatalog:
         self.config = config or ToolsConfig()
         self.ptc = ptc if ptc is not None and ptc.enabled else None
         self.mcp_listed = mcp_listed
+        self._names: tuple[set[str], NameTable] | None = None  # (known_names and their table)
 
     # ---------------------------------------------------------------- context plane
 
@@ -397,16 +406,22 @@ class ToolCatalog:
     def offered_names(self) -> dict[str, str]:
         """{id: the name providers are sent} for :meth:`known_names` (F-MOD-3): a tool's own name
         when it is native, even when it is another tool's digest alias; that other tool then goes
-        under a further alias (:func:`runtime.providers.names.offered_names`)."""
-        return offered_names(self.known_names())
+        under a further alias (:func:`runtime.providers.names.name_table`). Not to be changed."""
+        return self._name_table().offered
 
-    def request_tools(self, offered: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-        """``offered`` as a model request carries them (:meth:`ToolSpec.schema`), with
-        ``nativeName`` on a tool whose digest alias is another tool's own name (the provider
-        sends it under that further alias; any other tool goes under its id or its alias)."""
-        wire = self.offered_names()
-        return [s.schema() if wire.get(s.name, alias_for(s.name)) == alias_for(s.name)
-                else {**s.schema(), "nativeName": wire[s.name]} for s in offered]
+    def further_aliases(self) -> dict[str, str]:
+        """{id: its further alias} for the few :meth:`known_names` whose digest alias is another
+        tool's own name, those of a server that is down included: what a model request carries
+        (``ModelRequest.tool_aliases``), so its history's calls keep their names. Not to be changed."""
+        return self._name_table().further
+
+    def _name_table(self) -> NameTable:
+        """:meth:`known_names`' :func:`name_table`, made again only when those names change (a
+        digest per id: tens of milliseconds for ten thousand MCP tools, on every request)."""
+        known = self.known_names()
+        if self._names is None or self._names[0] != known:
+            self._names = (known, name_table(known))
+        return self._names[1]
 
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""
@@ -488,10 +503,8 @@ class ToolCatalog:
         off = self.disabled_names(assigned, session)
         assigned = [s for s in assigned if s.name not in off]
         if native is not None:
-            # (a load changes no native list: a tool outside it that no program can call is
-            # callable from nowhere, loaded or not, and a search must not load it)
             searchable = [s for s in assigned if s.name in deferred and s.name not in have
-                          and (s.name in native or s.name not in NOT_FROM_PROGRAMS)]
+                          and not callable_from_nowhere(s.name, native=s.name in native)]
             listed = self.ptc is not None and self.ptc.native_capabilities is not None
             # (capability_search: while something is searchable, or when the fixed list names it)
             offered = [s for s in assigned if s.name in native
@@ -562,9 +575,8 @@ class ToolCatalog:
                 return ToolResult.error("PTC_TOOL_NOT_ALLOWED", f"{name} cannot be called from a program: "
                                         f"{_WHY_NOT_FROM_PROGRAMS[name]}; call it directly (a tool call "
                                         f"of your own, outside {PTC})")
-            if native is not None and not is_native and name in NOT_FROM_PROGRAMS:
-                # (only a fixed nativeCapabilities list leaves such a tool out: reachable from nowhere)
-                return ToolResult.error("TOOL_NOT_NATIVE", f"{_callable_from_nowhere(name)}: it cannot be called here")
+            if callable_from_nowhere(name, native=is_native):
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{_why_from_nowhere(name)}: it cannot be called here")
             if native is not None and not is_native:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is called through {PTC}: call it from "
                                         f"a program ({name}(...) in the code you pass to {PTC})")
@@ -650,8 +662,8 @@ def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str],
         return f"{spec.name} is not assigned to you", spec.name in deferred
     if spec.name in off:
         return f"{spec.name} is disabled by the tools policy", spec.name in deferred
-    if native is not None and spec.name not in native and spec.name in NOT_FROM_PROGRAMS:
-        return _callable_from_nowhere(spec.name), True
+    if callable_from_nowhere(spec.name, native=native is None or spec.name in native):
+        return _why_from_nowhere(spec.name), True
     if spec.name in listed or spec.name not in deferred:
         return f"{spec.name} is in your tool list already", False
     return f"{spec.name} cannot be loaded", True  # (not reached: every other case is ranked)

@@ -11,7 +11,7 @@ then left holding what the provider had reported, for the caller to record.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal, Mapping, Protocol
 
 import msgspec
 
@@ -116,6 +116,10 @@ class ModelRequest:
     tools: list[dict[str, Any]]  # {name, description, input_schema}
     thinking_level: str | None = None
     agent_id: str = "main"
+    # {tool id: its further alias} for the catalog's few ids whose digest alias is another tool's
+    # own name (runtime.providers.names.name_table), offered or not: a call in the history goes
+    # under the name it was offered under even when neither tool is offered now (F-MOD-3).
+    tool_aliases: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

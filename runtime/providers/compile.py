@@ -236,8 +236,7 @@ async def prepare(request: ModelRequest, *, load_image: ImageLoader | None, imag
     Raises :class:`ProviderError` ``ARTIFACT_CORRUPT`` / ``ARTIFACT_NOT_FOUND`` for an image that
     cannot be loaded as recorded, ``TOOL_NAME_COLLISION`` if two tool ids would share a native name.
     """
-    names = ToolNames((tool["name"] for tool in request.tools),
-                      {tool["name"]: tool["nativeName"] for tool in request.tools if "nativeName" in tool})
+    names = ToolNames((tool["name"] for tool in request.tools), request.tool_aliases)
     loaded: dict[str, Image | Withheld] = {}
     withheld: list[Withheld] = []
     stats = {"images": 0, "synthetic_results": 0, "dropped_results": 0, "instruction_updates": 0, "empty_answers": 0}

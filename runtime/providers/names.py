@@ -11,11 +11,11 @@ loaded and in whatever order (history compiled later still matches), and two dif
 collide only if 96 bits of SHA-256 do. An id may still be *named* as another id's alias (an MCP
 server listing ``some_tool_<digest>`` beside ``some.tool``): that name stays its own, and the
 other id goes under a further alias, from one table over the catalog's ids
-(:func:`offered_names`, a pure function of the set of ids; a request's tool carries it as
-``nativeName``). A :class:`ToolNames` table still checks its own entries and refuses a collision
-instead of mis-routing a call. Streamed calls are mapped back to the
-internal id before a :class:`~runtime.providers.base.ModelResult` leaves the provider; history,
-events and permissions only ever hold internal ids.
+(:func:`name_table`, a pure function of the set of ids; a request carries the further aliases
+in ``tool_aliases``, for its history's calls as for its tools). A :class:`ToolNames` table
+still checks its own entries and refuses a collision instead of mis-routing a call. Streamed
+calls are mapped back to the internal id before a :class:`~runtime.providers.base.ModelResult`
+leaves the provider; history, events and permissions only ever hold internal ids.
 
 Call ids get the same treatment where a protocol restricts them: Anthropic takes a ``tool_use`` id
 only of ``[A-Za-z0-9_-]``, the Responses API a ``call_id`` of at most 64 characters, and a session
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from .base import ProviderError
 
@@ -55,14 +55,27 @@ def alias_for(internal_id: str) -> str:
     return _digest_alias(internal_id, "tool")
 
 
+class NameTable(NamedTuple):
+    """:func:`name_table`'s answer: ``offered``, {id: the name providers are sent} for every id;
+    ``further``, the few of them not sent under :func:`alias_for` (an id whose alias is another
+    id's own name), {id: its further alias}."""
+    offered: dict[str, str]
+    further: dict[str, str]
+
+
+def name_table(ids: Iterable[str]) -> NameTable:
+    """The names a catalog's tool ids are sent under: a native id is its own name, whatever other
+    id's alias it is (an MCP server may list a tool named ``some_tool_<digest>`` beside
+    ``some.tool``); any other id goes under :func:`alias_for`, unless that name is another id's,
+    then under the first free digest alias of ``"<id>#1"``, ``"<id>#2"``… Aliases are given in
+    sorted order, so the table is a pure function of the set of ids (not of the order a server
+    lists them in): the same catalog offers the same names after a restart."""
+    return NameTable(*_unique(ids, alias_for, "tool", READABLE_MAX))
+
+
 def offered_names(ids: Iterable[str]) -> dict[str, str]:
-    """{id: the name providers are sent} for a catalog's tool ids: a native id is its own name,
-    whatever other id's alias it is (an MCP server may list a tool named ``some_tool_<digest>``
-    beside ``some.tool``); any other id goes under :func:`alias_for`, unless that name is another
-    id's, then under the first free digest alias of ``"<id>#1"``, ``"<id>#2"``… Aliases are
-    given in sorted order, so the table is a pure function of the set of ids (not of the order a
-    server lists them in): the same catalog offers the same names after a restart."""
-    return _unique(ids, alias_for, "tool", READABLE_MAX)
+    """{id: the name providers are sent} for a catalog's tool ids (:func:`name_table`)."""
+    return name_table(ids).offered
 
 
 def ids_for(names: Sequence[str], ids: Collection[str]) -> list[str]:
@@ -111,7 +124,7 @@ class CallIds:
     def __init__(self, call_ids: Iterable[str], *, chat: bool = False) -> None:
         self._first = chat_call_id_for if chat else call_id_for
         readable_max = CHAT_CALL_ID_MAX - 1 - DIGEST_HEX if chat else READABLE_MAX
-        self._wire = _unique(call_ids, self._first, "call", readable_max)
+        self._wire = _unique(call_ids, self._first, "call", readable_max)[0]
 
     def wire(self, call_id: str) -> str:
         """The id ``call_id`` is sent under (one the table was not built with: its plain form)."""
@@ -119,21 +132,27 @@ class CallIds:
         return found if found is not None else self._first(call_id)
 
 
-def _unique(values: Iterable[str], first: Callable[[str], str], fallback: str, readable_max: int) -> dict[str, str]:
+def _unique(values: Iterable[str], first: Callable[[str], str], fallback: str,
+            readable_max: int) -> tuple[dict[str, str], dict[str, str]]:
     """{value: its wire form}, all different: each value ``first`` leaves as it is keeps itself;
     the others, in sorted order, take ``first``'s alias unless it is taken, then the first free
-    digest alias of ``"<value>#1"``, ``"<value>#2"``… A pure function of the set of values."""
-    every = set(values)
-    wire = {v: v for v in every if first(v) == v}
+    digest alias of ``"<value>#1"``, ``"<value>#2"``… A pure function of the set of values. With
+    it, the values that took such a further alias ({value: wire form}). ``first`` is called once
+    a value (a digest each)."""
+    firsts = {v: first(v) for v in set(values)}
+    wire = {v: f for v, f in firsts.items() if f == v}
     taken = set(wire)
-    for v in sorted(every - taken):
-        alias, attempt = first(v), 0
+    further: dict[str, str] = {}
+    for v in sorted(firsts.keys() - taken):
+        alias, attempt = firsts[v], 0
         while alias in taken:
             attempt += 1
             alias = _digest_alias(v, fallback, readable_max, attempt)
         wire[v] = alias
         taken.add(alias)
-    return wire
+        if attempt:
+            further[v] = alias
+    return wire, further
 
 
 def _digest_alias(value: str, fallback: str, readable_max: int = READABLE_MAX, attempt: int = 0) -> str:
@@ -154,7 +173,8 @@ class ToolNames:
 
     def __init__(self, internal_ids: Iterable[str] = (), offered: Mapping[str, str] | None = None) -> None:
         """``offered``: the names the catalog gives tools whose :func:`alias_for` is another
-        tool's (:func:`offered_names`, as a request's tools carry them in ``nativeName``)."""
+        tool's (:attr:`NameTable.further`, as a request carries them in ``tool_aliases``), offered
+        in this request or only called in its history."""
         self._native: dict[str, str] = {}
         self._internal: dict[str, str] = {}
         self._offered = dict(offered or {})
@@ -174,8 +194,10 @@ class ToolNames:
         return native
 
     def add_called(self, name: str) -> str:
-        """The native name of a tool the history called: as :meth:`add` gives it, unless another
-        id of the request holds that name already, then the first free digest alias of
+        """The native name of a tool the history called: as :meth:`add` gives it (the catalog's
+        further alias first, so a tool whose alias is another tool's name keeps the name it was
+        called under when neither is offered), unless another id of the request holds that name
+        already, then the first free digest alias of
         ``"<name>#1"``, ``"<name>#2"``… The log keeps what a model called, and a model may call a
         name it was not offered, an alias among them (``mcp__srv__some_tool_<digest>`` for the
         deferred ``mcp__srv__some.tool``, say): that name beside the tool's own id, or beside the
@@ -185,7 +207,7 @@ class ToolNames:
         native = self._native.get(name)
         if native is not None:
             return native
-        native, attempt = alias_for(name), 0
+        native, attempt = self._offered.get(name) or alias_for(name), 0
         while native in self._internal:
             attempt += 1
             native = _digest_alias(name, "tool", READABLE_MAX, attempt)

@@ -12,11 +12,10 @@ import trio
 
 from runtime.providers.names import alias_for, offered_names
 
-from ..providers.servers.base import ScriptedServer
 from ..providers.servers.openai_chat import chat_stream
-from .conftest import DaemonFactory, finished, run_tool, sdks_ready, stop_daemon
+from .conftest import DaemonFactory, finished, run_tool, stop_daemon, wait_until
 from .test_catalog_mcp_second_pass import faux
-from .test_mcp import NATIVE, server
+from .test_mcp import NATIVE, chat_config, chat_session, server
 from .test_tool_catalog_http import inventory
 
 PTC = "programmatic_tool_run"
@@ -65,23 +64,18 @@ async def test_an_mcp_tool_named_as_another_tools_alias_keeps_its_name_and_the_o
     alias = alias_for(dotted)
     further = offered_names([dotted, alias])[dotted]
     assert further not in (alias, dotted) and NATIVE.fullmatch(further) and further.startswith("mcp__srv__some_tool_")
-    loop = ScriptedServer()
-    url = await loop.start(nursery)
-    loop.push(chat_stream(calls=[("call_1", alias, {"text": "exact"}), ("call_2", further, {"text": "dotted"})]),
-              chat_stream(text="done"), chat_stream(text="again"))
 
     def config(*order: str) -> dict[str, Any]:
-        return {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1",
-                               "models": [{"id": "chat-test"}]}], "defaultModel": "loop/chat-test",
-                "tools": {"mcpDeferAbove": 100},
+        return {"tools": {"mcpDeferAbove": 100},
                 "mcpServers": {"srv": server(*(a for name in order for a in ("--named", name)))}}
 
     def names_of(inv: dict[str, Any]) -> dict[str, str]:
         return {t["name"]: t["nativeName"] for t in inv["tools"] if t["name"] in (dotted, alias)}
 
-    d = await daemon_factory(config=config("some.tool", alias.removeprefix("mcp__srv__")))
-    token = await d.pair("alias-names", strong=True)
-    sid = await d.new_session(token)
+    loop, d, token, sid = await chat_session(
+        daemon_factory, nursery, config("some.tool", alias.removeprefix("mcp__srv__")),
+        chat_stream(calls=[("call_1", alias, {"text": "exact"}), ("call_2", further, {"text": "dotted"})]),
+        chat_stream(text="done"), chat_stream(text="again"))
     inv = await inventory(d, token)
     assert names_of(inv) == {alias: alias, dotted: further}, names_of(inv)
     skipped = {x["name"] for x in inv["mcpServers"][0]["skippedTools"]}
@@ -91,7 +85,6 @@ async def test_an_mcp_tool_named_as_another_tools_alias_keeps_its_name_and_the_o
     assert by_name[dotted]["offeredDescription"].startswith(f"[capability id: {dotted}] "), by_name[dotted]
     assert by_name[alias]["offeredDescription"] == by_name[alias]["description"]
 
-    await sdks_ready()
     await d.submit(token, sid, "r1", "go")
     await d.wait_idle(token, sid)
     events = await d.events(token, sid)
@@ -105,9 +98,44 @@ async def test_an_mcp_tool_named_as_another_tools_alias_keeps_its_name_and_the_o
     assert f'"name": "{further}"' in sent_back and f'"name": "{alias}"' in sent_back, sent_back[-600:]
 
     await stop_daemon(d)  # (the server lists the two the other way round now)
-    d = await daemon_factory(config=config(alias.removeprefix("mcp__srv__"), "some.tool"), root=d.root)
+    d = await daemon_factory(config=chat_config(loop, config(alias.removeprefix("mcp__srv__"), "some.tool")),
+                             root=d.root)
     assert names_of(await inventory(d, token)) == {alias: alias, dotted: further}
     await d.submit(token, sid, "r2", "again")
     await d.wait_idle(token, sid)
     assert sorted(tool["function"]["name"] for tool in loop.bodies[2]["tools"]) == sorted(offered)
     assert json.dumps(loop.bodies[2]["messages"]).count(f'"name": "{further}"') == 1  # (the history as it was sent)
+
+
+async def test_a_call_of_a_tool_under_a_further_alias_keeps_that_name_once_its_server_is_down(
+        daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
+    # F-MOD-3: the dotted tool was called under its further alias; then its server failed and both
+    # tools left the registry. The next request offered neither, and sent the history's call under
+    # `mcp__srv__some_tool_<digest>`, the other tool's own name: a model calling that tool by its
+    # name had its call mapped to the dotted one. The history keeps the name it was offered under.
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    further = offered_names([dotted, alias])[dotted]
+    loop, d, token, sid = await chat_session(
+        daemon_factory, nursery, {"tools": {"mcpDeferAbove": 100}, "mcpServers": {"srv": server(
+            "--named", "some.tool", "--named", alias.removeprefix("mcp__srv__"), maxRestarts=0)}},
+        chat_stream(calls=[("call_1", further, {"text": "dotted"})]),
+        chat_stream(calls=[("call_2", "mcp__srv__crash", {})]), chat_stream(text="done"), chat_stream(calls=[("call_3", alias, {"text": "exact"})]), chat_stream(text="down"))
+    await d.submit(token, sid, "r1", "go")
+    await d.wait_idle(token, sid)
+    assert [b.get("error_code") for b in finished(await d.events(token, sid))] == [None, "MCP_SERVER_UNAVAILABLE"]
+
+    async def failed() -> dict[str, Any] | None:
+        inv = await inventory(d, token)
+        return inv if inv["mcpServers"][0]["status"] == "failed" else None
+    inv = await wait_until(failed, what="the server reported failed")
+    assert not {dotted, alias} & {t["name"] for t in inv["tools"]}, "both tools left the registry"
+
+    await d.submit(token, sid, "r3", "again")
+    await d.wait_idle(token, sid)
+    assert len(loop.bodies) == 5
+    assert not {dotted, alias, further} & {tool["function"]["name"] for tool in loop.bodies[3]["tools"]}
+    history = [c["function"]["name"] for m in loop.bodies[3]["messages"] for c in m.get("tool_calls") or []]
+    assert further in history and alias not in history, history
+    events = await d.events(token, sid)
+    assert [e["body"]["name"] for e in events if e["kind"] == "tool.started"][-1] == alias  # (not the dotted tool)

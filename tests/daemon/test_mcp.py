@@ -153,17 +153,21 @@ async def test_lens_serve_refuses_a_bad_mcp_server_entry(tmp_path: Path) -> None
     assert out.returncode == 2 and "lens: CONFIG_INVALID: " in out.stderr and "envFrom" in out.stderr, out.stderr
 
 
+def chat_config(loop: ScriptedServer, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the default model a Chat Completions model of the started ``loop``."""
+    return {"providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{loop.url}/v1",
+                           "models": [{"id": "chat-test"}]}], "defaultModel": "loop/chat-test", **config}
+
+
 async def chat_session(daemon_factory: DaemonFactory, nursery: trio.Nursery, config: dict[str, Any],
                        *replies: Any) -> tuple[ScriptedServer, Daemon, str, str]:
     """A daemon with ``config`` whose default model is a loopback Chat Completions server scripted
-    with ``replies``, a strong credential, a new session, and the SDKs' one-off import waited for
-    (11 to 29 s on a loaded host, bounded apart from the turn)."""
+    with ``replies`` (:func:`chat_config`), a strong credential, a new session, and the SDKs'
+    one-off import waited for (11 to 29 s on a loaded host, bounded apart from the turn)."""
     loop = ScriptedServer()
-    url = await loop.start(nursery)
+    await loop.start(nursery)
     loop.push(*replies)
-    d = await daemon_factory(config={
-        "providers": [{"id": "loop", "protocol": "openai-chat", "baseUrl": f"{url}/v1", "models": [{"id": "chat-test"}]}],
-        "defaultModel": "loop/chat-test", **config})
+    d = await daemon_factory(config=chat_config(loop, config))
     token = await d.pair("mcp-client", strong=True)
     sid = (await d.session(token, (await d.project(token))["id"]))["id"]
     await sdks_ready()

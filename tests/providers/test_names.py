@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from runtime.providers.base import ProviderError
+from runtime.providers.compile import prepare
 from runtime.providers.names import (CALL_ID_RE, NATIVE_NAME_RE, ToolNames, alias_for, call_id_for, chat_call_id_for,
-                                     ids_for, offered_names)
+                                     ids_for, name_table, offered_names)
 
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import reply
@@ -67,8 +69,42 @@ def test_an_id_named_as_another_ids_alias_keeps_it_and_the_other_takes_the_next_
     assert tables[0][first] == first and tables[0][second] == second and tables[0][dotted] == third
     assert len(set(tables[0].values())) == len(ids)
     assert ids_for([first, third, second], ids) == [first, dotted, second]  # (each name to the tool offered so)
+    assert name_table(ids).further == {dotted: third}  # (the few ids the request carries)
     names = ToolNames(ids, {dotted: third})
     assert names.native(dotted) == third and names.internal(third) == dotted and names.internal(first) == first
+
+
+async def test_a_history_call_keeps_its_further_alias_when_neither_tool_is_offered():
+    # F-MOD-3: `mcp__srv__some.tool` was offered (and called) under a further alias, its own alias
+    # being the name of another tool of its server. Its server went down: neither tool is offered,
+    # and the history call went out as the *other* tool's name, which a model's call then mapped
+    # back to the dotted tool. The request's `tool_aliases` (the catalog's) name it either way.
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    table = name_table([dotted, alias, "read_file"])
+    further = table.offered[dotted]
+    assert table.further == {dotted: further} and further not in (alias, dotted)
+    ctx = Ctx().user("go").response("", ("call_1", dotted, {})).result("call_1", "ran")
+    both = replace(ctx.request(tools=[tool(dotted), tool(alias), tool("read_file")]), tool_aliases=table.further)
+    none = replace(ctx.request(tools=[tool("read_file")]), tool_aliases=table.further)
+    sent = []
+    for request in (both, none):
+        names = (await prepare(request, load_image=None, images=False)).names
+        sent.append(names.native(dotted))
+        assert names.internal(further) == dotted and names.internal(alias) != dotted
+    assert sent == [further, further]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_down_servers_call_goes_out_under_the_name_it_was_offered_under(protocol, server, make):
+    dotted = "mcp__srv__some.tool"
+    table = name_table([dotted, alias_for(dotted)])
+    server.push(reply(protocol, calls=[("call_2", alias_for(dotted), {})]))
+    ctx = Ctx().user("go").response("", ("call_1", dotted, {})).result("call_1", "ran")
+    result = await make(protocol).stream(replace(ctx.request(tools=[tool("read_file")]), tool_aliases=table.further),
+                                         Deltas())
+    assert [c.name for c in result.tool_calls] == [alias_for(dotted)]  # (the other tool's own id)
+    assert table.offered[dotted] in json.dumps(server.bodies[0]) and alias_for(dotted) not in json.dumps(server.bodies[0])
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

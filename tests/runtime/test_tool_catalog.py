@@ -12,6 +12,7 @@ import pytest
 
 from events import types as t
 from runtime.config import ConfigError, parse_config
+from runtime.providers.names import alias_for, name_table
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.catalog import (
     CAPABILITY_SEARCH,
@@ -578,3 +579,21 @@ async def test_what_reaches_the_matches_past_the_limit_is_said_only_when_it_does
                               "the rest."), tail(res)
     res = await search(cat, {"query": "alpha beta", "limit": 19, "load": False}, ctx(loaded=[t.name for t in tied[20:]]))
     assert tail(res).endswith(" 1 more match past the limit of 19; a limit of 20 shows it."), tail(res)
+
+
+def test_the_names_table_is_made_once_and_again_when_the_tools_change():
+    # F-MOD-3: the table of offered names (a digest per id: tens of ms for ten thousand MCP tools)
+    # was made again on every request, inventory and search; it is made again only when the
+    # catalog's ids change, and then it follows them.
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    cat = catalog([spec(dotted), spec("read_file")])
+    first = cat.offered_names()
+    assert first[dotted] == alias and cat.further_aliases() == {}
+    assert cat.offered_names() is first  # (nothing changed: the same table)
+    cat.registry.add(spec(alias))
+    further = name_table([dotted, alias]).further
+    assert cat.further_aliases() == further and cat.offered_names()[dotted] == further[dotted] != alias
+    assert cat.offered_names()[alias] == alias
+    cat.registry.remove(alias)
+    assert cat.offered_names()[dotted] == alias and cat.further_aliases() == {}
