@@ -610,7 +610,7 @@ def check_private_config(path: Path, st: os.stat_result) -> None:
     (or a directory holding one) in the config's place. Readable by others is not refused (see
     the note about credentials it holds)."""
     check_private_config_file(path, st)
-    problem = place_problem(config_directories(path))
+    problem = config_place_problem(path)
     if problem is None:
         return
     folder, why, below = problem
@@ -659,13 +659,13 @@ def config_directories(path: Path) -> list[Path]:
     return list(dict.fromkeys([path.parent, Path(os.path.realpath(path)).parent]))
 
 
-def config_directory_problem(path: Path) -> tuple[Path, str | OSError] | None:
-    """The first of :func:`config_directories` that a user other than the daemon's (or root)
-    can change, with why in words (:func:`~runtime.atomicfile.others_can_change`), or with the
-    :class:`OSError` that kept it from being checked; ``None`` when neither can be changed. The
-    start (:func:`check_private_config`) and a write through the config-file API each word
-    their own message from it."""
-    return directory_problem(config_directories(path))
+def config_place_problem(path: Path) -> tuple[Path, str | OSError, Path | None] | None:
+    """What keeps config ``path`` from being taken: :func:`place_problem` over its
+    :func:`config_directories` (its own, its link target's, and every directory above them).
+    The start (:func:`check_private_config`), a write of the main config through the
+    config-file API and a write through a pair file's link each word their own message from it,
+    so that a write is refused exactly where the next start refuses."""
+    return place_problem(config_directories(path))
 
 
 def directory_problem(folders: list[Path], *, missing_ok: bool = False) -> tuple[Path, str | OSError] | None:

@@ -31,8 +31,7 @@ from events.secrets import Secrets
 from . import jsonc
 from .atomicfile import (FileTooLarge, NotARegularFile, kind_of, others_can_change, read_regular_file,
                          replace_atomically, why_not_written)
-from .config import (ConfigError, check_config_file_mode, check_size, config_directory_problem, parse_config,
-                     unknown_keys)
+from .config import ConfigError, check_config_file_mode, check_size, config_place_problem, parse_config, unknown_keys
 from .errors import LensError, shortened
 from .key_hints import unknown_keys_meant
 from .pairing import (MAX_PAIR_FILE_BYTES, PairFileInvalid, make_pair_directory, pair_lock, pair_place_problem,
@@ -303,29 +302,30 @@ class ConfigFiles:
 
     @staticmethod
     def _check_directory(path: Path, name: str, role: str) -> None:
-        """:class:`ConfigError` for a main config whose directory (its own, or its link
-        target's) another user can change, which the next start refuses (a daemon that started
-        on its defaults, with no config file, never judged the directory), or for a pair file
-        in such a directory, which pairing requests and ``lens pair`` refuse to write. The
-        message names the file and "its directory", not the directory's path, which the API's
-        answers do not show."""
-        problem = config_directory_problem(path) if role == "main" else pair_place_problem(path)
+        """:class:`ConfigError` for a main config whose place the next start refuses
+        (:func:`~runtime.config.config_place_problem`, the start's own rule: its directory, its
+        link target's, or one above them that another user can change, a sticky one of root's
+        or the daemon user's passing above; a daemon that started on its defaults, with no
+        config file, judged none of them), or for a pair file in such a place, which pairing
+        requests and ``lens pair`` refuse to write. The message names the file and "its
+        directory" or "a directory above its directory", not a path, which the API's answers do
+        not show."""
+        problem = config_place_problem(path) if role == "main" else pair_place_problem(path)
         if problem is None:
             return
-        why = problem[1]
-        above = len(problem) > 2 and problem[2] is not None
+        _, why, below = problem
         if isinstance(why, OSError):
-            which = "the directories above its directory" if above else "its directory"
+            which = "its directory" if below is None else "the directories above its directory"
             raise ConfigFileUnwritable(f"{name} cannot be written ({which} cannot be checked: "
                                        f"{why.strerror}); nothing was changed")
-        if above:  # (the pair file's: a main config's start judges those above, its write does not)
-            fix = ("give it to root or the daemon's user (chown)" if why.startswith("owned")
-                   else "take the group's and others' write permission from it (chmod go-w), or make it sticky "
-                        "(chmod +t)")
-            raise ConfigError(f"{name}: a directory above its directory is {why}, who could put a directory of "
-                              f"theirs, and a pair file in it, in its place, and pairing requests and `lens pair` "
-                              f"refuse to write it; check what that directory holds, then {fix}; nothing was changed")
-        ConfigFiles._refuse_directory(name, role, why)
+        if below is None:
+            ConfigFiles._refuse_directory(name, role, why)
+        fix = ("give it to root or the daemon's user (chown)" if why.startswith("owned")
+               else "take the group's and others' write permission from it (chmod go-w), or make it sticky (chmod +t)")
+        then = ("a config in it, in its place, and the next start would refuse it" if role == "main" else
+                "a pair file in it, in its place, and pairing requests and `lens pair` refuse to write it")
+        raise ConfigError(f"{name}: a directory above its directory is {why}, who could put a directory of theirs, "
+                          f"and {then}; check what that directory holds, then {fix}; nothing was changed")
 
     @staticmethod
     def _judge_opened(st: os.stat_result, name: str) -> None:

@@ -41,7 +41,7 @@ from events.ids import SHA256_RE
 from .atomicfile import (FileTooLarge, NotARegularFile, others_can_change, read_regular_file, replace_in_directory,
                          why_not_written)
 from .byte_order import byte_order_mark
-from .config import config_directories, place_problem
+from .config import config_place_problem, place_problem
 from .errors import LensError, short_reason
 from .filewatch import DirectoryWatch
 from .key_hints import UnknownKey, hinted, unknown_keys_listed
@@ -237,7 +237,7 @@ def pair_place_problem(path: Path, *, resolved: bool = False) -> tuple[Path, str
     judged while it is not there (the first write makes it, private); ``resolved``: a link's
     target's directory too, which must be there."""
     if resolved:
-        return place_problem(config_directories(path))
+        return config_place_problem(path)
     own = list(dict.fromkeys([path.parent, Path(os.path.realpath(path.parent))]))
     return place_problem(own, missing_ok=True)
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from runtime.config import (ConfigError, check_config_file_mode, check_private_config_file, config_directories,
-                            config_directory_problem, parse_config, split_model_ref)
+                            config_place_problem, parse_config, split_model_ref)
 
 # (section, key, lowest, highest, step past the edge)
 RANGES = [
@@ -479,9 +479,9 @@ def test_the_mode_check_of_a_config_write_judges_the_write_bits_and_not_the_owne
             check_config_file_mode(Path("lens.jsonc"), _stat(stat.S_IFREG | 0o602, uid))
 
 
-def test_the_config_directory_problem_is_the_first_loose_directory_its_own_then_its_link_targets(tmp_path) -> None:
-    # The one check of a config's directories, shared by the start and a write through the
-    # config-file API: each words its own message from the folder and the reason it gives.
+def test_the_config_place_problem_is_its_own_directory_its_link_targets_then_those_above(tmp_path) -> None:
+    # The one check of a config's place, shared by the start and a write through the config-file
+    # API: each words its own message from the folder, the reason and the directory it is above.
     own, target = tmp_path / "own", tmp_path / "target"
     own.mkdir(mode=0o700)
     target.mkdir(mode=0o700)
@@ -490,14 +490,21 @@ def test_the_config_directory_problem_is_the_first_loose_directory_its_own_then_
     link.symlink_to(target / "lens.jsonc")
     assert config_directories(link) == [own, target]
     assert config_directories(target / "lens.jsonc") == [target]
-    assert config_directory_problem(link) is None
+    assert config_place_problem(link) is None
     target.chmod(0o770)
-    assert config_directory_problem(link) == (target, "writable by other users (mode 0770)")
+    assert config_place_problem(link) == (target, "writable by other users (mode 0770)", None)
     own.chmod(0o702)
-    assert config_directory_problem(link) == (own, "writable by other users (mode 0702)")
+    assert config_place_problem(link) == (own, "writable by other users (mode 0702)", None)
+    own.chmod(0o700)
+    target.chmod(0o700)
+    tmp_path.chmod(0o1777)  # (above: sticky, this user's, passes)
+    assert config_place_problem(link) is None
+    tmp_path.chmod(0o777)
+    assert config_place_problem(link) == (tmp_path, "writable by other users (mode 0777)", own)
+    tmp_path.chmod(0o700)
     missing = tmp_path / "gone" / "lens.jsonc"
-    folder, why = config_directory_problem(missing)
-    assert folder == tmp_path / "gone"
+    folder, why, below = config_place_problem(missing)  # type: ignore[misc]
+    assert folder == tmp_path / "gone" and below is None
     assert isinstance(why, FileNotFoundError)
 
 
