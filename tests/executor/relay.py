@@ -9,7 +9,9 @@ is passed on (a test changes the workspace exactly between Core's calls), ``befo
 each ``Call`` request (a test holds one back: a call still on its way). ``missing`` names
 methods the relay does not have, which grpc answers UNIMPLEMENTED (an executor built before them).
 ``withhold_exit`` keeps each ``Run`` stream's exit from Core, the stream held open until Core
-leaves it (an exit lost on its way, while ``Stop`` still answers with it).
+leaves it (an exit lost on its way, while ``Stop`` still answers with it). ``run_failures`` lists
+how the executor refused or failed each ``Run`` that did not end well (``"CODE details"``), even
+one whose caller had gone by then.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Relay(grpc.GenericRpcHandler):
         self.missing = missing
         self.withhold_exit = withhold_exit
         self.tools: list[str] = []
+        self.run_failures: list[str] = []
         self._channel = grpc.insecure_channel(target)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=[self])
         self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
@@ -75,6 +78,7 @@ class Relay(grpc.GenericRpcHandler):
                             return
                         yield event
                 except grpc.RpcError as exc:
+                    self.run_failures.append(f"{exc.code().name} {exc.details()}")  # type: ignore[attr-defined]
                     context.abort(exc.code(), exc.details() or "")  # type: ignore[attr-defined]
 
             return grpc.unary_stream_rpc_method_handler(stream)

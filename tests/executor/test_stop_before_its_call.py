@@ -208,3 +208,47 @@ async def test_an_aborted_edit_that_reaches_the_executor_after_its_stop_writes_n
     finally:
         let_go.set()
         stop_process(executor.proc)
+
+
+async def test_an_aborted_command_that_reaches_the_executor_after_its_stop_never_runs(tmp_path: Path) -> None:
+    # Core's own path for a command: run_command's stream is open, its Run held by the relay; the
+    # abort sends Stop by the run id, which finds nothing, reads on for a moment, and leaves the
+    # stream. The Run arriving after all that is refused, and the command never starts.
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    let_go, held = threading.Event(), threading.Event()
+
+    def hold(request: pb.CommandRequest) -> None:  # (the relay's thread: the Run on its way)
+        held.set()
+        assert let_go.wait(20)
+
+    try:
+        with Relay(executor.address, before_run=hold) as relay:
+            async with running_pool(tmp_path / "executors", {"p": ws},
+                                    remote=RemoteExecutor(relay.address, executor.token)) as pool:
+                run = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
+                cut: list[Any] = []
+                context = ToolContext("p", "ses_r", "main", None, "c2", True,
+                                      cut_output=lambda text, was_cut, end: cut.append((text, end)))
+                cancel = trio.CancelScope()
+                outcome: list[Any] = []
+
+                async def aborted() -> None:
+                    with cancel:
+                        outcome.append(await run.run({"command": "touch ran"}, context))
+                    outcome.append(cancel.cancelled_caught)
+
+                with trio.fail_after(20):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(aborted)
+                        await until(held.is_set)
+                        cancel.cancel()
+                        await until(lambda: bool(outcome))
+                    assert outcome == [True] and cut == [("", None)]  # aborted, nothing printed, no exit
+                    let_go.set()  # the Run goes on to the executor, after its Stop
+                    await until(lambda: bool(relay.run_failures))
+        assert relay.run_failures == ["ABORTED CANCELLED: " + REFUSED_RUN]
+        assert not (ws / "ran").exists()
+    finally:
+        let_go.set()
+        stop_process(executor.proc)
