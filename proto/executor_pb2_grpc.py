@@ -103,6 +103,9 @@ class ExecutorServicer:
         With no command by that id, `run_id` may name an editing Call (edit_file, patch_file,
         restore) by its `call_id`: one that has not yet looked whether its caller waits writes
         nothing (`ended` at once); one that may be writing is answered once it has returned.
+        The executor remembers the ids Stops named (the last 4096, for 120 s at most): a Run or an
+        editing Call arriving later under one (the Stop overtook it) is refused before it does
+        anything, a Run with ABORTED "CANCELLED: ...", a Call with `ok` false, `error_code` CANCELLED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

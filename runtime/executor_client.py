@@ -113,9 +113,9 @@ def translate(exc: grpc.RpcError) -> ExecutorError:
         # than max (N vs. M)"): its "CLIENT"/"SERVER" prefix is no tool code.
         return ExecutorToolError("TOO_LARGE", f"the call or its reply is larger than an executor call carries "
                                               f"({MAX_MESSAGE_BYTES} bytes): {detail}")
-    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
-        # A tool-level refusal outside a ToolReply (a command's cwd, too many commands at once):
-        # "CODE: message".
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED):
+        # A tool-level refusal outside a ToolReply (a command's cwd, too many commands at once, a
+        # command whose Stop came first): "CODE: message".
         m = _TOOL_CODE.match(detail or "")
         if m:
             return ExecutorToolError(translated_code(m.group(1)), m.group(2))

@@ -5,10 +5,13 @@ point Core at the relay instead of the executor: every RPC is passed on as raw b
 protocol metadata included, and each ``Call``'s tool name is recorded on the way. ``edit_reply``
 may rewrite an editing tool's reply on its way back (an executor of an older build, say), on the
 wire: Core's code runs unchanged. ``before_run`` is called with each ``Run`` request before it
-is passed on (a test changes the workspace exactly between Core's calls). ``missing`` names
+is passed on (a test changes the workspace exactly between Core's calls), ``before_call`` with
+each ``Call`` request (a test holds one back: a call still on its way). ``missing`` names
 methods the relay does not have, which grpc answers UNIMPLEMENTED (an executor built before them).
 ``withhold_exit`` keeps each ``Run`` stream's exit from Core, the stream held open until Core
-leaves it (an exit lost on its way, while ``Stop`` still answers with it).
+leaves it (an exit lost on its way, while ``Stop`` still answers with it). ``run_failures`` lists
+how the executor refused or failed each ``Run`` that did not end well (``"CODE details"``), even
+one whose caller had gone by then.
 """
 
 from __future__ import annotations
@@ -30,13 +33,16 @@ class Relay(grpc.GenericRpcHandler):
 
     def __init__(self, target: str, *, edit_reply: Callable[[pb.ToolReply], pb.ToolReply] | None = None,
                  before_run: Callable[[pb.CommandRequest], None] | None = None,
+                 before_call: Callable[[pb.ToolRequest], None] | None = None,
                  missing: tuple[str, ...] = (), withhold_exit: bool = False) -> None:
         self.target = target
         self.edit_reply = edit_reply
         self.before_run = before_run
+        self.before_call = before_call
         self.missing = missing
         self.withhold_exit = withhold_exit
         self.tools: list[str] = []
+        self.run_failures: list[str] = []
         self._channel = grpc.insecure_channel(target)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=[self])
         self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
@@ -72,14 +78,18 @@ class Relay(grpc.GenericRpcHandler):
                             return
                         yield event
                 except grpc.RpcError as exc:
+                    self.run_failures.append(f"{exc.code().name} {exc.details()}")  # type: ignore[attr-defined]
                     context.abort(exc.code(), exc.details() or "")  # type: ignore[attr-defined]
 
             return grpc.unary_stream_rpc_method_handler(stream)
 
         def unary(raw: bytes, context: grpc.ServicerContext) -> Any:
-            tool = pb.ToolRequest.FromString(raw).tool if method.endswith("/Call") else None
-            if tool is not None:
-                self.tools.append(tool)
+            request = pb.ToolRequest.FromString(raw) if method.endswith("/Call") else None
+            tool = request.tool if request is not None else None
+            if request is not None:
+                self.tools.append(request.tool)
+                if self.before_call is not None:
+                    self.before_call(request)
             try:
                 reply = self._channel.unary_unary(method)(raw, metadata=metadata(context),
                                                           timeout=context.time_remaining())

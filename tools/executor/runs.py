@@ -8,18 +8,84 @@ with :meth:`StopLatch.over`. The registry holds the latches of the commands runn
 service's, made by it (no global state). :class:`EditingCalls` holds those of the editing calls
 running now, by call id: a ``Stop`` naming one that has not yet looked whether its caller waits
 (:meth:`StopLatch.claim`) makes it write nothing, and waits for one that may be writing.
+
+A ``Stop`` can overtake the call it names (the call still on its way, or waiting for a server
+thread): each registry remembers the ids a ``Stop`` named (:class:`StoppedIds`, bounded in count
+and age), and a command or an editing call registering later under one is refused
+(:class:`Stopped`) before it does anything.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
 
 MAX_RUN_ID_CHARS = 128
+# How many ids a Stop named each registry remembers, and for how long: a call or command arriving
+# later under one is refused. The age outlasts Core's deadline of a tool call (CALL_TIMEOUT_S,
+# 120 s, from its send, which comes before its Stop): a call arriving later than that is past its
+# deadline, and grpc runs it no more. A command's stream is cancelled by Core within seconds of
+# its Stop. The count bounds the memory (an id is kept as a 16-byte digest, whatever its length):
+# a few hundred KiB at most, for Stops at more than 30 a second, far past an abort's pace.
+STOPPED_IDS_MOST = 4096
+STOPPED_IDS_KEEP_S = 120.0
+
+
+class Stopped(Exception):
+    """A call or command arriving under an id a ``Stop`` named before it came: nothing is run.
+    ``code`` is ``CANCELLED``, as for a call whose caller went away before it wrote."""
+
+    code = "CANCELLED"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class StoppedIds:
+    """The ids a ``Stop`` named, each kept :data:`STOPPED_IDS_KEEP_S` seconds at most and the
+    last :data:`STOPPED_IDS_MOST` of them at most (the oldest forgotten first). Not thread-safe:
+    its registry's lock guards it, so that a ``Stop``'s look and a registration are one step."""
+
+    def __init__(self, most: int = STOPPED_IDS_MOST, keep_s: float = STOPPED_IDS_KEEP_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.most = most
+        self.keep_s = keep_s
+        self._clock = clock
+        self._ids: OrderedDict[bytes, float] = OrderedDict()  # digest -> when it was named
+
+    @staticmethod
+    def _key(id_: str) -> bytes:
+        return hashlib.blake2b(id_.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def _forget_old(self) -> None:
+        cutoff = self._clock() - self.keep_s
+        while self._ids and next(iter(self._ids.values())) < cutoff:
+            self._ids.popitem(last=False)
+
+    def remember(self, id_: str) -> None:
+        if not id_:
+            return  # (no call or command is registered under no id)
+        key = self._key(id_)
+        self._ids.pop(key, None)  # (named again: kept from now)
+        self._ids[key] = self._clock()
+        while len(self._ids) > self.most:
+            self._ids.popitem(last=False)
+        self._forget_old()
+
+    def __contains__(self, id_: str) -> bool:
+        self._forget_old()
+        return self._key(id_) in self._ids
+
+    def __len__(self) -> int:
+        self._forget_old()
+        return len(self._ids)
 
 
 class RunIdRefused(Exception):
@@ -100,14 +166,16 @@ class StopLatch:
 
 
 class RunRegistry:
-    def __init__(self) -> None:
+    def __init__(self, stopped: StoppedIds | None = None) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, StopLatch] = {}
+        self._stopped = stopped if stopped is not None else StoppedIds()  # (guarded by _lock)
 
     @contextmanager
     def running(self, run_id: str) -> Iterator[StopLatch | None]:
         """The latch of a command running under ``run_id`` (None for an empty id: no ``Stop``
-        can reach it), unregistered and closed on exit. Raises :class:`RunIdRefused`."""
+        can reach it), unregistered and closed on exit. Raises :class:`RunIdRefused`, and
+        :class:`Stopped` when a ``Stop`` named ``run_id`` before it came."""
         if not run_id:
             yield None
             return
@@ -116,6 +184,9 @@ class RunRegistry:
                                                    f"it has {len(run_id)}")
         latch = StopLatch()
         with self._lock:
+            if run_id in self._stopped:
+                latch.close()
+                raise Stopped("a Stop named this run_id before the command came; nothing was run")
             if run_id in self._runs:
                 latch.close()
                 raise RunIdRefused("RUN_ID_IN_USE", "another running command has this run_id")
@@ -130,8 +201,10 @@ class RunRegistry:
 
     def stop(self, run_id: str) -> StopLatch | None:
         """Set the latch of the command running under ``run_id`` and return it (to wait on for
-        the run's end); None when none is."""
+        the run's end); None when none is. A command coming later under ``run_id`` is refused
+        (:class:`StoppedIds`)."""
         with self._lock:
+            self._stopped.remember(run_id)
             latch = self._runs.get(run_id)
             if latch is not None:
                 latch.set()
@@ -144,16 +217,20 @@ class EditingCalls:
     call sent again while the first still runs): each has its latch, and a ``Stop`` by the id
     reaches all of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, stopped: StoppedIds | None = None) -> None:
         self._lock = threading.Lock()
         self._calls: dict[str, list[StopLatch]] = {}
+        self._stopped = stopped if stopped is not None else StoppedIds()  # (guarded by _lock)
 
     @contextmanager
     def running(self, call_id: str) -> Iterator[StopLatch]:
         """The latch of a call running under ``call_id``; on exit it is over (a ``Stop`` waiting
-        for it answers), unregistered and closed."""
-        latch = StopLatch()
+        for it answers), unregistered and closed. Raises :class:`Stopped` when a ``Stop`` named
+        ``call_id`` before it came: it writes nothing."""
         with self._lock:
+            if call_id in self._stopped:
+                raise Stopped("a Stop named this call before it came (its caller gave up); nothing was changed")
+            latch = StopLatch()
             self._calls.setdefault(call_id, []).append(latch)
         try:
             yield latch
@@ -170,8 +247,10 @@ class EditingCalls:
         """Stop the calls running under ``call_id`` and wait, at most ``bound`` seconds in all
         (``given_up()`` true ends the wait), for those that may be writing: whether all of them
         have ended (a call that had not yet looked whether its caller waits will find the stop
-        there and write nothing: it needs no wait); None when none runs by that id."""
+        there and write nothing: it needs no wait); None when none runs by that id. A call coming
+        later under ``call_id`` is refused (:class:`StoppedIds`)."""
         with self._lock:
+            self._stopped.remember(call_id)
             latches = list(self._calls.get(call_id, ()))
             for latch in latches:
                 latch.set()

@@ -37,7 +37,7 @@ from . import EDITING_CALLS, PROTOCOL_VERSION, split_host_port, token_fault
 from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, KILL_GRACE_S, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk,
                        CommandNotStarted, Exit, run_command)
 from .groups import GroupRegistry
-from .runs import EditingCalls, RunIdRefused, RunRegistry, StopLatch
+from .runs import STOPPED_IDS_MOST, EditingCalls, RunIdRefused, RunRegistry, StopLatch, Stopped, StoppedIds
 
 log = logging.getLogger("lens.executor")
 TOKEN_ENV = "LENS_EXECUTOR_TOKEN"
@@ -76,6 +76,9 @@ TEST_SEND_STALL_ENV = "LENS_EXECUTOR_TEST_SEND_STALL_S"
 # written: tests kill an executor at an exact point of a call or of its start, or let it go on. An
 # executor started later over the same setting finds no file and holds nothing.
 TEST_HOLD_ENV = "LENS_EXECUTOR_TEST_HOLD"
+# Test-only, read only with TEST_HOOKS_ENV set: another STOPPED_IDS_MOST (how many ids a Stop named
+# are remembered), so that a test reaches the bound with a few Stops.
+TEST_STOPPED_IDS_ENV = "LENS_EXECUTOR_TEST_STOPPED_IDS"
 EXECUTOR_VERSION = "0.1.0"
 # The longest ``Stop`` waits for the command's run to end before it answers without the end: the
 # group's SIGTERM, SIGKILL after KILL_GRACE_S and the wait for it, with room. A caller's deadline
@@ -208,7 +211,8 @@ def check_argument_names(tool: str, args: dict[str, Any]) -> None:
 class ExecutorService(pb_grpc.ExecutorServicer):
     def __init__(self, workspace: Workspace, *, groups: GroupRegistry | None = None,
                  test_hooks: bool = False, ignore_cache: IgnoreCache | None = None,
-                 send_stall_s: float = SEND_STALL_S, hold: Path | None = None) -> None:
+                 send_stall_s: float = SEND_STALL_S, hold: Path | None = None,
+                 stopped_ids_most: int = STOPPED_IDS_MOST) -> None:
         self.ws = workspace
         self.groups = groups  # records the process groups of running commands (see .groups)
         # Compiled .gitignore files kept between browse listings (tools.files.ignore_cache): a
@@ -217,10 +221,13 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         workspace.ignore_cache = self.ignore_cache
         self._call = threading.local()  # the grpc context of the call this handler thread serves
         self._runs = threading.BoundedSemaphore(MAX_RUNNING_COMMANDS)
-        self.running = RunRegistry()  # the commands a Stop can name (CommandRequest.run_id)
+        # The commands a Stop can name (CommandRequest.run_id), and the ids Stops named: a command
+        # arriving after the Stop that named it is refused (the Stop overtook it).
+        self.running = RunRegistry(StoppedIds(most=stopped_ids_most))
         # The editing calls a Stop can name too, by their call id: Core, whose caller of one gave
-        # up, asks when it has ended, and keeps the domain's write lock until then.
-        self.calls = EditingCalls()
+        # up, asks when it has ended, and keeps the domain's write lock until then; one arriving
+        # after that Stop is refused, and writes nothing.
+        self.calls = EditingCalls(StoppedIds(most=stopped_ids_most))
         workspace.still_wanted = self._caller_waits
         self.test_hooks = test_hooks
         self.send_stall_s = send_stall_s
@@ -250,8 +257,11 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             with contextlib.ExitStack() as registered:  # (left: over, a Stop waiting for it answers)
                 if request.tool in EDITING_CALLS and request.call_id:
                     # (another call running under the same id has its own latch: a Stop by the id
-                    # waits for both)
-                    self._call.latch = registered.enter_context(self.calls.running(request.call_id))
+                    # waits for both; one arriving after a Stop by its id is refused here)
+                    try:
+                        self._call.latch = registered.enter_context(self.calls.running(request.call_id))
+                    except Stopped as exc:
+                        return pb.ToolReply(ok=False, error_code=exc.code, error_message=exc.message)
                 self._hold(f"call:{request.tool}")  # (registered: a Stop can name it there)
                 return self._call_tool(request, context)
         finally:
@@ -364,6 +374,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                     yield from self._run(request.command, cwd, timeout, cap, context, latch)
             except RunIdRefused as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.code}: {exc.message}")
+            except Stopped as exc:  # (a Stop by its run_id came first: the caller gave it up)
+                context.abort(grpc.StatusCode.ABORTED, f"{exc.code}: {exc.message}")
             except CommandNotStarted as exc:  # (its OSError names the host path: never sent)
                 code = from_os_error(exc.error, "cwd").code
                 shown = request.cwd or "."
@@ -408,6 +420,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         # caller's deadline (so the answer still reaches it) and when the caller goes away.
         remaining = context.time_remaining()
         bound = STOP_ANSWER_MAX_S if remaining is None else min(STOP_ANSWER_MAX_S, remaining - STOP_ANSWER_ROOM_S)
+        # (each registry remembers the id, bounded: a command or an editing call that the Stop
+        # overtook, still on its way or waiting for a thread, is refused CANCELLED when it comes)
         latch = self.running.stop(request.run_id)
         if latch is None:
             # An editing call's id (Core's, whose caller gave up): a call that has not looked yet
@@ -499,8 +513,9 @@ def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = 
     test_hooks = os.environ.get(TEST_HOOKS_ENV) == "1"
     stall = float(os.environ.get(TEST_SEND_STALL_ENV) or SEND_STALL_S) if test_hooks else SEND_STALL_S
     hold = os.environ.get(TEST_HOLD_ENV) if test_hooks else None
+    most = int(os.environ.get(TEST_STOPPED_IDS_ENV) or STOPPED_IDS_MOST) if test_hooks else STOPPED_IDS_MOST
     service = ExecutorService(ws, groups=groups, test_hooks=test_hooks, send_stall_s=stall,
-                              hold=Path(hold) if hold else None)
+                              hold=Path(hold) if hold else None, stopped_ids_most=most)
     server = build_server(service, token)
     bind_problem = _bind_problem(listen)
     if bind_problem is not None:  # (before grpc tries: it prints a log line of its own, and no reason)
