@@ -296,10 +296,13 @@ class ExecutorPool:
         again = await self.get(ex.project_id)
         return again if again is not ex and again.lock is ex.lock else None
 
-    async def call_ended(self, ex: Executor, call_id: str) -> None:
+    async def call_ended(self, ex: Executor, call_id: str, what: str = "") -> None:
         """Return once the editing call ``call_id``, whose caller gave up (its gRPC call is
         cancelled), has ended on ``ex``: the executor's ``Stop`` by the call's id answers when it
         has (``found`` false: it ended, or it starts with its caller gone and writes nothing).
+        ``call_id`` may be a command's run id as well (``run_command``'s stream left before its
+        exit): ``Stop`` answers once the command's group has ended. ``what`` names it in the
+        warning (default ``call <call_id>``).
         Past :attr:`call_end_wait_s`, or when the executor cannot be asked (any failure of the
         ``Stop``: gone, built before it, a closed channel), a warning is logged and the wait ends:
         the executor is never stopped for it (a slow write, a large file on a slow disk, would
@@ -314,8 +317,8 @@ class ExecutorPool:
                     return
             except Exception as exc:  # (not confirmed, whatever failed: a closed channel's ValueError too)
                 why = f"could not be asked whether it ended ({getattr(exc, 'message', None) or exc!r})"
-        log.warning("call %s was given up, and the executor of project %s %s: the workspace's next write may run "
-                    "beside it", call_id, ex.project_id, why)
+        log.warning("%s was given up, and the executor of project %s %s: the workspace's next write may run "
+                    "beside it", what or f"call {call_id}", ex.project_id, why)
 
     def _check_apart(self, project_id: str, workspace: Path) -> None:
         """:class:`WorkspaceOverlapsDaemon` if ``workspace`` and a directory of the daemon overlap.

@@ -107,6 +107,12 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
     return (answered[0] if answered else None), False
 
 
+# The codes a command stream fails with that say nothing of the command, which may still run:
+# its deadline passed, the connection was lost, the stream failed otherwise. Any other code is a
+# refusal before anything ran (TOO_MANY_COMMANDS, CWD_MOVED, RUN_ID_IN_USE, a bad argument).
+STREAM_LOST_CODES = frozenset({"EXECUTOR_TIMEOUT", "EXECUTOR_UNAVAILABLE", "EXECUTOR_ERROR"})
+
+
 def command_text(out: bytes, ctx: ToolContext, cap: int, *, truncated: bool,
                  cut_end: bool | None = None) -> tuple[str, bool]:
     """A command's joined output as the text its result holds, and whether it was truncated.
@@ -439,16 +445,37 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                 # frees a cancelled stream's slot a moment after Core does (its refusal comes
                 # before anything runs, so the command is sent again while time is left).
                 async def attempt(slot_wait_s: float) -> Any:
-                    async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap,
-                                             cwd=cwd, cwd_leads_to=judged, run_id=run_id,
-                                             slot_wait_s=slot_wait_s) as events:
-                        try:
-                            return await drain(events, join)
-                        except trio.Cancelled:
-                            # (an abort: what the command printed is kept with it)
-                            if ctx.cut_output is not None:
-                                await cut_at_abort(events)
-                            raise
+                    # (sent: the Run went out, the block entered; over: the command's end is
+                    # known, or was waited for)
+                    sent = over = False
+                    try:
+                        async with ex.client.run(command, timeout_ms=timeout, max_output_bytes=cap,
+                                                 cwd=cwd, cwd_leads_to=judged, run_id=run_id,
+                                                 slot_wait_s=slot_wait_s) as events:
+                            sent = True
+                            try:
+                                got = await drain(events, join)
+                            except trio.Cancelled:
+                                # (an abort: what the command printed is kept with it)
+                                if ctx.cut_output is not None:
+                                    await cut_at_abort(events)  # (stopped and waited for, bounded)
+                                    over = True
+                                raise
+                            over = got is not None  # (the exit is sent once the group has ended)
+                            return got
+                    except EXECUTOR_FAILURES as exc:
+                        over = over or getattr(exc, "code", None) not in STREAM_LOST_CODES
+                        raise
+                    finally:
+                        if sent and not over:
+                            # The stream was left before the command's exit (its deadline passed,
+                            # it failed or ended without the exit, its caller was cancelled with
+                            # nothing to keep): the executor is ending the command, which may
+                            # take its trap's time. The domain's write lock is held until the
+                            # executor says the run is over, as for a given-up edit.
+                            with trio.CancelScope(shield=True):
+                                await pool.call_ended(ex, run_id,
+                                                      f"the command of call {ctx.session_id}:{ctx.call_id}")
 
                 async def cut_at_abort(events: Any) -> None:
                     # The executor is asked to stop the command and answers once the command has

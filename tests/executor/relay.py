@@ -11,14 +11,17 @@ methods the relay does not have, which grpc answers UNIMPLEMENTED (an executor b
 ``withhold_exit`` keeps each ``Run`` stream's exit from Core, the stream held open until Core
 leaves it (an exit lost on its way, while ``Stop`` still answers with it). ``run_failures`` lists
 how the executor refused or failed each ``Run`` that did not end well (``"CODE details"``), even
-one whose caller had gone by then.
+one whose caller had gone by then. ``cut_run`` cuts the first ``Run`` stream once a first output
+has been passed on, before the command's exit: ``"unavailable"`` fails it as a connection lost
+does (grpc UNAVAILABLE), ``"end"`` ends it as if all was sent; the executor's call is cancelled
+either way, as Core leaving it would.
 """
 
 from __future__ import annotations
 
 import time
 from concurrent import futures
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 import grpc
 
@@ -34,13 +37,16 @@ class Relay(grpc.GenericRpcHandler):
     def __init__(self, target: str, *, edit_reply: Callable[[pb.ToolReply], pb.ToolReply] | None = None,
                  before_run: Callable[[pb.CommandRequest], None] | None = None,
                  before_call: Callable[[pb.ToolRequest], None] | None = None,
-                 missing: tuple[str, ...] = (), withhold_exit: bool = False) -> None:
+                 missing: tuple[str, ...] = (), withhold_exit: bool = False,
+                 cut_run: Literal["unavailable", "end"] | None = None) -> None:
         self.target = target
         self.edit_reply = edit_reply
         self.before_run = before_run
         self.before_call = before_call
         self.missing = missing
         self.withhold_exit = withhold_exit
+        self.cut_run = cut_run
+        self._runs = 0
         self.tools: list[str] = []
         self.run_failures: list[str] = []
         self._channel = grpc.insecure_channel(target)
@@ -67,6 +73,8 @@ class Relay(grpc.GenericRpcHandler):
             def stream(raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
                 if self.before_run is not None:
                     self.before_run(pb.CommandRequest.FromString(raw))
+                self._runs += 1
+                cut = self.cut_run if self._runs == 1 else None
                 call = self._channel.unary_stream(method)(raw, metadata=metadata(context),
                                                           timeout=context.time_remaining())
                 context.add_callback(call.cancel)  # (Core leaving the stream ends it on the executor)
@@ -77,6 +85,11 @@ class Relay(grpc.GenericRpcHandler):
                                 time.sleep(0.05)
                             return
                         yield event
+                        if cut is not None and pb.CommandEvent.FromString(event).WhichOneof("event") != "exit":
+                            call.cancel()
+                            if cut == "unavailable":
+                                context.abort(grpc.StatusCode.UNAVAILABLE, "the connection was lost (cut by the relay)")
+                            return
                 except grpc.RpcError as exc:
                     self.run_failures.append(f"{exc.code().name} {exc.details()}")  # type: ignore[attr-defined]
                     context.abort(exc.code(), exc.details() or "")  # type: ignore[attr-defined]
