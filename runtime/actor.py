@@ -69,7 +69,6 @@ from .errors import (
 from .prompt import SystemPrompt
 from .providers.base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
-from .providers.names import ids_for
 from .skill_loads import SkillLoads, load_failed
 from .stop_now import StopNow
 from .views import VIEW_AGENTS_MAX, VIEW_ITEMS_MAX, VIEW_QUEUED_MAX, session_view
@@ -1070,23 +1069,14 @@ class SessionActor:
         id (F-MOD-3: the log holds internal ids). The provider maps back the names it offered; a
         model may call the alias of another tool of the catalog (a deferred one not loaded yet,
         one the policy disables), which then answers as that tool (``TOOL_NOT_LOADED``,
-        ``TOOL_DISABLED``), not as an unknown name."""
+        ``TOOL_DISABLED``), not as an unknown name; a call of a tool whose MCP server is down now
+        is named by its id too, and answers MCP_SERVER_UNAVAILABLE under the name the log keeps."""
         names = [c.name for c in result.tool_calls]
-        ids = self._tool_ids(names)
+        ids = self.tool_catalog.ids_for(names)
         if ids == names:
             return result
         return dataclasses.replace(result, tool_calls=[c if i == c.name else t.ToolCall(c.call_id, i, c.arguments)
                                                        for c, i in zip(result.tool_calls, ids)])
-
-    def _tool_ids(self, names: Sequence[str]) -> list[str]:
-        """``names`` with each one that is no tool's own name but the digest alias of a tool of the
-        catalog replaced by that tool's id (a model knows the tools by the names it is offered)."""
-        registry = self.tool_catalog.registry
-        if all(registry.get(n) is not None for n in names):
-            return list(names)
-        # (an MCP tool whose server is down now is named by its id too: it answers
-        # MCP_SERVER_UNAVAILABLE under the name the log keeps)
-        return ids_for(names, self.tool_catalog.known_names())
 
     def _cut_program(self, output: str, truncated: bool, cut: ProgramCut) -> d.CutProgram:
         """What an aborted program had done, cut to fit one event with the abort's note: the
@@ -1513,7 +1503,7 @@ class SessionActor:
         if sub_id not in self.state.agents:
             if allowed is not None:  # (an empty list used to mean every tool; unknown names, none)
                 # (the model names the tools as it is offered them: an alias stands for its tool)
-                allowed = list(dict.fromkeys(self._tool_ids(allowed)))
+                allowed = list(dict.fromkeys(self.tool_catalog.ids_for(allowed)))
                 known = {spec.name for spec in self.deps.tools.visible(is_main_agent=True)}
                 offered = sorted(spec.name for spec in self.deps.tools.visible(is_main_agent=False))
                 unknown = sorted(set(allowed) - known)

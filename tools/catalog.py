@@ -393,7 +393,7 @@ class ToolCatalog:
         self.config = config or ToolsConfig()
         self.ptc = ptc if ptc is not None and ptc.enabled else None
         self.mcp_listed = mcp_listed
-        self._names: tuple[set[str], NameTable] | None = None  # (known_names and their table)
+        self._names: tuple[set[str], NameTable, dict[str, str]] | None = None  # (_name_table's answer)
 
     # ---------------------------------------------------------------- context plane
 
@@ -407,21 +407,33 @@ class ToolCatalog:
         """{id: the name providers are sent} for :meth:`known_names` (F-MOD-3): a tool's own name
         when it is native, even when it is another tool's digest alias; that other tool then goes
         under a further alias (:func:`runtime.providers.names.name_table`). Not to be changed."""
-        return self._name_table().offered
+        return self._name_table()[0].offered
 
     def further_aliases(self) -> dict[str, str]:
         """{id: its further alias} for the few :meth:`known_names` whose digest alias is another
         tool's own name, those of a server that is down included: what a model request carries
         (``ModelRequest.tool_aliases``), so its history's calls keep their names. Not to be changed."""
-        return self._name_table().further
+        return self._name_table()[0].further
 
-    def _name_table(self) -> NameTable:
-        """:meth:`known_names`' :func:`name_table`, made again only when those names change (a
-        digest per id: tens of milliseconds for ten thousand MCP tools, on every request)."""
+    def ids_for(self, names: Sequence[str]) -> list[str]:
+        """``names`` (tool names a model gave) as tool ids: a name one of :meth:`known_names` is
+        offered under (its digest or further alias) as that id, any other name unchanged. A model
+        may give one where no request's table maps it back: a call of a tool it was not offered,
+        a subagent's ``tools`` list, a program's ``call_tool``."""
+        if all(self.registry.get(n) is not None for n in names):
+            return list(names)  # (the common case: ids, and no table to look at)
+        ids = self._name_table()[1]
+        return [ids.get(n, n) for n in names]
+
+    def _name_table(self) -> tuple[NameTable, dict[str, str]]:
+        """:meth:`known_names`' :func:`name_table`, and {offered name: id} where the two differ,
+        made again only when those names change (a digest per id: tens of milliseconds for ten
+        thousand MCP tools, on every request and every name a program calls a tool by)."""
         known = self.known_names()
         if self._names is None or self._names[0] != known:
-            self._names = (known, name_table(known))
-        return self._names[1]
+            table = name_table(known)
+            self._names = (known, table, {n: i for i, n in table.offered.items() if n != i})
+        return self._names[1], self._names[2]
 
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""

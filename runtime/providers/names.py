@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Callable, Collection, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .base import ProviderError
 
@@ -71,23 +71,6 @@ def name_table(ids: Iterable[str]) -> NameTable:
     sorted order, so the table is a pure function of the set of ids (not of the order a server
     lists them in): the same catalog offers the same names after a restart."""
     return NameTable(*_unique(ids, alias_for, "tool", READABLE_MAX))
-
-
-def offered_names(ids: Iterable[str]) -> dict[str, str]:
-    """{id: the name providers are sent} for a catalog's tool ids (:func:`name_table`)."""
-    return name_table(ids).offered
-
-
-def ids_for(names: Sequence[str], ids: Collection[str]) -> list[str]:
-    """``names`` (tool names a model gave) as internal ids: one of ``ids`` as it is, the name one
-    of ``ids`` is offered under (:func:`offered_names`) as that id, any other name unchanged. A
-    model knows the tools by the names it is offered, and may give one where no request's table
-    maps it back (a call of a tool it was not offered, a subagent's ``tools`` list, a program's
-    ``call_tool``)."""
-    if all(n in ids for n in names):
-        return list(names)
-    aliases = {n: i for i, n in offered_names(ids).items() if n != i}
-    return [n if n in ids else aliases.get(n, n) for n in names]
 
 
 def call_id_for(call_id: str) -> str:

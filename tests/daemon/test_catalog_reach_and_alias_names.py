@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from runtime.providers.names import alias_for, offered_names
+from runtime.providers.names import alias_for, name_table
 
 from ..providers.servers.openai_chat import chat_stream
 from .conftest import DaemonFactory, finished, run_tool, stop_daemon, wait_until
@@ -62,7 +62,7 @@ async def test_an_mcp_tool_named_as_another_tools_alias_keeps_its_name_and_the_o
     # the same after a restart whose server lists them the other way round.
     dotted = "mcp__srv__some.tool"
     alias = alias_for(dotted)
-    further = offered_names([dotted, alias])[dotted]
+    further = name_table([dotted, alias]).offered[dotted]
     assert further not in (alias, dotted) and NATIVE.fullmatch(further) and further.startswith("mcp__srv__some_tool_")
 
     def config(*order: str) -> dict[str, Any]:
@@ -115,7 +115,7 @@ async def test_a_call_of_a_tool_under_a_further_alias_keeps_that_name_once_its_s
     # name had its call mapped to the dotted one. The history keeps the name it was offered under.
     dotted = "mcp__srv__some.tool"
     alias = alias_for(dotted)
-    further = offered_names([dotted, alias])[dotted]
+    further = name_table([dotted, alias]).offered[dotted]
     loop, d, token, sid = await chat_session(
         daemon_factory, nursery, {"tools": {"mcpDeferAbove": 100}, "mcpServers": {"srv": server(
             "--named", "some.tool", "--named", alias.removeprefix("mcp__srv__"), maxRestarts=0)}},

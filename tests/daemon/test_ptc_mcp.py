@@ -107,3 +107,24 @@ async def test_a_programs_call_of_the_alias_of_a_tool_whose_server_is_down_is_li
     assert body["content"][0]["text"] == "MCP_SERVER_UNAVAILABLE\n", body
     assert [(c["name"], c["ok"], c.get("error_code")) for c in body["structured_content"]["calls"]] == [
         ("mcp__t__some.tool", False, "MCP_SERVER_UNAVAILABLE")]
+
+
+async def test_a_program_calls_a_tool_by_its_further_alias_and_the_other_by_its_own_name(
+        daemon_factory: DaemonFactory) -> None:
+    # F-MOD-3: `some.tool` travels as `mcp__t__some_tool_<digest>`, a name the same server gives a
+    # tool of its own; that tool keeps it and `some.tool` is offered under a further alias. A
+    # program calls each by the name the model is offered, and each call reaches its own tool.
+    dotted = "mcp__t__some.tool"
+    alias = alias_for(dotted)
+    d = await daemon_factory(config={"localPtc": {}, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"t": server("--named", "some.tool",
+                                                                "--named", alias.removeprefix("mcp__t__"))}})
+    token = await d.pair("ptc-mcp", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    further = {t["name"]: t["nativeName"] for t in (await d.get("/tools/inventory", token)).json()["tools"]}[dotted]
+    assert further not in (dotted, alias)
+    program = (f"print(call_tool({further!r}, {{'text': 'dotted'}}))\n"
+               f"print(call_tool({alias!r}, {{'text': 'exact'}}))\n")
+    body = await run_tool(d, token, sid, "r1", PTC, {"code": program})
+    assert body["content"][0]["text"] == f"some.tool: dotted\n{alias.removeprefix('mcp__t__')}: exact\n", body
+    assert [(c["name"], c["ok"]) for c in body["structured_content"]["calls"]] == [(dotted, True), (alias, True)]

@@ -3,7 +3,9 @@
 ``executor`` is one process per test module (spawning costs a few hundred milliseconds), serving
 ``workspace`` (a tmp directory; tests use their own file names in it). Its stdout and stderr go
 to files so tests can check what it printed (never the token). ``client`` is an
-:class:`ExecutorClient` connected to it for one test. ``pool_factory`` runs the real
+:class:`ExecutorClient` connected to it for one test. A test that needs an executor of its own
+(its own state directory, limits, a kill) takes :func:`running_executor`: the process and a
+client that said hello, both ended with the block. ``pool_factory`` runs the real
 :class:`ExecutorPool` (spawning its own children) inside the test's nursery.
 
 Nothing here sleeps for ordering: waits are bounded polls of an observable condition.
@@ -89,6 +91,32 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
     return ExecutorProcess(proc, f"127.0.0.1:{port}", token, workspace, state, out, err)
 
 
+@asynccontextmanager
+async def said_hello(ex: ExecutorProcess) -> AsyncIterator[ExecutorClient]:
+    """An :class:`ExecutorClient` of ``ex`` that has said hello (the handshake, bounded by its own
+    timeout); closed when the block ends."""
+    client = ExecutorClient(ex.address, ex.token)
+    try:
+        await client.hello()
+        yield client
+    finally:
+        client.close()
+
+
+@asynccontextmanager
+async def running_executor(root: Path, *, token: str | None = None, listen: str = "127.0.0.1:0",
+                           state: Path | None = None) -> AsyncIterator[tuple[ExecutorProcess, ExecutorClient]]:
+    """An executor of its own started over ``root`` (:func:`start_executor`, test hooks on) and a
+    client that has said hello to it (:func:`said_hello`); the client is closed and the process
+    stopped when the block ends, whatever happened."""
+    ex = start_executor(root, token=token, listen=listen, state=state)
+    try:
+        async with said_hello(ex) as client:
+            yield ex, client
+    finally:
+        stop_process(ex.proc)
+
+
 def processes_marked(mark_env: str, mark: str, *, skip_pid: int | None = None,
                      argv0: bytes | None = None) -> list[int]:
     """Live processes whose environment carries ``mark_env=mark`` (the commands an executor started
@@ -144,12 +172,8 @@ def workspace(executor: ExecutorProcess) -> Path:
 
 @pytest.fixture
 async def client(executor: ExecutorProcess) -> AsyncIterator[ExecutorClient]:
-    c = ExecutorClient(executor.address, executor.token)
-    try:
-        await c.hello()
+    async with said_hello(executor) as c:
         yield c
-    finally:
-        c.close()
 
 
 @asynccontextmanager

@@ -17,11 +17,11 @@ from typing import Any, Callable
 import pytest
 import trio
 
-from runtime.executor_client import ExecutorClient, ExecutorToolError
+from runtime.executor_client import ExecutorToolError
 from tests.daemon.test_full_disk import limit_files
 from tests.files.helpers import leftovers
 
-from .conftest import start_executor, stop_process
+from .conftest import running_executor
 
 BOUND_S = 20.0
 
@@ -51,24 +51,16 @@ DAMAGE: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 async def test_a_damaged_record_is_an_io_error_and_the_edit_is_not_applied_again(tmp_path: Path, damage: str) -> None:
-    ex = start_executor(tmp_path)
-    try:
+    async with running_executor(tmp_path) as (ex, client):
         with trio.fail_after(BOUND_S):
-            client = ExecutorClient(ex.address, ex.token)
-            try:
-                await client.hello()
-                (ex.workspace / "f.txt").write_text("x")
-                args = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "x", "new_string": "xy"}]}
-                await client.call("edit_file", args, call_id="s:1")
-                rec = record_path(ex.state, "s:1")
-                rec.write_text(json.dumps(DAMAGE[damage](json.loads(rec.read_text()))))
-                err = await refused("IO_ERROR", client.call("edit_file", args, call_id="s:1"))
-                assert "call journal" in str(err) and "unreadable record" in str(err)
-                assert (ex.workspace / "f.txt").read_text() == "xy"  # applied once, not "xyy"
-            finally:
-                client.close()
-    finally:
-        stop_process(ex.proc)
+            (ex.workspace / "f.txt").write_text("x")
+            args = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "x", "new_string": "xy"}]}
+            await client.call("edit_file", args, call_id="s:1")
+            rec = record_path(ex.state, "s:1")
+            rec.write_text(json.dumps(DAMAGE[damage](json.loads(rec.read_text()))))
+            err = await refused("IO_ERROR", client.call("edit_file", args, call_id="s:1"))
+            assert "call journal" in str(err) and "unreadable record" in str(err)
+            assert (ex.workspace / "f.txt").read_text() == "xy"  # applied once, not "xyy"
 
 
 async def test_a_journal_of_another_workspace_replays_nothing_here(tmp_path: Path) -> None:
@@ -76,46 +68,22 @@ async def test_a_journal_of_another_workspace_replays_nothing_here(tmp_path: Pat
     first journaled is not answered in the second as done (its file there was never written)."""
     state = tmp_path / "state"
     args = {"path": "new.txt", "mode": "create", "content": "hello"}
-    first = start_executor(tmp_path / "a", state=state)
-    try:
+    async with running_executor(tmp_path / "a", state=state) as (first, client):
         with trio.fail_after(BOUND_S):
-            client = ExecutorClient(first.address, first.token)
-            try:
-                await client.hello()
-                await client.call("edit_file", args, call_id="s:1")
-            finally:
-                client.close()
-    finally:
-        stop_process(first.proc)
+            await client.call("edit_file", args, call_id="s:1")
     assert (first.workspace / "new.txt").read_text() == "hello"
-    second = start_executor(tmp_path / "b", state=state)
-    try:
+    async with running_executor(tmp_path / "b", state=state) as (second, client):
         with trio.fail_after(BOUND_S):
-            client = ExecutorClient(second.address, second.token)
-            try:
-                await client.hello()
-                err = await refused("CALL_ID_REUSED", client.call("edit_file", args, call_id="s:1"))
-                assert "another workspace" in str(err)
-                assert not (second.workspace / "new.txt").exists()
-                # The first workspace's record is left as it was: replayed there, it still answers.
-                fresh = await client.call("edit_file", args, call_id="s:2")
-                assert fresh.result["changed"] is True and (second.workspace / "new.txt").read_text() == "hello"
-            finally:
-                client.close()
-    finally:
-        stop_process(second.proc)
-    again = start_executor(tmp_path / "a", state=state)
-    try:
+            err = await refused("CALL_ID_REUSED", client.call("edit_file", args, call_id="s:1"))
+            assert "another workspace" in str(err)
+            assert not (second.workspace / "new.txt").exists()
+            # The first workspace's record is left as it was: replayed there, it still answers.
+            fresh = await client.call("edit_file", args, call_id="s:2")
+            assert fresh.result["changed"] is True and (second.workspace / "new.txt").read_text() == "hello"
+    async with running_executor(tmp_path / "a", state=state) as (_, client):
         with trio.fail_after(BOUND_S):
-            client = ExecutorClient(again.address, again.token)
-            try:
-                await client.hello()
-                replay = await client.call("edit_file", args, call_id="s:1")
-                assert replay.result == {"path": "new.txt", "changed": True, "units_applied": 1, "bytes_written": 5}
-            finally:
-                client.close()
-    finally:
-        stop_process(again.proc)
+            replay = await client.call("edit_file", args, call_id="s:1")
+            assert replay.result == {"path": "new.txt", "changed": True, "units_applied": 1, "bytes_written": 5}
 
 
 async def test_a_write_the_disk_had_no_room_for_leaves_no_record_to_replay(tmp_path: Path) -> None:
@@ -127,45 +95,37 @@ async def test_a_write_the_disk_had_no_room_for_leaves_no_record_to_replay(tmp_p
     call is now as if never tried: run again, it is applied to the file as it is."""
     room = 4096  # the largest file the limited executor can write
     big = "x" * (room + 1)
-    ex = start_executor(tmp_path)
-    try:
+    async with running_executor(tmp_path) as (ex, client):
         with trio.fail_after(BOUND_S):
-            client = ExecutorClient(ex.address, ex.token)
+            ws = ex.workspace
+            for name in ("a.txt", "b.txt"):
+                (ws / name).write_text(big)
+                # (shrunk by a call: both contents are the journal's blobs from now on)
+                await client.call("edit_file", {"path": name, "mode": "rewrite", "content": "small\n"},
+                                  call_id=f"s:shrink-{name}")
+            grow = {name: {"path": name, "mode": "rewrite", "content": big} for name in ("a.txt", "b.txt")}
+            grow["d/c.txt"] = {"path": "d/c.txt", "mode": "create", "content": big}
+            limit_files(ex.pid, room)
             try:
-                await client.hello()
-                ws = ex.workspace
-                for name in ("a.txt", "b.txt"):
-                    (ws / name).write_text(big)
-                    # (shrunk by a call: both contents are the journal's blobs from now on)
-                    await client.call("edit_file", {"path": name, "mode": "rewrite", "content": "small\n"},
-                                      call_id=f"s:shrink-{name}")
-                grow = {name: {"path": name, "mode": "rewrite", "content": big} for name in ("a.txt", "b.txt")}
-                grow["d/c.txt"] = {"path": "d/c.txt", "mode": "create", "content": big}
-                limit_files(ex.pid, room)
-                try:
-                    for name, args in grow.items():
-                        err = await refused("IO_ERROR", client.call("edit_file", args, call_id=f"s:grow-{name}"))
-                        assert str(err) == (f"{name}: cannot be written: the disk is full: the file may not grow "
-                                            "that large (EFBIG)")
-                        assert not record_path(ex.state, f"s:grow-{name}").exists()
-                finally:
-                    limit_files(ex.pid, None)
-                assert [(ws / n).read_text() for n in ("a.txt", "b.txt")] == ["small\n", "small\n"]
-                assert not (ws / "d").exists() and leftovers(ws) == []
-                # Meanwhile another call writes what the failed one meant to, and b.txt changes otherwise.
-                await client.call("edit_file", grow["a.txt"], call_id="s:other")
-                await client.call("edit_file", grow["d/c.txt"], call_id="s:other-create")
-                (ws / "b.txt").write_text("third\n")
-                same = await client.call("edit_file", grow["a.txt"], call_id="s:grow-a.txt")
-                assert same.result == {"path": "a.txt", "changed": False, "units_applied": 1, "bytes_written": 0}
-                assert same.before == big.encode() == same.after
-                again = await client.call("edit_file", grow["b.txt"], call_id="s:grow-b.txt")
-                assert again.result == {"path": "b.txt", "changed": True, "units_applied": 1, "bytes_written": room + 1}
-                assert again.before == b"third\n" and (ws / "b.txt").read_text() == big
-                err = await refused("ALREADY_EXISTS", client.call("edit_file", grow["d/c.txt"],
-                                                                  call_id="s:grow-d/c.txt"))
-                assert str(err) == "d/c.txt: already exists; create never overwrites"
+                for name, args in grow.items():
+                    err = await refused("IO_ERROR", client.call("edit_file", args, call_id=f"s:grow-{name}"))
+                    assert str(err) == (f"{name}: cannot be written: the disk is full: the file may not grow "
+                                        "that large (EFBIG)")
+                    assert not record_path(ex.state, f"s:grow-{name}").exists()
             finally:
-                client.close()
-    finally:
-        stop_process(ex.proc)
+                limit_files(ex.pid, None)
+            assert [(ws / n).read_text() for n in ("a.txt", "b.txt")] == ["small\n", "small\n"]
+            assert not (ws / "d").exists() and leftovers(ws) == []
+            # Meanwhile another call writes what the failed one meant to, and b.txt changes otherwise.
+            await client.call("edit_file", grow["a.txt"], call_id="s:other")
+            await client.call("edit_file", grow["d/c.txt"], call_id="s:other-create")
+            (ws / "b.txt").write_text("third\n")
+            same = await client.call("edit_file", grow["a.txt"], call_id="s:grow-a.txt")
+            assert same.result == {"path": "a.txt", "changed": False, "units_applied": 1, "bytes_written": 0}
+            assert same.before == big.encode() == same.after
+            again = await client.call("edit_file", grow["b.txt"], call_id="s:grow-b.txt")
+            assert again.result == {"path": "b.txt", "changed": True, "units_applied": 1, "bytes_written": room + 1}
+            assert again.before == b"third\n" and (ws / "b.txt").read_text() == big
+            err = await refused("ALREADY_EXISTS", client.call("edit_file", grow["d/c.txt"],
+                                                              call_id="s:grow-d/c.txt"))
+            assert str(err) == "d/c.txt: already exists; create never overwrites"

@@ -57,7 +57,7 @@ from hypothesis import strategies as st
 from runtime.executor_client import ExecutorClient, ExecutorToolError, ToolOutcome
 from tests.files.sample_images import png_saying
 
-from .conftest import ExecutorProcess, start_executor, stop_process
+from .conftest import ExecutorProcess, running_executor, said_hello, start_executor, stop_process
 
 CANARY = "CANARY-7f3a9c1e-outside"
 HARD = "HARDLINKED-inside-name"   # the hard-linked outside file's text (see the module docstring)
@@ -360,12 +360,8 @@ def run_examples(client: ExecutorClient, ws: Path, canary: Path, examples: int) 
 
 async def test_no_call_reaches_outside_the_workspace(confined: tuple[ExecutorProcess, Path]) -> None:
     ex, canary = confined
-    client = ExecutorClient(ex.address, ex.token)
-    try:
-        await client.hello()
+    async with said_hello(ex) as client:
         await trio.to_thread.run_sync(run_examples, client, ex.workspace, canary, 400)
-    finally:
-        client.close()
 
 
 # ---------------------------------------------------------------------------- the swap race
@@ -407,9 +403,7 @@ async def test_a_directory_swapped_for_a_link_out_during_calls(confined: tuple[E
         except BaseException as exc:  # (reported by the test, not lost in the thread)
             failures.append(exc)
 
-    client = ExecutorClient(ex.address, ex.token)
-    try:
-        await client.hello()
+    async with said_hello(ex) as client:
         thread = threading.Thread(target=swapper)
         thread.start()
         try:
@@ -441,8 +435,6 @@ async def test_a_directory_swapped_for_a_link_out_during_calls(confined: tuple[E
         finally:
             stop.set()
             await trio.to_thread.run_sync(thread.join)
-    finally:
-        client.close()
     assert not failures, failures
     if (ws / "sw").is_symlink():
         exchange(ws / "sw", ws / "sw.link")
@@ -476,10 +468,8 @@ async def test_a_commands_cwd_swapped_for_a_link_out_is_never_entered(confined: 
         except BaseException as exc:
             failures.append(exc)
 
-    client = ExecutorClient(ex.address, ex.token)
     seen: dict[str, int] = {}
-    try:
-        await client.hello()
+    async with said_hello(ex) as client:
         thread = threading.Thread(target=swapper)
         thread.start()
         try:
@@ -495,8 +485,6 @@ async def test_a_commands_cwd_swapped_for_a_link_out_is_never_entered(confined: 
         finally:
             stop.set()
             await trio.to_thread.run_sync(thread.join)
-    finally:
-        client.close()
     assert not failures, failures
     if (ws / "cw").is_symlink():
         exchange(ws / "cw", ws / "cw.link")
@@ -514,10 +502,7 @@ async def test_a_workspace_given_as_a_symlink_stays_the_directory_it_named_at_st
     (real / "f.txt").write_text("inside\n")
     canary_tree(canary)
     (tmp_path / "workspace").symlink_to(real)
-    ex = start_executor(tmp_path)
-    client = ExecutorClient(ex.address, ex.token)
-    try:
-        await client.hello()
+    async with running_executor(tmp_path) as (ex, client):
         for path in ("f.txt", str(tmp_path / "workspace" / "f.txt"), str(real / "f.txt")):
             assert (await client.call("read_file", {"path": path})).result["content"] == "inside\n", path
         os.replace(tmp_path / "workspace", tmp_path / "old-link")
@@ -530,6 +515,3 @@ async def test_a_workspace_given_as_a_symlink_stays_the_directory_it_named_at_st
         assert (await run_pwd(client, ".")).result["pwd"].strip() == os.path.realpath(real)
         await client.call("edit_file", {"path": "new.txt", "mode": "create", "content": "n\n"})
         assert (real / "new.txt").read_text() == "n\n" and not (canary / "new.txt").exists()
-    finally:
-        client.close()
-        stop_process(ex.proc)

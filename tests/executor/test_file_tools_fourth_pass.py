@@ -16,7 +16,7 @@ from runtime.executor_client import ExecutorClient
 from tests.daemon.test_full_disk import limit_files
 from tests.files.helpers import leftovers
 
-from .conftest import start_executor, stop_process
+from .conftest import running_executor
 from .test_tools import fails, sub  # noqa: F401  (sub is a fixture)
 
 ROOM = 4096  # the largest file the limited executor can write
@@ -29,10 +29,7 @@ def tree(root: Path) -> list[str]:
 async def test_a_call_the_disk_has_no_room_for_changes_nothing_and_leaves_nothing(tmp_path: Path) -> None:
     # "create (…; parents created; atomic publish …)": a create that could not write its file
     # left behind every directory it had made for it, though the call failed and wrote nothing.
-    ex = start_executor(tmp_path)
-    client = ExecutorClient(ex.address, ex.token)
-    try:
-        await client.hello()
+    async with running_executor(tmp_path) as (ex, client):
         ws = ex.workspace
         (ws / "kept").mkdir()
         (ws / "kept" / "f.txt").write_bytes(b"one\r\ntwo\r\n")
@@ -66,9 +63,6 @@ async def test_a_call_the_disk_has_no_room_for_changes_nothing_and_leaves_nothin
                               "bytes_written": ROOM + 1}
         assert tree(ws) == ["kept", "kept/a", "kept/a/b", "kept/a/b/new.txt", "kept/c", "kept/c/new.txt",
                             "kept/f.txt"]
-    finally:
-        client.close()
-        stop_process(ex.proc)
 
 
 # ---------------------------------------------------------------------------- a new file by the wrong tool

@@ -16,22 +16,19 @@ from pathlib import Path
 import pytest
 import trio
 
-from runtime.executor_client import ExecutorClient
 from tools.executor.commands import run_command
 from tools.executor.groups import GroupRegistry, _boot_id, _start_time
 
-from .conftest import group_members, kill_group, start_executor, stop_process, wait_group_gone
+from .conftest import group_members, kill_group, running_executor, start_executor, stop_process, wait_group_gone
 
 BOUND_S = 20.0
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (its packages, for a child interpreter)
 
 
 async def test_a_restarted_executor_kills_the_commands_a_killed_one_left(tmp_path: Path) -> None:
-    first = start_executor(tmp_path)
     pgid = 0
     try:
-        client = ExecutorClient(first.address, first.token)
-        try:
+        async with running_executor(tmp_path) as (first, client):
             with trio.fail_after(BOUND_S):
                 # (the pid is printed once both sleeps are forked: printed first, the executor was
                 # sometimes killed before the shell had forked the second)
@@ -42,8 +39,6 @@ async def test_a_restarted_executor_kills_the_commands_a_killed_one_left(tmp_pat
                                                           _start_time(first.pid)]
                     first.proc.send_signal(signal.SIGKILL)
                     first.proc.wait(timeout=BOUND_S)
-        finally:
-            client.close()
         assert len(group_members(pgid)) == 3  # the shell and its two sleeps run on, unowned
         second = start_executor(tmp_path)  # same state directory
         try:
@@ -53,7 +48,6 @@ async def test_a_restarted_executor_kills_the_commands_a_killed_one_left(tmp_pat
         finally:
             stop_process(second.proc)
     finally:
-        stop_process(first.proc)
         if pgid:
             kill_group(pgid)
 
@@ -191,15 +185,7 @@ async def test_an_entry_that_cannot_be_read_or_removed_does_not_keep_the_executo
     commands = tmp_path / "state" / "commands"
     (commands / "12345").mkdir(parents=True)
     (commands / "4444").write_bytes(b"\xff\xfe")  # (a record that is not text: forgotten, as before)
-    ex = start_executor(tmp_path)
-    try:
-        with trio.fail_after(BOUND_S):
-            client = ExecutorClient(ex.address, ex.token)
-            try:
-                await client.hello()
-            finally:
-                client.close()
-    finally:
-        stop_process(ex.proc)
+    async with running_executor(tmp_path) as (ex, _):
+        pass  # (it started and answered the handshake)
     assert "cannot" in ex.output() and "12345" in ex.output()  # (said, as a warning)
     assert sorted(p.name for p in commands.iterdir()) == ["12345"]

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from runtime.executor_client import ExecutorClient, ExecutorUnavailable
+from runtime.executor_client import ExecutorUnavailable
 from runtime.executors import DomainLock, ExecutorPool, ProjectUnknown, RemoteExecutor
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError, ToolResult
@@ -23,8 +23,7 @@ from tools.executor import PROTOCOL_VERSION
 from tools.workspace_tools import workspace_tools
 
 from ..procfs import alive, read_proc
-from .conftest import (ExecutorProcess, group_members, kill_group, running_pool, start_executor, stop_process,
-                       wait_group_gone)
+from .conftest import ExecutorProcess, group_members, kill_group, running_executor, running_pool, wait_group_gone
 
 BOUND_S = 30.0
 
@@ -474,18 +473,11 @@ def test_an_executor_token_is_at_most_4096_characters(tmp_path: Path) -> None:
 
 
 async def test_a_token_of_4096_characters_is_carried_by_every_call(tmp_path: Path) -> None:
-    ex = start_executor(tmp_path, token="t" * 4096)
-    try:
+    async with running_executor(tmp_path, token="t" * 4096) as (_, client):
         with trio.fail_after(30):
-            client = ExecutorClient(ex.address, ex.token)
-            try:
-                for _ in range(20):  # (past 8 KiB grpc refuses only some calls: many are tried)
-                    assert (await client.hello()).protocol_version == PROTOCOL_VERSION
-                    await client.call("read_file", {"path": "."})
-            finally:
-                client.close()
-    finally:
-        stop_process(ex.proc)
+            for _ in range(20):  # (past 8 KiB grpc refuses only some calls: many are tried)
+                assert (await client.hello()).protocol_version == PROTOCOL_VERSION
+                await client.call("read_file", {"path": "."})
 
 
 KILLED_DAEMON = """

@@ -25,7 +25,7 @@ from tools.executor.runs import MAX_RUN_ID_CHARS
 from tools.workspace_tools import ABORT_OUTPUT_WAIT_S, ABORT_STOP_ANSWER_WAIT_S, stop_and_drain
 
 from ..procfs import alive, all_threads_stopped
-from .conftest import ExecutorProcess, reaping, start_executor, stop_process, wait_group_gone
+from .conftest import reaping, running_executor, wait_group_gone
 from .relay import Relay
 from .test_commands import BOUND_S, collect
 
@@ -302,28 +302,23 @@ async def test_an_abort_whose_executor_is_gone_does_not_wait(tmp_path: Path) -> 
     """The executor is killed while the command runs: its ``Stop`` fails and its stream ends at
     once, so the stop-and-read returns with no exit within ``ABORT_OUTPUT_WAIT_S`` (not the
     bound on an answer)."""
-    gone: ExecutorProcess = start_executor(tmp_path)
-    client = ExecutorClient(gone.address, gone.token)
     took: list[float] = []
+    async with running_executor(tmp_path) as (gone, client):
 
-    async def aborted(events: Any, join: StreamJoin) -> Any:
-        gone.proc.kill()
-        gone.proc.wait()
-        began = trio.current_time()
-        ended, whole = await stop_and_drain(client, "gone", events, join)
-        assert not whole
-        took.append(trio.current_time() - began)
-        return ended
+        async def aborted(events: Any, join: StreamJoin) -> Any:
+            gone.proc.kill()
+            gone.proc.wait()
+            began = trio.current_time()
+            ended, whole = await stop_and_drain(client, "gone", events, join)
+            assert not whole
+            took.append(trio.current_time() - began)
+            return ended
 
-    try:
-        with reaping() as groups, contextlib.closing(client):
-            await client.hello()
+        with reaping() as groups:
             out, ended = await _until_ready(client, "echo $$; echo ready; sleep 600", "gone", groups, aborted)
             assert ended is None, ended
             assert took[0] < ABORT_OUTPUT_WAIT_S + 0.5, took
             assert out.endswith(b"ready\n"), out
-    finally:
-        stop_process(gone.proc)
 
 
 async def test_an_exit_only_the_stop_answer_gave_is_said_to_leave_the_output_unread(executor: Any) -> None:

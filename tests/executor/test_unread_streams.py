@@ -32,11 +32,10 @@ import pytest
 import trio
 
 from proto import executor_pb2 as pb
-from runtime.executor_client import ExecutorClient
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.server import MAX_RUNNING_COMMANDS, SEND_STALL_S, TEST_SEND_STALL_ENV
 
-from .conftest import ExecutorProcess, poll_until, processes_marked, start_executor, stop_process
+from .conftest import ExecutorProcess, poll_until, processes_marked, running_executor, start_executor, stop_process
 
 RUN = "/lens.executor.v8.Executor/Run"
 STALL_S = 1.0  # the executor's send-stall bound in this module
@@ -227,11 +226,8 @@ STALLED_S = 2.0  # the writer's count unchanged this long: nothing more is taken
 
 
 async def test_core_holds_a_bounded_part_of_a_stream_it_does_not_read(tmp_path: Path) -> None:
-    ex = start_executor(tmp_path)
-    client = ExecutorClient(ex.address, ex.token)
-    written = ex.workspace / "written"
-    try:
-        await client.hello()
+    async with running_executor(tmp_path) as (ex, client):
+        written = ex.workspace / "written"
         command = f"exec {shlex.quote(sys.executable)} -c {shlex.quote(COUNTING_WRITER)}"
         async with client.run(command, timeout_ms=int(FAR_S * 1000), max_output_bytes=16 << 20) as events:
             first = await events.receive()  # then nothing more is read
@@ -245,6 +241,3 @@ async def test_core_holds_a_bounded_part_of_a_stream_it_does_not_read(tmp_path: 
                         last, since = now, time.monotonic()
         held = last - len(first.stdout)
         assert held <= UNREAD_HELD_BOUND, f"{held} bytes of output written and not read"
-    finally:
-        client.close()
-        stop_process(ex.proc)

@@ -10,7 +10,7 @@ import pytest
 from runtime.providers.base import ProviderError
 from runtime.providers.compile import prepare
 from runtime.providers.names import (CALL_ID_RE, NATIVE_NAME_RE, ToolNames, alias_for, call_id_for, chat_call_id_for,
-                                     ids_for, name_table, offered_names)
+                                     name_table)
 
 from .conftest import PROTOCOLS, Ctx, Deltas
 from .scripts import reply
@@ -60,15 +60,14 @@ def test_an_id_named_as_another_ids_alias_keeps_it_and_the_other_takes_the_next_
     # on the set of ids only, never their order.
     dotted = "mcp__s__a.b"
     first = alias_for(dotted)
-    second = offered_names([dotted, first])[dotted]
-    third = offered_names([dotted, first, second])[dotted]
+    second = name_table([dotted, first]).offered[dotted]
+    third = name_table([dotted, first, second]).offered[dotted]
     assert len({first, second, third}) == 3 and all(NATIVE_NAME_RE.fullmatch(n) for n in (second, third))
     ids = [dotted, first, second, "read_file", "mcp__s__long" + "x" * 80]
-    tables = [offered_names(ids), offered_names(reversed(ids)), offered_names(sorted(ids, key=len))]
+    tables = [name_table(ids).offered, name_table(reversed(ids)).offered, name_table(sorted(ids, key=len)).offered]
     assert tables[0] == tables[1] == tables[2]
     assert tables[0][first] == first and tables[0][second] == second and tables[0][dotted] == third
     assert len(set(tables[0].values())) == len(ids)
-    assert ids_for([first, third, second], ids) == [first, dotted, second]  # (each name to the tool offered so)
     assert name_table(ids).further == {dotted: third}  # (the few ids the request carries)
     names = ToolNames(ids, {dotted: third})
     assert names.native(dotted) == third and names.internal(third) == dotted and names.internal(first) == first

@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 
+import runtime.providers.names
+import tools.catalog
 from projections.session_state import AgentState, SessionState
 from runtime.agent_tools import can_load_skills
 from runtime.config import ConfigError, parse_config
+from runtime.providers.names import alias_for
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.catalog import CAPABILITY_SEARCH, NOT_FROM_PROGRAMS, PTC, ToolCatalog, capability_search_tool
 from tools.ptc.tool import ptc_tool
@@ -211,3 +214,46 @@ def test_an_agent_can_load_a_skill_where_skill_is_offered_or_searchable_to_it(co
         "main": AgentState("main"), "sub_read": AgentState("sub_read", role="subagent", tools=["read"]),
         "sub_skill": AgentState("sub_skill", role="subagent", tools=["read", "skill"])})
     assert can_load_skills(cat, state, agent) is can
+
+
+async def test_a_programs_call_by_a_further_alias_reaches_that_tool_through_the_catalogs_one_names_table(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """F-MOD-3: ``some.tool``'s digest alias is another tool's own name, so it is offered under a
+    further alias. A program calls each tool by the name the model is offered and reaches it;
+    the names were mapped back through a table made anew for every call (a digest per tool of
+    the catalog, on each ``call_tool`` of a name that is no tool's id). The catalog's table is
+    made once."""
+    builds: list[int] = []
+    name_table = runtime.providers.names.name_table
+
+    def counted(ids: Any) -> runtime.providers.names.NameTable:  # (the real table, counted wherever it is made)
+        builds.append(1)
+        return name_table(ids)
+    for module in (runtime.providers.names, tools.catalog):
+        monkeypatch.setattr(module, "name_table", counted)
+
+    async def own_name(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult.text(ctx.call_id)
+
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    cat = catalog([ToolSpec(dotted, "", {"type": "object"}, own_name),
+                   ToolSpec(alias, "", {"type": "object"}, own_name), spec("read")], {"localPtc": {}})
+    further = cat.further_aliases()[dotted]
+    assert further not in (dotted, alias) and len(builds) == 1
+    ran: list[str] = []
+
+    async def call_tool(sub_id: str, name: str, args: dict[str, Any], cut: Any = None) -> ToolResult:
+        ran.append(name)
+        check = cat.check(loaded=(), allowed=None, session=None, from_program=True)
+        sub = ToolContext("p1", "ses_1", "main", None, sub_id, True)
+        return await cat.registry.run(name, json.dumps(args), sub, check=check)
+
+    ctx = ToolContext("p1", "ses_1", "main", None, "call_1", True, call_tool=call_tool)
+    program = "\n".join(f"print(call_tool({n!r}, {{}}))" for n in (further, alias, further, "read", further))
+    result = await cat.registry.run(PTC, json.dumps({"code": program}), ctx)
+    assert result.error_code is None, result.content
+    assert ran == [dotted, alias, dotted, "read", dotted]
+    assert [c["name"] for c in result.structured_content["calls"]] == ran
+    assert result.content[0].text == "call_1.1\ncall_1.2\ncall_1.3\nran\ncall_1.5\n"
+    assert len(builds) == 1  # (five calls, three of them by a further alias: no table made again)

@@ -597,3 +597,25 @@ def test_the_names_table_is_made_once_and_again_when_the_tools_change():
     assert cat.offered_names()[alias] == alias
     cat.registry.remove(alias)
     assert cat.offered_names()[dotted] == alias and cat.further_aliases() == {}
+
+
+def test_a_name_a_model_gives_is_its_tools_id_by_the_catalogs_table_as_the_tools_change():
+    # F-MOD-3: a model may give a tool's offered name where no request maps it back (a program's
+    # call_tool, a subagent's tools list, a call of a tool it was not offered): the tool's id, a
+    # digest alias and a further alias are that tool, any other name stays as given. Read from
+    # the catalog's one table (offered_names), so the answers follow the tools.
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    cat = catalog([spec(dotted), spec("read_file")])
+    assert cat.ids_for(["read_file", dotted, alias, "nope"]) == ["read_file", dotted, dotted, "nope"]
+    cat.registry.add(spec(alias))
+    further = cat.further_aliases()[dotted]
+    assert cat.ids_for([alias, further, dotted]) == [alias, dotted, dotted]  # (the name is the other tool's now)
+    cat.registry.add(spec(further))  # (a third tool named so: the dotted one takes the next further alias)
+    next_further = cat.further_aliases()[dotted]
+    assert next_further not in (alias, further)
+    assert cat.ids_for([alias, next_further, further]) == [alias, dotted, further]
+    cat.registry.remove(alias)
+    cat.registry.remove(further)
+    assert cat.ids_for([alias, further, next_further]) == [dotted, further, next_further]  # (none offered so now)
+    assert cat.ids_for([]) == []
