@@ -164,3 +164,37 @@ def test_dashboard_replaces_a_streaming_bubble_by_the_answer_its_view_holds(
     next_frame(driver)
     assert texts(driver, STREAMING) == [], "the streaming bubble stayed beside the committed answer"
     caught_up_with_one_answer(driver)
+
+
+def test_dashboard_draws_an_answer_still_streaming_once_its_stream_reaches_the_view(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The other side of the rule: a view read ahead of the stream whose answer is still open (an
+    input queued behind it is the view's last event) does not lose the bubble: the deltas that
+    came while the stream was behind are drawn once it reaches the view."""
+    driver = browser
+    d = make_daemon(with_turns(LAGGING))
+    token, sid = open_held(driver, d, "dash-behind-open", tmp_path)
+    driver.execute_script("window.holdStream('all'); window.holdViews()")
+    submit(driver, "stream slowly")   # (its first half streams, the rest a minute later)
+    seen = lambda: [k for k, _ in driver.execute_script("return window.streamSeen")]  # noqa: E731
+    wait_for(lambda: "model.delta" in seen(), "the first half streamed")
+    status, queued = d.request("POST", f"/sessions/{sid}/inputs",
+                               {"requestId": "behind-1", "content": "next", "whenBusy": "followUp"}, token=token)
+    assert status == 202, queued
+    wait_for(lambda: seen().count("input.submitted") == 2, "the queued input sent")
+    driver.execute_script("window.releaseViews()")
+    wait_for(lambda: driver.execute_script("return document.getElementById('session-meta').textContent")
+             .endswith(f"seq {queued['seq']}"), "the view read at the queued input")
+
+    # The stream up to the queued input: the delta comes while the stream is behind the view.
+    driver.execute_script("window.holdStream('model.delta')")
+    driver.execute_script("window.holdStream('input.submitted')")
+    wait_for(lambda: body_data(driver, "deltas") == "1", "the delta handled by the page")
+    next_frame(driver)
+    assert texts(driver, STREAMING) == []
+    driver.execute_script("window.holdStream(null)")
+    wait_for(lambda: body_data(driver, "lastEventId") == str(queued["seq"]), "the stream at the view")
+    next_frame(driver)
+    assert texts(driver, STREAMING) == ["(faux) Streaming the first half… "]
+    assert committed_answers(driver) == []
+    assert console_errors(driver) == []
