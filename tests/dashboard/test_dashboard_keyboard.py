@@ -398,8 +398,9 @@ def answered_after_many_tool_calls(driver: Any, make_daemon: Callable[[dict[str,
     records what it announces in ``window.announced``.
 
     The view read at a frame can be ahead of the stream: it already says idle with the answer
-    while the answer's deltas are still on their way, and they are drawn as a streaming bubble
-    (one more ``.msg`` in the timeline) until the next read after its ``model.responded``."""
+    while the answer's events are still on their way (their deltas draw no bubble then: see
+    ``test_dashboard_stream_behind_view.py``); the checks that follow count what the page shows
+    once it holds them all."""
     d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * calls}))
     strong = d.pair(client, strong=True)
     workspace = tmp_path / "workspace"
