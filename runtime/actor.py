@@ -1414,7 +1414,8 @@ class SessionActor:
                           call_tool=call_tool, tool_policy=tool_policy,
                           workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
                           allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=cut_output,
-                          recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id)
+                          recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id,
+                          rerun=restart)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 
+from events import types as t
 from proto import executor_pb2 as pb
 from runtime.executor_client import CALL_TIMEOUT_S, ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
@@ -23,11 +24,13 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext
 from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
 from tools.executor.server import TEST_STOPPED_IDS_ENV
+from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, running_pool, start_executor, stop_process, until
+from .conftest import ExecutorProcess, running_pool, start_executor, stop_process, until, wait_path
 from .relay import Relay
 from .test_commands import BOUND_S, collect
+from .test_write_lock_until_call_ended import until_ended
 
 REFUSED_EDIT = "a Stop named this call before it came (its caller gave up); nothing was changed"
 REFUSED_RUN = "a Stop named this run_id before the command came; nothing was run"
@@ -252,3 +255,47 @@ async def test_an_aborted_command_that_reaches_the_executor_after_its_stop_never
     finally:
         let_go.set()
         stop_process(executor.proc)
+
+
+@pytest.mark.parametrize("point", ["before_reply", "before_publish"])
+async def test_a_replay_safe_edit_given_up_then_run_again_by_its_owner_is_not_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    # The edit's caller gives up while the executor holds the call (its journal record and file
+    # written: before_reply; its record pending, the file not: before_publish); Core's Stop by the
+    # call id is remembered. The session then runs the replay-safe call again under its id (a
+    # restart's re-run, marked): it is answered from the journal or applied, once, and says what
+    # it changed, so that revert_call can undo it. A copy sent unmarked is still refused.
+    held = held_at(monkeypatch, tmp_path, point)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("a\n")
+    args = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "a", "new_string": "ab"}]}
+    async with running_pool(tmp_path / "executors", {"p": ws}, call_end_wait_s=0.3) as pool:
+        edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+        cancel = trio.CancelScope()
+        outcome: list[Any] = []
+
+        async def given_up() -> None:
+            with cancel:
+                await edit.run(args, ToolContext("p", "ses_g", "main", None, "c1", True))
+            outcome.append(cancel.cancelled_caught)
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(given_up)
+                await wait_path(held, timeout=20)
+                cancel.cancel()
+                await until(lambda: bool(outcome))  # (its Stop sent, the bound passed: the lock let go)
+            assert outcome == [True]
+            Path(f"{tmp_path / 'hold'}.release").write_text("")  # the held call goes on and ends
+            ex = await pool.get("p")
+            await until_ended(ex.client, "ses_g:c1")
+            again = await edit.run(args, ToolContext("p", "ses_g", "main", None, "c1", True, rerun=True))
+            with pytest.raises(ExecutorToolError) as caught:
+                await ex.client.call("edit_file", args, call_id="ses_g:c1")
+            assert caught.value.code == "CANCELLED"
+    assert not again.is_error, again.content
+    assert again.structured_content["changed"] is True
+    assert (ws / "f.txt").read_text() == "ab\n"  # applied once
+    edited = [e for e in again.events if isinstance(e, t.FileEdited)]
+    assert len(edited) == 1 and edited[0].before_sha256 is not None and edited[0].after_sha256 is not None

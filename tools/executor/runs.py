@@ -223,12 +223,14 @@ class EditingCalls:
         self._stopped = stopped if stopped is not None else StoppedIds()  # (guarded by _lock)
 
     @contextmanager
-    def running(self, call_id: str) -> Iterator[StopLatch]:
+    def running(self, call_id: str, *, rerun: bool = False) -> Iterator[StopLatch]:
         """The latch of a call running under ``call_id``; on exit it is over (a ``Stop`` waiting
         for it answers), unregistered and closed. Raises :class:`Stopped` when a ``Stop`` named
-        ``call_id`` before it came: it writes nothing."""
+        ``call_id`` before it came: it writes nothing; unless ``rerun`` (Core runs the call again
+        on purpose, after giving up an earlier run: the call journal answers it or applies it
+        once). The id stays remembered: an unmarked copy coming later is still refused."""
         with self._lock:
-            if call_id in self._stopped:
+            if not rerun and call_id in self._stopped:
                 raise Stopped("a Stop named this call before it came (its caller gave up); nothing was changed")
             latch = StopLatch()
             self._calls.setdefault(call_id, []).append(latch)

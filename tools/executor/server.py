@@ -257,9 +257,11 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             with contextlib.ExitStack() as registered:  # (left: over, a Stop waiting for it answers)
                 if request.tool in EDITING_CALLS and request.call_id:
                     # (another call running under the same id has its own latch: a Stop by the id
-                    # waits for both; one arriving after a Stop by its id is refused here)
+                    # waits for both; one arriving after a Stop by its id is refused here, unless
+                    # Core runs it again on purpose: `rerun`)
                     try:
-                        self._call.latch = registered.enter_context(self.calls.running(request.call_id))
+                        latch = self.calls.running(request.call_id, rerun=request.rerun)
+                        self._call.latch = registered.enter_context(latch)
                     except Stopped as exc:
                         return pb.ToolReply(ok=False, error_code=exc.code, error_message=exc.message)
                 self._hold(f"call:{request.tool}")  # (registered: a Stop can name it there)
