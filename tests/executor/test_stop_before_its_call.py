@@ -22,6 +22,7 @@ from runtime.executor_client import CALL_TIMEOUT_S, ExecutorClient, ExecutorTool
 from runtime.executors import RemoteExecutor
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext
+from tools.executor.commands import run_command
 from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
 from tools.executor.server import TEST_STOPPED_IDS_ENV
 from tests.executor_hold import held_at
@@ -299,3 +300,13 @@ async def test_a_replay_safe_edit_given_up_then_run_again_by_its_owner_is_not_re
     assert (ws / "f.txt").read_text() == "ab\n"  # applied once
     edited = [e for e in again.events if isinstance(e, t.FileEdited)]
     assert len(edited) == 1 and edited[0].before_sha256 is not None and edited[0].after_sha256 is not None
+
+
+def test_a_command_whose_caller_went_away_before_it_started_is_never_spawned(tmp_path: Path) -> None:
+    # A Run given its server thread after its caller went away (its deadline, up to an hour, may
+    # outlast the stopped ids' memory): its gRPC context is cancelled by then. The shell is not
+    # spawned and nothing is yielded; its gate was opened before the first look at the caller,
+    # and the command could run for a moment.
+    items = list(run_command("touch ran", tmp_path, timeout_ms=10_000, max_output=1024, cancelled=lambda: True))
+    assert items == []
+    assert not (tmp_path / "ran").exists()
