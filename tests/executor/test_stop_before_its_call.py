@@ -9,6 +9,9 @@ relay that holds a call back until its ``Stop`` has been answered.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext
 from tools.executor.commands import run_command
 from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
-from tools.executor.server import TEST_STOPPED_IDS_ENV
+from tools.executor.server import TEST_HOOKS_ENV, TEST_STOPPED_IDS_ENV, TOKEN_ENV
 from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
@@ -125,6 +128,38 @@ async def test_an_id_past_the_count_bound_is_forgotten_and_its_call_runs(
         _, _, exit_ = await collect(client, "touch ran1", run_id="ses_b:c1")
         assert exit_.exit_code == 0
         assert sorted(p.name for p in ws.iterdir()) == ["f1.txt", "ran1"]
+    finally:
+        client.close()
+        stop_process(executor.proc)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_a_test_setting_of_the_stopped_ids_that_is_no_count_is_refused_at_start(tmp_path: Path, value: str) -> None:
+    # (1, the least, starts: the bound test above runs with 2)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {**os.environ, TOKEN_ENV: "t" * 32, TEST_HOOKS_ENV: "1", TEST_STOPPED_IDS_ENV: value}
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
+                           "--listen", "127.0.0.1:0", "--state", str(tmp_path / "state")],
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"lens executor: INVALID_ARGUMENT: {TEST_STOPPED_IDS_ENV} {value!r} is not a whole "
+                           f"number of at least 1 (how many ids a Stop named the executor remembers)\n")
+
+
+async def test_the_least_count_of_stopped_ids_remembers_the_last_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TEST_STOPPED_IDS_ENV, "1")
+    executor = start_executor(tmp_path)
+    client = ExecutorClient(executor.address, executor.token)
+    try:
+        await client.stop("ses_b:c1", BOUND_S)
+        await client.stop("ses_b:c2", BOUND_S)
+        with pytest.raises(ExecutorToolError) as caught:
+            await client.call("edit_file", {"path": "f2.txt", "mode": "create", "content": "x"}, call_id="ses_b:c2")
+        assert caught.value.code == "CANCELLED"
+        await client.call("edit_file", {"path": "f1.txt", "mode": "create", "content": "x"}, call_id="ses_b:c1")
+        assert sorted(p.name for p in executor.workspace.iterdir()) == ["f1.txt"]
     finally:
         client.close()
         stop_process(executor.proc)
