@@ -22,14 +22,16 @@ class HelloReply(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., executor_version: _Optional[str] = ..., workspace_name: _Optional[str] = ...) -> None: ...
 
 class ToolRequest(_message.Message):
-    __slots__ = ("tool", "call_id", "arguments_json")
+    __slots__ = ("tool", "call_id", "arguments_json", "rerun")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    RERUN_FIELD_NUMBER: _ClassVar[int]
     tool: str
     call_id: str
     arguments_json: str
-    def __init__(self, tool: _Optional[str] = ..., call_id: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
+    rerun: bool
+    def __init__(self, tool: _Optional[str] = ..., call_id: _Optional[str] = ..., arguments_json: _Optional[str] = ..., rerun: _Optional[bool] = ...) -> None: ...
 
 class ToolReply(_message.Message):
     __slots__ = ("ok", "error_code", "error_message", "result_json", "has_before", "before", "after", "data", "mime", "written_path")

@@ -105,7 +105,8 @@ class ExecutorServicer:
         nothing (`ended` at once); one that may be writing is answered once it has returned.
         The executor remembers the ids Stops named (the last 4096, for 120 s at most): a Run or an
         editing Call arriving later under one (the Stop overtook it) is refused before it does
-        anything, a Run with ABORTED "CANCELLED: ...", a Call with `ok` false, `error_code` CANCELLED.
+        anything, a Run with ABORTED "CANCELLED: ...", a Call with `ok` false, `error_code` CANCELLED;
+        a Call with `rerun` set is not refused.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

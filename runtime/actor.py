@@ -140,11 +140,20 @@ def unique_call_ids(state: SessionState, calls: list[t.ToolCall]) -> list[t.Tool
     used = used_call_ids(state)
     out: list[t.ToolCall] = []
 
-    def taken(call_id: str) -> bool:
-        # (``<id>.<n>`` names the n-th call of a program run by call ``<id>``: the executor keeps
-        # file history and replays by call id, so a model's call may not take one)
+    def program_of(call_id: str) -> str | None:
+        # (``<id>.<n>`` names the n-th call of a program run by call ``<id>``)
         root, dot, n = call_id.rpartition(".")
-        return call_id in used or (bool(dot) and n.isdigit() and root in used)
+        return root if dot and n.isdigit() else None
+
+    programs = {root for root in map(program_of, used) if root is not None}
+
+    def taken(call_id: str) -> bool:
+        # The executor keeps file history, replays and refuses a stopped id by call id: a model's
+        # call may take neither an id naming a program's call of an earlier call (``c1.1`` after
+        # ``c1``) nor the id of a program whose calls would be named like an earlier call (``c1``
+        # after ``c1.1``).
+        root = program_of(call_id)
+        return call_id in used or call_id in programs or (root is not None and root in used)
 
     for call in calls:
         call_id = recordable_call_id(call.call_id)
@@ -156,6 +165,9 @@ def unique_call_ids(state: SessionState, calls: list[t.ToolCall]) -> list[t.Tool
                 n += 1
             call = msgspec.structs.replace(call, call_id=f"{call_id}-{n}")
         used.add(call.call_id)
+        root = program_of(call.call_id)
+        if root is not None:
+            programs.add(root)
         out.append(call)
     return out
 
@@ -1404,7 +1416,8 @@ class SessionActor:
                           call_tool=call_tool, tool_policy=tool_policy,
                           workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
                           allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=cut_output,
-                          recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id)
+                          recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id,
+                          rerun=restart)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a

@@ -239,9 +239,10 @@ class ExecutorClient:
         return reply
 
     async def call(self, tool: str, arguments: dict[str, Any], *, call_id: str = "",
-                   timeout: float = CALL_TIMEOUT_S) -> ToolOutcome:
-        """Run one workspace tool; raises :class:`ExecutorToolError` with the tool's own code."""
-        req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments))
+                   timeout: float = CALL_TIMEOUT_S, rerun: bool = False) -> ToolOutcome:
+        """Run one workspace tool; raises :class:`ExecutorToolError` with the tool's own code.
+        ``rerun``: Core runs the call again under ``call_id`` on purpose (``ToolRequest.rerun``)."""
+        req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments), rerun=rerun)
         reply = await self._unary(self._stub.Call, req, timeout)
         if not reply.ok:
             raise ExecutorToolError(translated_code(reply.error_code), reply.error_message)

@@ -99,6 +99,10 @@ class ToolContext:
     # program's sub-call, the program's call (a sub-call is no item of its own). Provided by the
     # actor; None: none known (nothing is left out).
     call_item_id: str | None = None
+    # The call runs again under its id, on purpose: a replay-safe call the session's restart runs
+    # once more (``decide.RunCall.restart``). Its executor calls say so, and the executor does not
+    # refuse them for a ``Stop`` that gave up an earlier run of the call. Provided by the actor.
+    rerun: bool = False
 
 
 @dataclass(frozen=True)

@@ -234,26 +234,29 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         """Run a replay-safe call (every tool that comes here is one) under ``ex``'s domain lock;
         a local child that died before it answered has it run once more on the child spawned in
         its place (:func:`once_more_if_died`), with the same call id, so the executor's call
-        journal never applies an edit twice."""
-        return await once_more_if_died(pool, ex, lambda e: attempt(e, ctx, tool, args),
+        journal never applies an edit twice. Either run, when the second or the session's own
+        re-run (``ctx.rerun``), is sent as run again on purpose: a ``Stop`` that gave up an
+        earlier run does not refuse it."""
+        return await once_more_if_died(pool, ex, lambda e: attempt(e, ctx, tool, args, rerun=ctx.rerun or e is not ex),
                                        f"call {ctx.session_id}:{ctx.call_id} ({tool})")
 
-    async def attempt(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any]) -> Any:
+    async def attempt(ex: Any, ctx: ToolContext, tool: str, args: dict[str, Any], *, rerun: bool) -> Any:
         if isinstance(args.get("path"), str):
             await check_where_it_leads(ctx, ex.client, tool, "path", args["path"])
         with executor_failures("EXECUTOR_ERROR"):
             call_id = f"{ctx.session_id}:{ctx.call_id}"
             if tool not in EDITING_CALLS:
                 return await ex.client.call(tool, args, call_id=call_id)
-            return await writing(ex, tool, args, call_id)
+            return await writing(ex, tool, args, call_id, rerun=rerun)
 
-    async def writing(ex: Any, tool: str, args: dict[str, Any], call_id: str) -> Any:
+    async def writing(ex: Any, tool: str, args: dict[str, Any], call_id: str, *, rerun: bool = False) -> Any:
         """An editing call, run under the domain's write lock, which its caller holds until the
         call has ended on the executor: a caller cancelled (an abort) or past the call's deadline
         waits, shielded and bounded, for the executor to say so (``pool.call_ended``), so that
-        the domain's next write never runs beside one still writing."""
+        the domain's next write never runs beside one still writing. ``rerun``: see
+        ``ExecutorClient.call``."""
         try:
-            return await ex.client.call(tool, args, call_id=call_id)
+            return await ex.client.call(tool, args, call_id=call_id, rerun=rerun)
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
                 await pool.call_ended(ex, call_id)

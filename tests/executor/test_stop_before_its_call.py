@@ -9,6 +9,9 @@ relay that holds a call back until its ``Stop`` has been answered.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,18 +19,22 @@ from typing import Any
 import pytest
 import trio
 
+from events import types as t
 from proto import executor_pb2 as pb
 from runtime.executor_client import CALL_TIMEOUT_S, ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext
+from tools.executor.commands import run_command
 from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
-from tools.executor.server import TEST_STOPPED_IDS_ENV
+from tools.executor.server import TEST_HOOKS_ENV, TEST_STOPPED_IDS_ENV, TOKEN_ENV
+from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, running_pool, start_executor, stop_process, until
+from .conftest import ExecutorProcess, running_pool, start_executor, stop_process, until, wait_path
 from .relay import Relay
 from .test_commands import BOUND_S, collect
+from .test_write_lock_until_call_ended import until_ended
 
 REFUSED_EDIT = "a Stop named this call before it came (its caller gave up); nothing was changed"
 REFUSED_RUN = "a Stop named this run_id before the command came; nothing was run"
@@ -121,6 +128,38 @@ async def test_an_id_past_the_count_bound_is_forgotten_and_its_call_runs(
         _, _, exit_ = await collect(client, "touch ran1", run_id="ses_b:c1")
         assert exit_.exit_code == 0
         assert sorted(p.name for p in ws.iterdir()) == ["f1.txt", "ran1"]
+    finally:
+        client.close()
+        stop_process(executor.proc)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_a_test_setting_of_the_stopped_ids_that_is_no_count_is_refused_at_start(tmp_path: Path, value: str) -> None:
+    # (1, the least, starts: the bound test above runs with 2)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {**os.environ, TOKEN_ENV: "t" * 32, TEST_HOOKS_ENV: "1", TEST_STOPPED_IDS_ENV: value}
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
+                           "--listen", "127.0.0.1:0", "--state", str(tmp_path / "state")],
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"lens executor: INVALID_ARGUMENT: {TEST_STOPPED_IDS_ENV} {value!r} is not a whole "
+                           f"number of at least 1 (how many ids a Stop named the executor remembers)\n")
+
+
+async def test_the_least_count_of_stopped_ids_remembers_the_last_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TEST_STOPPED_IDS_ENV, "1")
+    executor = start_executor(tmp_path)
+    client = ExecutorClient(executor.address, executor.token)
+    try:
+        await client.stop("ses_b:c1", BOUND_S)
+        await client.stop("ses_b:c2", BOUND_S)
+        with pytest.raises(ExecutorToolError) as caught:
+            await client.call("edit_file", {"path": "f2.txt", "mode": "create", "content": "x"}, call_id="ses_b:c2")
+        assert caught.value.code == "CANCELLED"
+        await client.call("edit_file", {"path": "f1.txt", "mode": "create", "content": "x"}, call_id="ses_b:c1")
+        assert sorted(p.name for p in executor.workspace.iterdir()) == ["f1.txt"]
     finally:
         client.close()
         stop_process(executor.proc)
@@ -252,3 +291,57 @@ async def test_an_aborted_command_that_reaches_the_executor_after_its_stop_never
     finally:
         let_go.set()
         stop_process(executor.proc)
+
+
+@pytest.mark.parametrize("point", ["before_reply", "before_publish"])
+async def test_a_replay_safe_edit_given_up_then_run_again_by_its_owner_is_not_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    # The edit's caller gives up while the executor holds the call (its journal record and file
+    # written: before_reply; its record pending, the file not: before_publish); Core's Stop by the
+    # call id is remembered. The session then runs the replay-safe call again under its id (a
+    # restart's re-run, marked): it is answered from the journal or applied, once, and says what
+    # it changed, so that revert_call can undo it. A copy sent unmarked is still refused.
+    held = held_at(monkeypatch, tmp_path, point)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("a\n")
+    args = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "a", "new_string": "ab"}]}
+    async with running_pool(tmp_path / "executors", {"p": ws}, call_end_wait_s=0.3) as pool:
+        edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+        cancel = trio.CancelScope()
+        outcome: list[Any] = []
+
+        async def given_up() -> None:
+            with cancel:
+                await edit.run(args, ToolContext("p", "ses_g", "main", None, "c1", True))
+            outcome.append(cancel.cancelled_caught)
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(given_up)
+                await wait_path(held, timeout=20)
+                cancel.cancel()
+                await until(lambda: bool(outcome))  # (its Stop sent, the bound passed: the lock let go)
+            assert outcome == [True]
+            Path(f"{tmp_path / 'hold'}.release").write_text("")  # the held call goes on and ends
+            ex = await pool.get("p")
+            await until_ended(ex.client, "ses_g:c1")
+            again = await edit.run(args, ToolContext("p", "ses_g", "main", None, "c1", True, rerun=True))
+            with pytest.raises(ExecutorToolError) as caught:
+                await ex.client.call("edit_file", args, call_id="ses_g:c1")
+            assert caught.value.code == "CANCELLED"
+    assert not again.is_error, again.content
+    assert again.structured_content["changed"] is True
+    assert (ws / "f.txt").read_text() == "ab\n"  # applied once
+    edited = [e for e in again.events if isinstance(e, t.FileEdited)]
+    assert len(edited) == 1 and edited[0].before_sha256 is not None and edited[0].after_sha256 is not None
+
+
+def test_a_command_whose_caller_went_away_before_it_started_is_never_spawned(tmp_path: Path) -> None:
+    # A Run given its server thread after its caller went away (its deadline, up to an hour, may
+    # outlast the stopped ids' memory): its gRPC context is cancelled by then. The shell is not
+    # spawned and nothing is yielded; its gate was opened before the first look at the caller,
+    # and the command could run for a moment.
+    items = list(run_command("touch ran", tmp_path, timeout_ms=10_000, max_output=1024, cancelled=lambda: True))
+    assert items == []
+    assert not (tmp_path / "ran").exists()

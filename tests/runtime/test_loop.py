@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import by_kind, one, sleep_call
 from events.codec import DEFAULT_MAX_EVENT_BYTES
 from runtime.actor import DEFAULT_SYSTEM_PROMPT, PARTIAL_TEXT_ROOM
@@ -224,6 +226,23 @@ async def test_a_provider_reusing_call_ids_gets_a_fresh_question_each_time(rt, a
     finished = by_kind(evs, "tool.finished")
     assert [f.event.call_id for f in finished] == ids
     assert ["Yes" in f.event.content[0].text or "yes" in f.event.content[0].text for f in finished] == [True, False, True]
+
+
+@pytest.mark.parametrize("first, second, renamed", [
+    ("c1", "c1.1", "c1.1-2"),  # a model's id naming a call of call c1's program
+    ("c1.1", "c1", "c1-2"),    # a model's id whose program's first call would be c1.1, an earlier call
+])
+async def test_a_model_call_id_never_shares_an_id_with_a_programs_call(rt, autojump_clock, first, second, renamed):
+    """A program run by call ``<id>`` names its calls ``<id>.<n>``, and the executor keeps file
+    history and refuses a stopped id by it: call ``c1`` after an edit ``c1.1`` (aborted, its id
+    remembered) had its program's first edit refused."""
+    rt.faux.script = [FauxTurn(when="first", tool_calls=[FauxToolCall("get_system_time", {}, call_id=first)]),
+                      FauxTurn(when="second", tool_calls=[FauxToolCall("get_system_time", {}, call_id=second)])]
+    sid = await rt.session()
+    await rt.run_to_idle(sid, "r1", "first")
+    await rt.run_to_idle(sid, "r2", "second")
+    ids = [c.call_id for e in by_kind(await rt.events(sid), "model.responded") for c in e.event.tool_calls]
+    assert ids == [first, renamed]
 
 
 async def test_an_answer_the_log_cannot_hold_fails_the_request_once(rt, autojump_clock, caplog):

@@ -272,13 +272,16 @@ async def test_repeated_crashes_quarantine_the_session(runtime_factory, autojump
     assert len(crashes) == 4  # three restarts (max_restarts), then the crash needing a fourth
 
 
-def _crashing(times: int) -> ToolSpec:
+def _crashing(times: int, reruns: list[bool] | None = None) -> ToolSpec:
     """A replay-safe tool that crashes the actor on its first ``times`` runs, then answers: each
-    restarted actor runs it again, so ``times`` crashes in a row need ``times`` restarts."""
+    restarted actor runs it again, so ``times`` crashes in a row need ``times`` restarts.
+    ``reruns`` gets each run's ``ctx.rerun``."""
     runs = [0]
 
     async def run(args, ctx):
         runs[0] += 1
+        if reruns is not None:
+            reruns.append(ctx.rerun)
         if runs[0] <= times:
             raise RuntimeError(f"crash {runs[0]}")
         return ToolResult(content=[t.TextPart("survived")])
@@ -321,6 +324,25 @@ async def test_max_restarts_counts_restarts(runtime_factory, autojump_clock, cap
     crashed = [r.getMessage() for r in caplog.records if r.name == "lens.supervisor" and "crashed" in r.getMessage()]
     assert len(crashed) == crashes
     assert f"crashed ({crashes} in a row; at most {max_restarts} restarts)" in crashed[-1]
+
+
+async def test_a_restarts_run_of_a_replay_safe_call_again_says_so_to_the_tool(runtime_factory, autojump_clock):
+    # (the workspace tools send it to the executor, which then does not refuse the call for the
+    # Stop that gave up its first run: tests/executor/test_stop_before_its_call.py)
+    reruns: list[bool] = []
+    script = [FauxTurn(when="explode", tool_calls=[FauxToolCall("crash_then_answer")])]
+    async with runtime_factory(script=script, extra_tools=[_crashing(2, reruns)], max_restarts=3) as rt:
+        sid = await rt.session()
+        await rt.submit(sid, "r1", "explode")
+        for _ in range(100):  # each ActorUnavailable is an actor that crashed and was restarted
+            try:
+                await rt.call(sid, WaitIdle())
+                break
+            except ActorUnavailable:
+                continue
+        st = await rt.call(sid, GetState())
+        assert st.agents["main"].items[-1].text == "The tool answered: survived"
+    assert reruns == [False, True, True]  # the first run, then each restart's run of it again
 
 
 async def test_a_quarantined_session_describes_its_context_as_its_view_reads(runtime_factory, autojump_clock):

@@ -227,7 +227,13 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
     starts in that very directory, whatever its path names by then. ``groups`` records the command's process group while it runs (see :mod:`.groups`).
     ``stop``, once set, ends the group as a cancel does, but the output read by then and the
     :class:`Exit` (``stopped``, with the status the group ended with) are still yielded. Raises
-    :class:`CommandNotStarted` when the shell cannot be started (before anything is yielded)."""
+    :class:`CommandNotStarted` when the shell cannot be started (before anything is yielded).
+    Yields nothing, and runs nothing, when ``cancelled()`` is true before the command's start."""
+    if cancelled():
+        # The caller went away before the shell was spawned (a Run that waited for a server thread
+        # past its caller's give-up, whose Stop the executor no longer remembers): nothing is run,
+        # and no one is there to be told.
+        return
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LENS_EXECUTOR_")}
     gate, release = os.pipe()
@@ -254,7 +260,8 @@ def run_command(command: str, cwd: Path | int, *, timeout_ms: int, max_output: i
             except OSError as exc:  # the command runs all the same; only a later reap would miss it
                 log.warning("cannot record command process group %s: %s", pgid, exc)
         try:
-            os.write(release, b"\n")
+            if not cancelled():  # (gone while it was spawned: the gate stays shut, the command never runs)
+                os.write(release, b"\n")
         except BrokenPipeError:
             pass  # the shell is gone already (killed from outside): its exit is read below
     finally:

@@ -114,6 +114,29 @@ class CannotListen(Exception):
     code = "LISTEN_FAILED"
 
 
+class BadSetting(Exception):
+    """A setting of the executor's environment it cannot start with (a test-only one)."""
+
+    code = "INVALID_ARGUMENT"
+
+
+def stopped_ids_most(test_hooks: bool) -> int:
+    """How many ids a ``Stop`` named the executor remembers: :data:`STOPPED_IDS_MOST`, or with
+    test hooks on, ``TEST_STOPPED_IDS_ENV`` when set. Raises :class:`BadSetting` for a value that
+    is no whole number of at least 1 (0 would remember nothing, one below it failed every Stop)."""
+    raw = os.environ.get(TEST_STOPPED_IDS_ENV) if test_hooks else None
+    if not raw:
+        return STOPPED_IDS_MOST
+    try:
+        most = int(raw)
+    except ValueError:
+        most = 0
+    if most < 1:
+        raise BadSetting(f"{TEST_STOPPED_IDS_ENV} {_printable(raw, 80)!r} is not a whole number of at least 1 "
+                         f"(how many ids a Stop named the executor remembers)")
+    return most
+
+
 class _Guard(grpc.ServerInterceptor):
     """Refuses calls without the token or with another protocol version, before any handler runs;
     the handlers of the calls it lets through read their requests themselves
@@ -257,9 +280,11 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             with contextlib.ExitStack() as registered:  # (left: over, a Stop waiting for it answers)
                 if request.tool in EDITING_CALLS and request.call_id:
                     # (another call running under the same id has its own latch: a Stop by the id
-                    # waits for both; one arriving after a Stop by its id is refused here)
+                    # waits for both; one arriving after a Stop by its id is refused here, unless
+                    # Core runs it again on purpose: `rerun`)
                     try:
-                        self._call.latch = registered.enter_context(self.calls.running(request.call_id))
+                        latch = self.calls.running(request.call_id, rerun=request.rerun)
+                        self._call.latch = registered.enter_context(latch)
                     except Stopped as exc:
                         return pb.ToolReply(ok=False, error_code=exc.code, error_message=exc.message)
                 self._hold(f"call:{request.tool}")  # (registered: a Stop can name it there)
@@ -506,14 +531,15 @@ def build_server(service: ExecutorService, token: str) -> grpc.Server:
 
 def serve(workspace: Path, listen: str, token: str, *, state_dir: Path | None = None,
           ready: Callable[[int], None] | None = None, stop: threading.Event | None = None) -> None:
-    """Serve until ``stop`` is set (or SIGTERM/SIGINT/SIGHUP when run as the CLI)."""
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT/SIGHUP when run as the CLI). Raises
+    :class:`BadSetting` (before anything is done) and :class:`CannotListen`."""
+    test_hooks = os.environ.get(TEST_HOOKS_ENV) == "1"
+    most = stopped_ids_most(test_hooks)
     ws = Workspace(workspace, journal_dir=state_dir)
     groups = GroupRegistry(state_dir)
     groups.reap()  # commands a killed predecessor left running
-    test_hooks = os.environ.get(TEST_HOOKS_ENV) == "1"
     stall = float(os.environ.get(TEST_SEND_STALL_ENV) or SEND_STALL_S) if test_hooks else SEND_STALL_S
     hold = os.environ.get(TEST_HOLD_ENV) if test_hooks else None
-    most = int(os.environ.get(TEST_STOPPED_IDS_ENV) or STOPPED_IDS_MOST) if test_hooks else STOPPED_IDS_MOST
     service = ExecutorService(ws, groups=groups, test_hooks=test_hooks, send_stall_s=stall,
                               hold=Path(hold) if hold else None, stopped_ids_most=most)
     server = build_server(service, token)
@@ -602,7 +628,7 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
 
     try:
         serve(root, listen, token, state_dir=state_dir, ready=ready, stop=stop)
-    except CannotListen as exc:
+    except (BadSetting, CannotListen) as exc:
         _fail(exc.code, str(exc))
         return 2
     finally:
