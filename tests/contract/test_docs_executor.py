@@ -179,21 +179,12 @@ def test_the_executor_tool_arguments_are_those_the_executor_takes():
 
 async def test_a_browse_list_without_a_path_lists_the_workspace_root(tmp_path: Path):
     """``browse_list`` run on a real executor with the arguments its row marks optional left out."""
-    from runtime.executor_client import ExecutorClient
-    from tests.executor.conftest import start_executor, stop_process
+    from tests.executor.conftest import running_executor
 
     required, _ = _tool_table()["browse_list"]
-    ex = start_executor(tmp_path)
-    try:
+    async with running_executor(tmp_path) as (ex, client):
         (ex.workspace / "a.txt").write_text("x")
-        client = ExecutorClient(ex.address, ex.token)
-        try:
-            await client.hello()
-            outcome = await client.call("browse_list", dict.fromkeys(required, "."))
-        finally:
-            client.close()
-    finally:
-        stop_process(ex.proc)
+        outcome = await client.call("browse_list", dict.fromkeys(required, "."))
     assert [e["name"] for e in outcome.result["entries"]] == ["a.txt"], outcome
     shape = one_match(r"^\| `browse_list` \| [^|]* \| `\{([^`]*)\}` \|", EXECUTOR, re.M).group(1)
     entry = re.search(r"entries: \[\{([^}]*)\}\]", shape).group(1)

@@ -31,7 +31,7 @@ from tools.executor.server import TEST_HOOKS_ENV, TEST_STOPPED_IDS_ENV, TOKEN_EN
 from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, running_pool, start_executor, stop_process, until, wait_path
+from .conftest import ExecutorProcess, running_executor, running_pool, start_executor, stop_process, until, wait_path
 from .relay import Relay
 from .test_commands import BOUND_S, collect
 from .test_write_lock_until_call_ended import until_ended
@@ -108,11 +108,8 @@ async def test_an_id_past_the_count_bound_is_forgotten_and_its_call_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The executor remembers 2 ids here (the test-only setting): a third Stop forgets the first.
     monkeypatch.setenv(TEST_STOPPED_IDS_ENV, "2")
-    executor = start_executor(tmp_path)
-    client = ExecutorClient(executor.address, executor.token)
-    ws = executor.workspace
-    try:
-        await client.hello()
+    async with running_executor(tmp_path) as (executor, client):
+        ws = executor.workspace
         for n in (1, 2, 3):
             await client.stop(f"ses_b:c{n}", BOUND_S)
         for n in (2, 3):  # (the last two, at the bound: still refused)
@@ -128,9 +125,6 @@ async def test_an_id_past_the_count_bound_is_forgotten_and_its_call_runs(
         _, _, exit_ = await collect(client, "touch ran1", run_id="ses_b:c1")
         assert exit_.exit_code == 0
         assert sorted(p.name for p in ws.iterdir()) == ["f1.txt", "ran1"]
-    finally:
-        client.close()
-        stop_process(executor.proc)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
@@ -150,9 +144,7 @@ def test_a_test_setting_of_the_stopped_ids_that_is_no_count_is_refused_at_start(
 async def test_the_least_count_of_stopped_ids_remembers_the_last_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TEST_STOPPED_IDS_ENV, "1")
-    executor = start_executor(tmp_path)
-    client = ExecutorClient(executor.address, executor.token)
-    try:
+    async with running_executor(tmp_path) as (executor, client):
         await client.stop("ses_b:c1", BOUND_S)
         await client.stop("ses_b:c2", BOUND_S)
         with pytest.raises(ExecutorToolError) as caught:
@@ -160,9 +152,6 @@ async def test_the_least_count_of_stopped_ids_remembers_the_last_one(
         assert caught.value.code == "CANCELLED"
         await client.call("edit_file", {"path": "f1.txt", "mode": "create", "content": "x"}, call_id="ses_b:c1")
         assert sorted(p.name for p in executor.workspace.iterdir()) == ["f1.txt"]
-    finally:
-        client.close()
-        stop_process(executor.proc)
 
 
 def test_stopped_ids_are_kept_up_to_the_count_and_the_age_and_no_further() -> None:
