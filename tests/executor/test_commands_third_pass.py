@@ -3,6 +3,7 @@ real executor process (and the Core tools over the pool where the model's view m
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -221,9 +222,9 @@ async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_
 
 
 async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every_waiter_is_told(
-        tmp_path: Path) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # (the command's group is killed on the way out: a killed executor cannot end it, docs/executor.md)
-    with reaping() as groups:
+    with reaping() as groups, caplog.at_level(logging.WARNING, logger="lens.executors"):
         async with _remote_tools(tmp_path) as (remote, tools, ex):
             ws = remote.workspace
             ended: dict[str, tuple[str | None, str]] = {}
@@ -246,6 +247,12 @@ async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every
             with trio.fail_after(5):  # the next call is told at once, not held
                 assert (await _outcome(tools["run_command"], {"command": "true"}, "next"))[0] == "EXECUTOR_UNAVAILABLE"
             assert ex.lock.idle
+    # The command under way when the executor died (registered, silent: its pid went to a file)
+    # is given up with the warning; the next one, refused at connect, never reached an executor:
+    # no Stop, no warning (there was one, "the command of call ses_lock3:next was given up").
+    warned = [r.getMessage() for r in caplog.records if r.name == "lens.executors"]
+    assert [m for m in warned if "the command of call ses_lock3:" in m] == [
+        m for m in warned if "the command of call ses_lock3:k_run_command was given up" in m] != [], warned
 
 
 @pytest.mark.parametrize("cwd, code", [
