@@ -15,14 +15,15 @@ import pytest
 import trio
 
 from runtime.executor_client import ExecutorClient
-from runtime.executors import Executor, RemoteExecutor
+from runtime.executors import Executor
 from tools.artifacts import ArtifactStore
 from tests.procfs import read_proc
-from tools.base import ToolContext, ToolError, ToolSpec
+from tools.base import ToolError, ToolSpec
 from tools.executor.commands import Chunk, Exit, _shell_alive, run_command
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, poll_until, reaping, running_pool, start_executor, stop_process, until, wait_group_gone
+from .conftest import (ExecutorProcess, poll_until, reaping, remote_pool, start_executor, stop_process, tool_ctx, until,
+                       wait_group_gone)
 from .test_commands import BOUND_S, collect
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
@@ -157,14 +158,10 @@ def test_a_process_in_the_shells_pid_is_the_shell_only_as_the_reapers_child() ->
 # ---------------------------------------------------------------------------- F-EXE-8 the domain lock
 
 
-def _ctx(call_id: str) -> ToolContext:
-    return ToolContext("p", "ses_lock3", "main", None, call_id, True)
-
-
 async def _outcome(spec: ToolSpec, args: dict, call_id: str) -> tuple[str | None, str]:
     """A tool's end as (error code or None, text): a refusal raised before any result is one too."""
     try:
-        res = await spec.run(args, _ctx(call_id))
+        res = await spec.run(args, tool_ctx("ses_lock3", call_id))
     except ToolError as exc:
         return exc.code, exc.message
     return res.error_code, res.content[0].text
@@ -176,8 +173,7 @@ async def _remote_tools(tmp_path: Path) -> AsyncIterator[tuple[ExecutorProcess, 
     workspace tools calling it by name, and the project's executor (with its domain lock)."""
     remote = start_executor(tmp_path / "remote")
     try:
-        async with running_pool(tmp_path / "executors", {"p": remote.workspace},
-                                remote=RemoteExecutor(remote.address, remote.token)) as pool:
+        async with remote_pool(remote, tmp_path / "executors") as pool:
             tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
             yield remote, tools, await pool.get("p")
     finally:
