@@ -57,11 +57,18 @@ class ExecutorError(LensError):
 
 
 class ExecutorUnavailable(ExecutorError):
+    """``unsent``: the call never reached the executor: grpc found no connection to send it on
+    (every address of the channel refused it or failed to connect). A call grpc had put on a
+    connection that then failed is never so (its status names the connection's end: "Socket
+    closed", a reset), even one whose answer had not begun: a command the executor runs sends
+    nothing back, not even headers, until its first output."""
+
     code = "EXECUTOR_UNAVAILABLE"
 
-    def __init__(self, message: str, *, status: str = "") -> None:
+    def __init__(self, message: str, *, status: str = "", unsent: bool = False) -> None:
         super().__init__(message)
         self.status = status  # the grpc status name (UNAVAILABLE, DEADLINE_EXCEEDED, ...) when known
+        self.unsent = unsent
 
 
 class ExecutorTimeout(ExecutorUnavailable):
@@ -90,6 +97,10 @@ class ExecutorToolError(ExecutorError):
         self.code = code  # type: ignore[misc]
 
 
+# How grpc's load balancing fails a call it could put on no connection (the channel's addresses
+# all refused or failed to connect): such a call was never sent. (grpc retries by itself, and so
+# may fail this way, only a call no server has seen.)
+_NO_CONNECTION = "failed to connect to all addresses"
 _TOOL_CODE = re.compile(r"^([A-Z][A-Z0-9_]+): (.*)$", re.S)
 # Codes an executor built before a rename still sends, as Core names them (one code per meaning:
 # a tool nobody has is TOOL_UNKNOWN whether Core or the executor finds it so).
@@ -126,7 +137,9 @@ def translate(exc: grpc.RpcError) -> ExecutorError:
                                status=code.name)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return ExecutorUnavailable(f"the executor is not reachable ({code.name if code else '?'}: {detail})",
-                                   status=code.name if code else "")
+                                   status=code.name if code else "",
+                                   unsent=code == grpc.StatusCode.UNAVAILABLE
+                                   and (detail or "").startswith(_NO_CONNECTION))
     return ExecutorError(f"executor call failed ({code.name if code else '?'}: {detail})")
 
 

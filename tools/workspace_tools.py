@@ -467,7 +467,10 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                             over = got is not None  # (the exit is sent once the group has ended)
                             return got
                     except EXECUTOR_FAILURES as exc:
-                        over = over or getattr(exc, "code", None) not in STREAM_LOST_CODES
+                        # (a refusal, or a Run grpc found no connection for: nothing of it runs, and
+                        # a Stop would warn of a command that never reached the executor)
+                        over = (over or getattr(exc, "code", None) not in STREAM_LOST_CODES
+                                or getattr(exc, "unsent", False))
                         raise
                     finally:
                         if sent and not over:

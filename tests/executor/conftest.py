@@ -6,7 +6,8 @@ to files so tests can check what it printed (never the token). ``client`` is an
 :class:`ExecutorClient` connected to it for one test. A test that needs an executor of its own
 (its own state directory, limits, a kill) takes :func:`running_executor`: the process and a
 client that said hello, both ended with the block. ``pool_factory`` runs the real
-:class:`ExecutorPool` (spawning its own children) inside the test's nursery.
+:class:`ExecutorPool` (spawning its own children) inside the test's nursery; :func:`remote_pool`
+runs it over an executor process as a project's remote executor.
 
 Nothing here sleeps for ordering: waits are bounded polls of an observable condition.
 """
@@ -37,7 +38,7 @@ from tests.idgen import IdGen
 from tests.procfs import processes
 from tests.services import started, supervised
 from tools.artifacts import ArtifactStore
-from tools.base import ToolSpec
+from tools.base import ToolContext, ToolSpec
 from tools.executor.server import TEST_HOOKS_ENV, TOKEN_ENV
 from tools.registry import builtin_tools
 from tools.workspace_tools import workspace_tools
@@ -192,6 +193,23 @@ async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
                         **({} if call_end_wait_s is None else {"call_end_wait_s": call_end_wait_s}))
     async with started(pool.run):
         yield pool
+
+
+@asynccontextmanager
+async def remote_pool(executor: ExecutorProcess, state_root: Path, *, address: str | None = None,
+                      project: str = "p", **kw: Any) -> AsyncIterator[ExecutorPool]:
+    """The real pool (:func:`running_pool`, ``kw`` passed on) whose project ``project`` is served
+    by ``executor`` as its remote executor, reached at ``address`` (a relay in front of it) or
+    its own address."""
+    remote = RemoteExecutor(address or executor.address, executor.token)
+    async with running_pool(state_root, {project: executor.workspace}, remote=remote, **kw) as pool:
+        yield pool
+
+
+def tool_ctx(session_id: str, call_id: str, project: str = "p") -> ToolContext:
+    """A call's context as a test runs a tool of ``project`` by hand: nothing more than the ids
+    (no cut output kept, no edits known)."""
+    return ToolContext(project, session_id, "main", None, call_id, True)
 
 
 @asynccontextmanager

@@ -14,7 +14,9 @@ how the executor refused or failed each ``Run`` that did not end well (``"CODE d
 one whose caller had gone by then. ``cut_run`` cuts the first ``Run`` stream once a first output
 has been passed on, before the command's exit: ``"unavailable"`` fails it as a connection lost
 does (grpc UNAVAILABLE), ``"end"`` ends it as if all was sent; the executor's call is cancelled
-either way, as Core leaving it would.
+either way, as Core leaving it would. ``stops`` lists the run id of each ``Stop`` Core sent, in
+order; while ``hold_stop`` is set, a ``Stop`` is held there, never passed on nor answered, until
+Core leaves it (an executor that does not answer).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Relay(grpc.GenericRpcHandler):
                  before_run: Callable[[pb.CommandRequest], None] | None = None,
                  before_call: Callable[[pb.ToolRequest], None] | None = None,
                  missing: tuple[str, ...] = (), withhold_exit: bool = False,
-                 cut_run: Literal["unavailable", "end"] | None = None) -> None:
+                 cut_run: Literal["unavailable", "end"] | None = None, hold_stop: bool = False) -> None:
         self.target = target
         self.edit_reply = edit_reply
         self.before_run = before_run
@@ -46,6 +48,8 @@ class Relay(grpc.GenericRpcHandler):
         self.missing = missing
         self.withhold_exit = withhold_exit
         self.cut_run = cut_run
+        self.hold_stop = hold_stop
+        self.stops: list[str] = []
         self._runs = 0
         self.tools: list[str] = []
         self.run_failures: list[str] = []
@@ -97,6 +101,12 @@ class Relay(grpc.GenericRpcHandler):
             return grpc.unary_stream_rpc_method_handler(stream)
 
         def unary(raw: bytes, context: grpc.ServicerContext) -> Any:
+            if method.endswith("/Stop"):
+                self.stops.append(pb.StopRequest.FromString(raw).run_id)
+                if self.hold_stop:
+                    while context.is_active():  # (held: never answered while Core waits)
+                        time.sleep(0.05)
+                    return pb.StopReply().SerializeToString()
             request = pb.ToolRequest.FromString(raw) if method.endswith("/Call") else None
             tool = request.tool if request is not None else None
             if request is not None:

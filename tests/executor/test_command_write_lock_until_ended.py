@@ -2,20 +2,20 @@
 write lock until the executor says the command's group has ended: the gRPC call's deadline
 passed, the stream failed or ended without the exit, its caller cancelled with nothing kept.
 Core asks ``Stop`` by the run's id (the executor answers once the run is over), bounded by the
-pool's wait, then lets the lock go with a warning, the executor not stopped.
+pool's wait (or the daemon's stop now), then lets the lock go with a warning, the executor not
+stopped. A refusal, which comes before anything runs, sends no ``Stop``.
 
 The first command traps SIGTERM and lingers in its trap, then marks its end in a file; the second
 command, a write of the same domain started while the first runs, says whether it found that
 mark. Everything is real: the pool, the executor process over gRPC (behind a relay where the
-stream is cut), the workspace tools.
+stream is cut, or the ``Stop`` recorded or held), the workspace tools.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,16 @@ import pytest
 import trio
 
 from runtime import executor_client
-from runtime.executors import ExecutorPool, RemoteExecutor
+from runtime.executor_client import ExecutorClient
+from runtime.executors import ExecutorPool
 from tools.artifacts import ArtifactStore
-from tools.base import ToolContext, ToolError, ToolResult
+from tools.base import ToolContext, ToolError, ToolResult, ToolSpec
 from tools.workspace_tools import ABORT_STOP_ANSWER_WAIT_S, workspace_tools
 
-from .conftest import ExecutorProcess, running_pool, until, wait_path
+from .conftest import ExecutorProcess, remote_pool, tool_ctx, until, wait_path
+from .lock_order import Behind, second_behind_first
 from .relay import Relay
+from .test_commands_second_pass import every_slot_held
 
 _n = itertools.count()
 # The first command: its shell traps SIGTERM, lingers LINGER_S in the trap, then marks its end
@@ -43,55 +46,36 @@ SECOND = "if [ -e {name}.ended ]; then echo after; else echo beside; fi"
 
 def ctx(call_id: str) -> ToolContext:
     """A call's context with nothing to keep a cut command's output (``cut_output`` None)."""
-    return ToolContext("p", "ses_c", "main", None, call_id, True)
+    return tool_ctx("ses_c", call_id)
 
 
-@asynccontextmanager
-async def remote_pool(executor: ExecutorProcess, tmp_path: Path, address: str | None = None,
-                      **kw: Any) -> AsyncIterator[ExecutorPool]:
-    """The real pool, its project ``p`` served by the module's executor (at ``address``: a relay
-    in front of it)."""
-    remote = RemoteExecutor(address or executor.address, executor.token)
-    async with running_pool(tmp_path / "executors", {"p": executor.workspace}, remote=remote, **kw) as pool:
-        yield pool
+def run_command(pool: ExecutorPool, tmp_path: Path) -> ToolSpec:
+    return {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
 
 
 async def first_then_second(pool: ExecutorPool, tmp_path: Path, ws: Path, first: dict[str, Any], *,
-                            cancel_first: bool = False) -> tuple[ToolResult | ToolError | None, ToolResult, float]:
+                            cancel_first: bool = False, then: Callable[[Any], Awaitable[None]] | None = None,
+                            within: float = 30) -> Behind:
     """Run ``first`` (a FIRST command, its name in ``first["name"]``) and, once it has started,
     SECOND as another call, which waits for the domain's write lock; ``cancel_first``: the
-    first's caller is cancelled once the second waits. The first's result (or its error; None:
-    cancelled), the second's, and how long the second took from its start."""
+    first's caller is cancelled once the second waits; ``then(lock)`` runs after that."""
     name = first.pop("name")
-    run = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
-    results: dict[str, Any] = {}
-    cancel = trio.CancelScope()
+    run = run_command(pool, tmp_path)
 
-    async def run_first() -> None:
-        with cancel:
-            try:
-                results["first"] = await run.run({"command": FIRST.format(linger=LINGER_S, name=name), **first},
-                                                 ctx("c1"))
-            except ToolError as exc:
-                results["first"] = exc
+    async def started(cancel: trio.CancelScope) -> None:
+        await wait_path(ws / f"{name}.pid")
 
-    async def run_second() -> None:
-        start = trio.current_time()
-        results["second"] = await run.run({"command": SECOND.format(name=name)}, ctx("c2"))
-        results["took"] = trio.current_time() - start
+    async def go(cancel: trio.CancelScope, lock: Any) -> None:
+        (ws / f"{name}.go").write_text("")
+        if cancel_first:
+            cancel.cancel()
+        if then is not None:
+            await then(lock)
 
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_first)
-            await wait_path(ws / f"{name}.pid")
-            lock = (await pool.get("p")).lock
-            nursery.start_soon(run_second)
-            await until(lambda: lock._writers_waiting or "second" in results)
-            assert "second" not in results  # (the first command holds the lock while it runs)
-            (ws / f"{name}.go").write_text("")
-            if cancel_first:
-                cancel.cancel()
-    return results.get("first"), results["second"], results["took"]
+    return await second_behind_first(
+        pool, lambda: run.run({"command": FIRST.format(linger=LINGER_S, name=name), **first}, ctx("c1")),
+        lambda: run.run({"command": SECOND.format(name=name)}, ctx("c2")), first_holds=started, while_waiting=go,
+        within=within)
 
 
 def said(result: ToolResult) -> str:
@@ -110,7 +94,7 @@ async def test_a_command_past_its_streams_deadline_holds_the_lock_until_its_grou
     # Core let the lock go at its deadline and the next command ran beside the trap.
     monkeypatch.setattr(executor_client, "RUN_DEADLINE_MARGIN_S", 0.2)
     name = f"deadline{next(_n)}"
-    async with remote_pool(executor, tmp_path) as pool:
+    async with remote_pool(executor, tmp_path / "executors") as pool:
         first, second, took = await first_then_second(pool, tmp_path, executor.workspace,
                                                       {"name": name, "timeout_ms": 300})
     assert isinstance(first, ToolError) and first.code == "EXECUTOR_TIMEOUT", first
@@ -126,7 +110,7 @@ async def test_a_command_whose_stream_is_cut_holds_the_lock_until_its_group_ende
     # Core let the lock go as the stream ended.
     name = f"cut{next(_n)}"
     with Relay(executor.address, cut_run=cut) as relay:  # type: ignore[arg-type]
-        async with remote_pool(executor, tmp_path, relay.address) as pool:
+        async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
             first, second, took = await first_then_second(pool, tmp_path, executor.workspace, {"name": name})
     code = "EXECUTOR_UNAVAILABLE" if cut == "unavailable" else "COMMAND_LOST"
     assert isinstance(first, ToolError) and first.code == code, first
@@ -139,7 +123,7 @@ async def test_a_cancelled_command_with_nothing_kept_holds_the_lock_until_its_gr
     # A caller cancelled whose context keeps no cut output (the actor's always does, and is
     # stopped and read to the exit: the abort path) left the stream at once before.
     name = f"cancel{next(_n)}"
-    async with remote_pool(executor, tmp_path) as pool:
+    async with remote_pool(executor, tmp_path / "executors") as pool:
         first, second, took = await first_then_second(pool, tmp_path, executor.workspace, {"name": name},
                                                       cancel_first=True)
     assert first is None
@@ -152,7 +136,7 @@ async def test_a_command_ended_by_its_own_timeout_is_over_when_its_exit_comes(
     # No gap here, before or after: the executor sends the exit once the group has ended (its
     # trap included), so the stream's end already says the command is over.
     name = f"timeout{next(_n)}"
-    async with remote_pool(executor, tmp_path) as pool:
+    async with remote_pool(executor, tmp_path / "executors") as pool:
         first, second, _ = await first_then_second(pool, tmp_path, executor.workspace,
                                                    {"name": name, "timeout_ms": 300})
     assert isinstance(first, ToolResult), first
@@ -160,19 +144,86 @@ async def test_a_command_ended_by_its_own_timeout_is_over_when_its_exit_comes(
     began_after_the_first_ended(second)
 
 
-async def test_a_command_not_over_within_the_bound_lets_the_lock_go_with_a_warning(
+def warned(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "lens.executors"]
+
+
+async def test_a_command_the_executor_answers_not_over_lets_the_lock_go_with_a_warning(
         executor: ExecutorProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # Past the pool's bound (shortened) the lock goes, as for an editing call: a warning, and
-    # neither the executor nor the command is stopped for it (the trap still marks its end).
-    name = f"bound{next(_n)}"
+    # The executor answers the Stop before the group has ended (found, not ended: its own wait is
+    # bounded by the Stop's deadline, the pool's bound, shortened): the lock goes, as for an
+    # editing call, with a warning, and neither the executor nor the command is stopped for it
+    # (the trap still marks its end).
+    name = f"answered{next(_n)}"
     ws = executor.workspace
     with caplog.at_level(logging.WARNING, logger="lens.executors"):
-        async with remote_pool(executor, tmp_path, call_end_wait_s=0.3) as pool:
-            first, second, took = await first_then_second(pool, tmp_path, ws, {"name": name}, cancel_first=True)
+        async with remote_pool(executor, tmp_path / "executors", call_end_wait_s=0.3) as pool:
+            first, second, _ = await first_then_second(pool, tmp_path, ws, {"name": name}, cancel_first=True)
             await wait_path(ws / f"{name}.ended")
     assert first is None
     assert not second.is_error and said(second).startswith("beside\n"), second.content
-    assert took < LINGER_S, took
-    warned = [r.getMessage() for r in caplog.records if r.name == "lens.executors"]
-    assert any("command of call ses_c:c1" in m and "did not say it ended within 0.3 s" in m for m in warned), warned
+    assert any("command of call ses_c:c1" in m and "did not say it ended within 0.3 s" in m
+               for m in warned(caplog)), warned(caplog)
     assert executor.proc.poll() is None
+
+
+async def test_a_stop_never_answered_holds_the_lock_for_cores_bound_only(
+        executor: ExecutorProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The relay holds the Stop: the executor never hears of it, and Core never gets an answer.
+    # Core's own bound (shortened) is what lets the lock go: the second command waited that long
+    # at least, and the warning names the command.
+    name = f"unanswered{next(_n)}"
+    with caplog.at_level(logging.WARNING, logger="lens.executors"), Relay(executor.address, hold_stop=True) as relay:
+        async with remote_pool(executor, tmp_path / "executors", address=relay.address,
+                               call_end_wait_s=0.5) as pool:
+            first, second, took = await first_then_second(pool, tmp_path, executor.workspace, {"name": name},
+                                                          cancel_first=True)
+    assert first is None
+    assert len(relay.stops) == 1, relay.stops  # (asked once, never answered)
+    assert not second.is_error, second.content
+    assert 0.5 <= took < ABORT_STOP_ANSWER_WAIT_S, took  # (the shortened bound, not the default's 4 s)
+    assert any("the command of call ses_c:c1 was given up" in m for m in warned(caplog)), warned(caplog)
+
+
+async def test_stop_now_ends_the_wait_for_a_stop_never_answered(
+        executor: ExecutorProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The daemon's stop now (a second stop signal) ends the wait at once, the Stop still held and
+    # Core's bound (60 s) far off: the second command runs, well within the test's 15 s.
+    name = f"stopnow{next(_n)}"
+    with caplog.at_level(logging.WARNING, logger="lens.executors"), Relay(executor.address, hold_stop=True) as relay:
+        async with remote_pool(executor, tmp_path / "executors", address=relay.address,
+                               call_end_wait_s=60) as pool:
+            async def stop_now(lock: Any) -> None:
+                await until(lambda: relay.stops)  # (Core asked, and waits for the answer)
+                assert lock._writers_waiting  # (the second still waits)
+                pool.stop_now.set()
+
+            first, second, _ = await first_then_second(pool, tmp_path, executor.workspace, {"name": name},
+                                                       cancel_first=True, then=stop_now, within=15)
+    assert first is None
+    assert not second.is_error, second.content
+    assert any("the command of call ses_c:c1 was given up" in m for m in warned(caplog)), warned(caplog)
+
+
+async def test_a_command_refused_for_the_executors_slots_is_sent_again_and_never_stopped(
+        executor: ExecutorProcess, client: ExecutorClient, tmp_path: Path) -> None:
+    # A refusal comes before anything runs: no Stop is sent for it. Were one sent, the executor
+    # would remember the run id as stopped and refuse the resend under it CANCELLED.
+    with Relay(executor.address) as relay:
+        async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+            run = run_command(pool, tmp_path)
+            ended: list[Any] = []
+            with trio.fail_after(30):
+                async with every_slot_held(client) as free_one:  # (another client holds the executor's slots)
+                    async with trio.open_nursery() as nursery:
+                        async def command() -> None:
+                            ended.append(await run.run({"command": "echo ran", "timeout_ms": 20_000}, ctx("c1")))
+
+                        nursery.start_soon(command)
+                        await until(lambda: any(" TOO_MANY_COMMANDS: " in f for f in relay.run_failures))
+                        assert ended == []  # (refused by the executor, sent again)
+                        free_one()
+    [result] = ended
+    assert not result.is_error and result.structured_content["exit_code"] == 0, result.content
+    assert said(result).startswith("ran\n"), result.content
+    assert relay.stops == []

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import pytest
 import trio
 
-from runtime.executors import ExecutorPool, RemoteExecutor
+from runtime.executors import ExecutorPool
 from tools.artifacts import ArtifactStore
 from tools.base import ToolResult
 from tools.executor.server import MAX_RUNNING_COMMANDS
@@ -20,7 +20,7 @@ from tools.workspace_tools import workspace_tools
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from tools.command_output import StreamJoin, drain
 
-from .conftest import ExecutorProcess, running_pool
+from .conftest import ExecutorProcess, remote_pool
 from .test_commands import collect
 from .test_tools import CoreTools
 
@@ -101,34 +101,37 @@ async def test_a_free_slot_is_taken_with_no_time_left_to_wait() -> None:
 
 @pytest.fixture
 async def core_and_pool(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[tuple[CoreTools, ExecutorPool]]:
-    remote = RemoteExecutor(executor.address, executor.token)
-    async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
+    async with remote_pool(executor, tmp_path / "executors", project="p1") as pool:
         yield CoreTools(workspace_tools(pool, ArtifactStore(tmp_path / "artifacts")),
                         ArtifactStore(tmp_path / "artifacts")), pool
 
 
 @asynccontextmanager
-async def every_slot_held(client: ExecutorClient) -> AsyncIterator[None]:
+async def every_slot_held(client: ExecutorClient) -> AsyncIterator[Callable[[], None]]:
     """All 16 of the executor's command slots held by ``client``'s streams while the block runs.
     (A slot an earlier test's stream held comes free once the executor has ended its command:
-    a refusal is tried again.)"""
+    a refusal is tried again.) Yields ``free_one()``, which leaves one of the streams: its
+    command is ended and its slot comes free on the executor."""
+    holding: list[trio.CancelScope] = []
 
     async def hold(task_status: trio.TaskStatus[None]) -> None:
-        while True:
-            async with client.run("echo up; exec sleep 300") as events:
-                async for ev in events:
-                    if isinstance(ev, ExecutorToolError) and ev.code == "TOO_MANY_COMMANDS":
-                        break
-                    if isinstance(ev, Exception):
-                        raise ev
-                    task_status.started()  # (its first output: the executor runs it)
-                    await trio.sleep_forever()
-            await trio.sleep(0.05)
+        with trio.CancelScope() as scope:
+            holding.append(scope)
+            while True:
+                async with client.run("echo up; exec sleep 300") as events:
+                    async for ev in events:
+                        if isinstance(ev, ExecutorToolError) and ev.code == "TOO_MANY_COMMANDS":
+                            break
+                        if isinstance(ev, Exception):
+                            raise ev
+                        task_status.started()  # (its first output: the executor runs it)
+                        await trio.sleep_forever()
+                await trio.sleep(0.05)
 
     async with trio.open_nursery() as nursery:
         for _ in range(MAX_RUNNING_COMMANDS):
             await nursery.start(hold)
-        yield
+        yield lambda: holding.pop().cancel()
         nursery.cancel_scope.cancel()
 
 

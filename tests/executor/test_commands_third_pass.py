@@ -3,6 +3,7 @@ real executor process (and the Core tools over the pool where the model's view m
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -14,14 +15,15 @@ import pytest
 import trio
 
 from runtime.executor_client import ExecutorClient
-from runtime.executors import Executor, RemoteExecutor
+from runtime.executors import Executor
 from tools.artifacts import ArtifactStore
 from tests.procfs import read_proc
-from tools.base import ToolContext, ToolError, ToolSpec
+from tools.base import ToolError, ToolSpec
 from tools.executor.commands import Chunk, Exit, _shell_alive, run_command
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, poll_until, reaping, running_pool, start_executor, stop_process, until, wait_group_gone
+from .conftest import (ExecutorProcess, poll_until, reaping, remote_pool, start_executor, stop_process, tool_ctx, until,
+                       wait_group_gone)
 from .test_commands import BOUND_S, collect
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
@@ -156,14 +158,10 @@ def test_a_process_in_the_shells_pid_is_the_shell_only_as_the_reapers_child() ->
 # ---------------------------------------------------------------------------- F-EXE-8 the domain lock
 
 
-def _ctx(call_id: str) -> ToolContext:
-    return ToolContext("p", "ses_lock3", "main", None, call_id, True)
-
-
 async def _outcome(spec: ToolSpec, args: dict, call_id: str) -> tuple[str | None, str]:
     """A tool's end as (error code or None, text): a refusal raised before any result is one too."""
     try:
-        res = await spec.run(args, _ctx(call_id))
+        res = await spec.run(args, tool_ctx("ses_lock3", call_id))
     except ToolError as exc:
         return exc.code, exc.message
     return res.error_code, res.content[0].text
@@ -175,8 +173,7 @@ async def _remote_tools(tmp_path: Path) -> AsyncIterator[tuple[ExecutorProcess, 
     workspace tools calling it by name, and the project's executor (with its domain lock)."""
     remote = start_executor(tmp_path / "remote")
     try:
-        async with running_pool(tmp_path / "executors", {"p": remote.workspace},
-                                remote=RemoteExecutor(remote.address, remote.token)) as pool:
+        async with remote_pool(remote, tmp_path / "executors") as pool:
             tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
             yield remote, tools, await pool.get("p")
     finally:
@@ -221,9 +218,9 @@ async def test_waiters_cancelled_behind_a_command_leave_the_lock_free_and_never_
 
 
 async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every_waiter_is_told(
-        tmp_path: Path) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # (the command's group is killed on the way out: a killed executor cannot end it, docs/executor.md)
-    with reaping() as groups:
+    with reaping() as groups, caplog.at_level(logging.WARNING, logger="lens.executors"):
         async with _remote_tools(tmp_path) as (remote, tools, ex):
             ws = remote.workspace
             ended: dict[str, tuple[str | None, str]] = {}
@@ -246,6 +243,12 @@ async def test_a_remote_executor_killed_under_a_command_frees_the_lock_and_every
             with trio.fail_after(5):  # the next call is told at once, not held
                 assert (await _outcome(tools["run_command"], {"command": "true"}, "next"))[0] == "EXECUTOR_UNAVAILABLE"
             assert ex.lock.idle
+    # The command under way when the executor died (registered, silent: its pid went to a file)
+    # is given up with the warning; the next one, refused at connect, never reached an executor:
+    # no Stop, no warning (there was one, "the command of call ses_lock3:next was given up").
+    warned = [r.getMessage() for r in caplog.records if r.name == "lens.executors"]
+    assert [m for m in warned if "the command of call ses_lock3:" in m] == [
+        m for m in warned if "the command of call ses_lock3:k_run_command was given up" in m] != [], warned
 
 
 @pytest.mark.parametrize("cwd, code", [

@@ -26,11 +26,12 @@ from tools.base import ToolContext
 from tools.executor.runs import EditingCalls, StopLatch
 from tools.workspace_tools import workspace_tools
 
-from .conftest import running_pool, until, wait_path
+from .conftest import running_pool, tool_ctx, wait_path
+from .lock_order import second_behind_first
 
 
 def ctx(call_id: str) -> ToolContext:
-    return ToolContext("p", "ses_w", "main", None, call_id, True)
+    return tool_ctx("ses_w", call_id)
 
 
 async def give_up_then_write(pool: Any, tmp_path: Path, held: Path, old: str,
@@ -39,32 +40,23 @@ async def give_up_then_write(pool: Any, tmp_path: Path, held: Path, old: str,
     into "c" at once; ``while_waiting(lock)`` runs while the second write waits for the lock.
     Returns the results and the held executor's pid."""
     edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
-    results: dict[str, Any] = {}
-    cancel = trio.CancelScope()
+    pid: list[int] = []
 
-    async def first() -> None:
-        with cancel:
-            await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"}, ctx("c1"))
-        results["first"] = cancel.cancelled_caught
+    async def held_then_given_up(cancel: trio.CancelScope) -> None:
+        await wait_path(held, timeout=20)
+        pid.append(int(held.read_text()))
+        cancel.cancel()
 
-    async def second() -> None:
-        results["second"] = await edit.run({"path": "f.txt", "mode": "edit",
-                                            "edits": [{"old_string": old, "new_string": "c"}]}, ctx("c2"))
+    async def waiting(cancel: trio.CancelScope, lock: Any) -> None:
+        await while_waiting(lock)
 
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(first)
-            await wait_path(held, timeout=20)
-            pid = int(held.read_text())
-            lock = (await pool.get("p")).lock
-            cancel.cancel()
-            nursery.start_soon(second)
-            # (either the second write waits for the lock, or, were it let go, it has run)
-            await until(lambda: lock._writers_waiting or "second" in results)
-            assert "second" not in results  # the given-up write still holds the lock
-            await while_waiting(lock)
-    assert results["first"] is True
-    return results, pid
+    behind = await second_behind_first(
+        pool, lambda: edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"}, ctx("c1")),
+        lambda: edit.run({"path": "f.txt", "mode": "edit", "edits": [{"old_string": old, "new_string": "c"}]},
+                         ctx("c2")),
+        first_holds=held_then_given_up, while_waiting=waiting)
+    assert behind.first is None  # (given up: its caller cancelled)
+    return {"second": behind.second}, pid[0]
 
 
 async def test_a_given_up_write_holds_the_lock_until_the_executor_ended_it(
