@@ -104,14 +104,16 @@ class StopRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class StopReply(_message.Message):
-    __slots__ = ("found", "ended", "exit")
+    __slots__ = ("found", "ended", "exit", "call")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
     EXIT_FIELD_NUMBER: _ClassVar[int]
+    CALL_FIELD_NUMBER: _ClassVar[int]
     found: bool
     ended: bool
     exit: CommandExit
-    def __init__(self, found: _Optional[bool] = ..., ended: _Optional[bool] = ..., exit: _Optional[_Union[CommandExit, _Mapping]] = ...) -> None: ...
+    call: ToolReply
+    def __init__(self, found: _Optional[bool] = ..., ended: _Optional[bool] = ..., exit: _Optional[_Union[CommandExit, _Mapping]] = ..., call: _Optional[_Union[ToolReply, _Mapping]] = ...) -> None: ...
 
 class ProbeRequest(_message.Message):
     __slots__ = ("path", "sha256")

@@ -349,6 +349,9 @@ class SessionActor:
         # By call id: the output a running command had printed when the abort cut it off (its
         # tool.finished keeps it), handed over by the tool as it is cancelled.
         self._cut_calls: dict[str, d.CutCall | d.CutProgram] = {}
+        # By call id: what a running call the abort cut off did all the same (an edit that completed
+        # while the abort waited for its end: its copies and file.edited), recorded with the abort.
+        self._cut_events: dict[str, list[t._Event]] = {}
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
@@ -852,7 +855,8 @@ class SessionActor:
 
             def decide_abort() -> list[d.Scoped]:
                 withdrawn.extend(q.request_id for q in self.state.queue)
-                return d.abort_events(self.state, reason, skill_loads, self._cut, self._cut_calls, deleted=deleted)
+                return d.abort_events(self.state, reason, skill_loads, self._cut, self._cut_calls, deleted=deleted,
+                                      cut_events=self._cut_events)
 
             # Nothing ran, waited or was queued: no event is written, and the answer says so.
             aborted = await self._emit(decide_abort) is not None or compacting
@@ -860,6 +864,7 @@ class SessionActor:
             self._aborting = False
             self._cut.clear()
             self._cut_calls.clear()
+            self._cut_events.clear()
         self._notify_idle()
         return {"aborted": aborted, "withdrawn": withdrawn}
 
@@ -1377,6 +1382,8 @@ class SessionActor:
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
                               allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=sub_cut,
+                              cut_events=lambda events: cut_events([_under_call(e, sub_id, call.call_id)
+                                                                    for e in events]),
                               recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
@@ -1407,7 +1414,11 @@ class SessionActor:
                 fitting, truncated or fitting != text,
                 *((ended.exit_code, ended.signal, ended.stopped) if ended is not None else ()))
 
+        def cut_events(events: list[t._Event]) -> None:
+            self._cut_events.setdefault(call.call_id, []).extend(events)
+
         self._cut_calls.pop(call.call_id, None)
+        self._cut_events.pop(call.call_id, None)
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           is_main, start_subagent,
                           file_edits=file_edits, call_running=call_running, ask=ask, jobs=self.jobs,
@@ -1416,8 +1427,8 @@ class SessionActor:
                           call_tool=call_tool, tool_policy=tool_policy,
                           workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
                           allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=cut_output,
-                          recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id,
-                          rerun=restart)
+                          cut_events=cut_events, recordable=self.deps.store.codec.pack_checked,
+                          call_item_id=call_item_id, rerun=restart)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a

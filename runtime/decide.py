@@ -7,7 +7,7 @@ these with its folded :class:`SessionState` and performs the effects they name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Literal, Mapping, Sequence, Union
 
 from events import types as t
 from projections.session_state import EMPTY_ANSWER, MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
@@ -388,7 +388,7 @@ def abort_events(state: SessionState, reason: str = "user",
                  skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
                  cut: Mapping[str, CutRequest] | None = None,
                  cut_calls: Mapping[str, CutCall | CutProgram] | None = None, *,
-                 deleted: bool = False) -> list[Scoped]:
+                 deleted: bool = False, cut_events: Mapping[str, Sequence[t._Event]] | None = None) -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued.
 
     ``deleted``: the abort is a deletion's; its queued inputs are withdrawn ``session_deleted``
@@ -409,7 +409,11 @@ def abort_events(state: SessionState, reason: str = "user",
     ``cut_calls``: by call id, what a running call the abort cut off had produced (a command's
     output so far, a program's output and its cut command): its ``tool.finished`` keeps it before
     the abort's note (:func:`aborted_call_content`), as a timed-out command's result keeps its
-    output."""
+    output.
+
+    ``cut_events``: by call id, what a running call the abort cut off did all the same (an edit
+    that completed while the abort waited for its end: its ``artifact.stored`` copies and
+    ``file.edited``), recorded right after its ``tool.finished``, as a result's events are."""
     out: list[Scoped] = []
     task = state.running_task
     # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after
@@ -428,6 +432,8 @@ def abort_events(state: SessionState, reason: str = "user",
                 status="interrupted" if running else "skipped", is_error=True,
                 content=content, structured_content=structured,
                 error_code="ABORTED"), agent.agent_id, tid))
+            if running:
+                out.extend(Scoped(e, agent.agent_id, tid) for e in (cut_events or {}).get(call.call_id, ()))
         due, loads = (skill_loads or {}).get(agent.agent_id, ((), []))
         if agent.skills_due and tuple(agent.skills_due) == due and (task is not None or agent.agent_id != MAIN_AGENT):
             out.extend(Scoped(e, agent.agent_id, tid) for e in loads)

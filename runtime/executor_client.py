@@ -181,6 +181,21 @@ class ToolOutcome:
     written_path: str | None = None
 
 
+def tool_outcome(tool: str, reply: pb.ToolReply) -> ToolOutcome:
+    """A ``Call``'s reply for ``tool`` as its outcome (a ``Stop``'s ``call`` too: the reply of an
+    editing call that completed after its caller had gone). Raises :class:`ExecutorToolError`
+    with the tool's own code for a reply not ``ok``."""
+    if not reply.ok:
+        raise ExecutorToolError(translated_code(reply.error_code), reply.error_message)
+    result = json.loads(reply.result_json or "{}")
+    editing = tool in ("edit_file", "patch_file", "restore")
+    removed = tool == "restore" and bool(result.get("removed"))
+    return ToolOutcome(result, reply.before if reply.has_before else None,
+                       reply.after if editing and not removed else None, reply.data, reply.mime,
+                       reply.written_path.decode("utf-8", "surrogateescape")
+                       if editing and reply.written_path else None)
+
+
 def run_deadline_s(timeout_ms: int) -> float:
     """The gRPC deadline of a command stream: the command's timeout (0: the executor's default,
     which it applies too) plus :data:`RUN_DEADLINE_MARGIN_S`."""
@@ -256,16 +271,7 @@ class ExecutorClient:
         """Run one workspace tool; raises :class:`ExecutorToolError` with the tool's own code.
         ``rerun``: Core runs the call again under ``call_id`` on purpose (``ToolRequest.rerun``)."""
         req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments), rerun=rerun)
-        reply = await self._unary(self._stub.Call, req, timeout)
-        if not reply.ok:
-            raise ExecutorToolError(translated_code(reply.error_code), reply.error_message)
-        result = json.loads(reply.result_json or "{}")
-        editing = tool in ("edit_file", "patch_file", "restore")
-        removed = tool == "restore" and bool(result.get("removed"))
-        return ToolOutcome(result, reply.before if reply.has_before else None,
-                           reply.after if editing and not removed else None, reply.data, reply.mime,
-                           reply.written_path.decode("utf-8", "surrogateescape")
-                           if editing and reply.written_path else None)
+        return tool_outcome(tool, await self._unary(self._stub.Call, req, timeout))
 
     async def probe(self, path: str, sha256: str) -> bool:
         reply = await self._unary(self._stub.Probe, pb.ProbeRequest(path=path, sha256=sha256), CONNECT_TIMEOUT_S)

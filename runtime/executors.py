@@ -26,6 +26,7 @@ from typing import AsyncIterator, Awaitable, Callable, Collection, Sequence
 import trio
 
 from events.secrets import Secrets
+from proto import executor_pb2 as pb
 
 from tools.executor import ABORT_STOP_ANSWER_WAIT_S
 from tools.executor.groups import GroupRegistry
@@ -296,7 +297,7 @@ class ExecutorPool:
         again = await self.get(ex.project_id)
         return again if again is not ex and again.lock is ex.lock else None
 
-    async def call_ended(self, ex: Executor, call_id: str, what: str = "") -> None:
+    async def call_ended(self, ex: Executor, call_id: str, what: str = "") -> pb.ToolReply | None:
         """Return once the editing call ``call_id``, whose caller gave up (its gRPC call is
         cancelled), has ended on ``ex``: the executor's ``Stop`` by the call's id answers when it
         has (``found`` false: it ended, or it starts with its caller gone and writes nothing).
@@ -308,17 +309,23 @@ class ExecutorPool:
         the executor is never stopped for it (a slow write, a large file on a slow disk, would
         lose its executor, its temp file and every background job of the workspace), so the
         domain's next write may then run beside the call, as it did before. Call it shielded,
-        holding the domain's write lock; it bounds itself."""
+        holding the domain's write lock; it bounds itself.
+
+        Returns the reply of the editing call when it ended having completed (the ``Stop``
+        answer's ``call``, from the executor's call journal: it wrote, its caller gone), for the
+        caller to record what it changed; None otherwise (it wrote nothing, it was not confirmed
+        ended, an executor built before ``call`` was sent)."""
         why = f"did not say it ended within {self.call_end_wait_s:g} s"
         with self.stop_now.grace(self.call_end_wait_s):  # (the daemon's stop now ends it at once)
             try:
                 reply = await ex.client.stop(call_id, self.call_end_wait_s)
                 if not reply.found or reply.ended:
-                    return
+                    return reply.call if reply.HasField("call") else None
             except Exception as exc:  # (not confirmed, whatever failed: a closed channel's ValueError too)
                 why = f"could not be asked whether it ended ({getattr(exc, 'message', None) or exc!r})"
         log.warning("%s was given up, and the executor of project %s %s: the workspace's next write may run "
                     "beside it", what or f"call {call_id}", ex.project_id, why)
+        return None
 
     def _check_apart(self, project_id: str, workspace: Path) -> None:
         """:class:`WorkspaceOverlapsDaemon` if ``workspace`` and a directory of the daemon overlap.

@@ -318,6 +318,13 @@ class ArtifactStore:
         with self._lock:
             self._kept.difference_update(named)
 
+    def keep(self, ids: Iterable[str]) -> None:
+        """Hold ``ids`` for good, as if put outside a lease: bytes an event will name after the
+        lease they were put in has ended (an edit that completed while its abort waited, whose
+        ``file.edited`` the abort records once the call's task, and its lease, are over)."""
+        with self._lock:
+            self._kept.update(ids)
+
     def _hold(self, digest: str) -> None:
         """Hold ``digest`` for the current lease, or for good without one (under _lock)."""
         lease = _LEASE.get()

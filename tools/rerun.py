@@ -38,7 +38,8 @@ class Respawning(ExecutorAccess, Protocol):
 
     async def respawned(self, ex: Any) -> Any: ...
 
-    async def call_ended(self, ex: Any, call_id: str, what: str = ...) -> None: ...
+    async def call_ended(self, ex: Any, call_id: str, what: str = ...) -> Any: ...
+    # (the reply of an editing call that completed after its caller gave up, or None)
 
 
 # What asking for a project's executor, or calling it, may fail with: the pool's and the client's

@@ -9,9 +9,10 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import signal
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,6 +21,7 @@ import trio
 from events import types as t
 from runtime.atomicfile import why_not_written
 from runtime.errors import shortened, shortened_json, shortened_names  # (imports nothing: no cycle)
+from runtime.executor_client import tool_outcome  # (imports tools.executor alone: no cycle)
 from runtime.stop_now import StopNow
 
 from .artifacts import ArtifactError, ArtifactStore
@@ -31,6 +33,7 @@ from .executor.commands import DEFAULT_TIMEOUT_MS  # (the executor's default tim
 from .rerun import EXECUTOR_FAILURES, Reached, Respawning, executor_failures, once_more_if_died
 from .slot_resend import resend_while_slots_full
 
+log = logging.getLogger("lens.tools")
 MAX_COMMAND_TIMEOUT_MS = 3_600_000
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024
 EDITING_TOOLS = ("edit_file", "patch_file")  # the tools whose edits revert_call restores
@@ -247,25 +250,58 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             call_id = f"{ctx.session_id}:{ctx.call_id}"
             if tool not in EDITING_CALLS:
                 return await ex.client.call(tool, args, call_id=call_id)
-            return await writing(ex, tool, args, call_id, rerun=rerun)
+            return await writing(ex, tool, args, call_id, rerun=rerun,
+                                 completed=lambda out: edited_while_aborted(ctx, tool, args, out))
 
-    async def writing(ex: Any, tool: str, args: dict[str, Any], call_id: str, *, rerun: bool = False) -> Any:
+    async def writing(ex: Any, tool: str, args: dict[str, Any], call_id: str, *, rerun: bool = False,
+                      completed: Callable[[Any], Awaitable[None]] | None = None) -> Any:
         """An editing call, run under the domain's write lock, which its caller holds until the
         call has ended on the executor: a caller cancelled (an abort) or past the call's deadline
         waits, shielded and bounded, for the executor to say so (``pool.call_ended``), so that
         the domain's next write never runs beside one still writing. ``rerun``: see
-        ``ExecutorClient.call``."""
+        ``ExecutorClient.call``.
+
+        A call that completed all the same (it wrote before the executor's answer) is not lost:
+        past its deadline, its outcome is returned, as if it had answered in time; cancelled, it
+        is handed to ``completed`` (shielded) before the cancellation goes on."""
         try:
             return await ex.client.call(tool, args, call_id=call_id, rerun=rerun)
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
-                await pool.call_ended(ex, call_id)
+                done = await pool.call_ended(ex, call_id)
+                if done is not None and completed is not None:
+                    await completed(tool_outcome(tool, done))
             raise
         except EXECUTOR_FAILURES as exc:
             if getattr(exc, "code", None) == "EXECUTOR_TIMEOUT":  # (past its deadline: the same)
                 with trio.CancelScope(shield=True):
-                    await pool.call_ended(ex, call_id)
+                    done = await pool.call_ended(ex, call_id)
+                if done is not None:
+                    return tool_outcome(tool, done)
             raise
+
+    async def edited_while_aborted(ctx: ToolContext, tool: str, args: dict[str, Any], out: Any) -> None:
+        """An edit that completed while its abort waited for its end: its ``file.edited`` (with
+        the copies revert_call restores from) goes to the abort's record (``ctx.cut_events``),
+        after the call's ``tool.finished``. Nothing is recorded when the copies cannot be stored
+        (no ``file.edited`` without them), and nothing for a ``restore`` (revert_call records
+        its reverts as a whole)."""
+        r = out.result
+        if tool not in EDITING_TOOLS or ctx.cut_events is None or not r.get("changed"):
+            return
+        path = r.get("path", args.get("path", ""))
+        # (the executor says which file it wrote; one that does not is not asked now: revert_call
+        # restores through the path as given then)
+        written = out.written_path if out.written_path is not None and _recordable(out.written_path) else None
+        try:
+            events = await edit_events(ctx, tool, path, written, out.before, out.after)
+        except ToolError as exc:
+            log.warning("call %s:%s (%s) was aborted after it changed %s, which is not recorded: %s",
+                        ctx.session_id, ctx.call_id, tool, path, exc.message)
+            return
+        # (held until an event names them: the call's lease ends before the abort records them)
+        artifacts.keep([e.artifact_id for e in events if isinstance(e, t.ArtifactStored)])
+        ctx.cut_events(events)
 
     async def store(data: bytes) -> str:
         """``data`` put in the artifact store, off the event loop (it writes and fsyncs a file).

@@ -216,19 +216,22 @@ def tool_ctx(session_id: str, call_id: str, project: str = "p") -> ToolContext:
 async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                         more_tools: Callable[[ExecutorPool], list[ToolSpec]] = lambda pool: [],
                         ids: IdGen | None = None, snapshot_every: int = 500, context: Any = None,
-                        max_event_bytes: int | None = None, call_end_wait_s: float | None = None
+                        max_event_bytes: int | None = None, call_end_wait_s: float | None = None,
+                        remote: RemoteExecutor | None = None
                         ) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, ExecutorPool]]:
     """A real supervisor over a log in ``tmp_path / "data"``, its faux model following ``script``,
     with the workspace tools (artifacts in ``data/artifacts``) and ``more_tools(pool)`` run by
     the real pool serving ``ws`` as project ``proj``. All of it stops when the block ends, which
     must come within 60 s. ``max_event_bytes``: the log's bound on one event (its default if None);
-    ``call_end_wait_s``: the pool's wait for a given-up write's end (its default if None)."""
+    ``call_end_wait_s``: the pool's wait for a given-up write's end (its default if None);
+    ``remote``: the project's executor, serving ``ws`` (None: the pool's own child)."""
     data_dir = tmp_path / "data"
     faux = FauxProvider("faux", script)
     with trio.fail_after(60):
         async with open_store(data_dir, **({} if max_event_bytes is None else {"max_event_bytes": max_event_bytes})
                               ) as store:
-            async with running_pool(tmp_path / "executors", {"proj": ws}, call_end_wait_s=call_end_wait_s) as pool:
+            async with running_pool(tmp_path / "executors", {"proj": ws}, call_end_wait_s=call_end_wait_s,
+                                    remote=remote) as pool:
                 tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
                                        *more_tools(pool)])
                 async with supervised(store, ProviderCatalog({"faux": faux}), tools,

@@ -16,7 +16,8 @@ has been passed on, before the command's exit: ``"unavailable"`` fails it as a c
 does (grpc UNAVAILABLE), ``"end"`` ends it as if all was sent; the executor's call is cancelled
 either way, as Core leaving it would. ``stops`` lists the run id of each ``Stop`` Core sent, in
 order; while ``hold_stop`` is set, a ``Stop`` is held there, never passed on nor answered, until
-Core leaves it (an executor that does not answer).
+Core leaves it (an executor that does not answer). ``stop_reply`` may rewrite a ``Stop``'s reply on
+its way back (an executor built before one of its fields).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class Relay(grpc.GenericRpcHandler):
                  before_run: Callable[[pb.CommandRequest], None] | None = None,
                  before_call: Callable[[pb.ToolRequest], None] | None = None,
                  missing: tuple[str, ...] = (), withhold_exit: bool = False,
-                 cut_run: Literal["unavailable", "end"] | None = None, hold_stop: bool = False) -> None:
+                 cut_run: Literal["unavailable", "end"] | None = None, hold_stop: bool = False,
+                 stop_reply: Callable[[pb.StopReply], pb.StopReply] | None = None) -> None:
         self.target = target
         self.edit_reply = edit_reply
         self.before_run = before_run
@@ -49,6 +51,7 @@ class Relay(grpc.GenericRpcHandler):
         self.withhold_exit = withhold_exit
         self.cut_run = cut_run
         self.hold_stop = hold_stop
+        self.stop_reply = stop_reply
         self.stops: list[str] = []
         self._runs = 0
         self.tools: list[str] = []
@@ -120,6 +123,8 @@ class Relay(grpc.GenericRpcHandler):
                 context.abort(exc.code(), exc.details() or "")  # type: ignore[attr-defined]
             if tool in ("edit_file", "patch_file", "restore") and self.edit_reply is not None:
                 reply = self.edit_reply(pb.ToolReply.FromString(reply)).SerializeToString()
+            if method.endswith("/Stop") and self.stop_reply is not None:
+                reply = self.stop_reply(pb.StopReply.FromString(reply)).SerializeToString()
             return reply
 
         return grpc.unary_unary_rpc_method_handler(unary)

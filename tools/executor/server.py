@@ -31,7 +31,7 @@ from runtime.errors import shortened  # (imports nothing: no cycle)
 from runtime.undumpable import make_undumpable  # (imports nothing of ours)
 from tools.files.errors import FileToolError, from_os_error
 from tools.files.ignore_cache import IgnoreCache
-from tools.files.workspace import Workspace
+from tools.files.workspace import EditOutcome, Workspace
 
 from . import EDITING_CALLS, PROTOCOL_VERSION, split_host_port, token_fault
 from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, KILL_GRACE_S, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk,
@@ -357,19 +357,11 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             except (TypeError, ValueError):
                 raise FileToolError("INVALID_ARGUMENT", "content_hex must be hexadecimal text or null") from None
             out = ws.restore(args.get("path", ""), data, args.get("expect_sha256"), call_id=call_id)
-            # The reply's ``after`` bytes cannot say "no file" (proto3 bytes have no presence), so a
-            # restore that removed the file says so in its result.
-            return pb.ToolReply(ok=True, result_json=json.dumps({**out.structured, "removed": out.after is None},
-                                                                ensure_ascii=False),
-                                has_before=out.before is not None, before=out.before or b"", after=out.after or b"",
-                                written_path=_fs_bytes(out.written))
+            return edit_reply(tool, out)
         else:
             raise FileToolError("TOOL_UNKNOWN", f"the executor has no tool {shortened(tool)!r}")
         self._hold("before_reply")
-        # (the file written travels with the result: Core records it without asking resolve)
-        return pb.ToolReply(ok=True, result_json=json.dumps(out.structured, ensure_ascii=False),
-                            has_before=out.before is not None, before=out.before or b"", after=out.after or b"",
-                            written_path=_fs_bytes(out.written))
+        return edit_reply(tool, out)
 
     def Run(self, request: pb.CommandRequest, context: grpc.ServicerContext) -> Any:
         # A bound past its most is refused, not lowered: a command run under a shorter timeout or
@@ -453,11 +445,27 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             # whether its caller waits writes nothing now (its look finds the stop), so it is
             # ended at once; one that looked and may be writing is waited for as a command.
             ended = self.calls.stop(request.run_id, bound, lambda: not context.is_active())
-            return pb.StopReply(found=False) if ended is None else pb.StopReply(found=True, ended=ended)
+            reply = pb.StopReply(found=False) if ended is None else pb.StopReply(found=True, ended=ended)
+            if ended is not False:  # (over, or none ran: one that completed wrote its journal record)
+                done = self._completed(request.run_id)
+                if done is not None:
+                    reply.call.CopyFrom(done)
+            return reply
         over, exit_ = latch.wait_over(bound, lambda: not context.is_active())
         if not over:
             return pb.StopReply(found=True)
         return pb.StopReply(found=True, ended=True, exit=exit_) if exit_ is not None else pb.StopReply(found=True, ended=True)
+
+    def _completed(self, call_id: str) -> pb.ToolReply | None:
+        """The reply of the editing call that completed under ``call_id``, from its journal record
+        (as a run of it again answers), for a ``Stop`` naming it: the call wrote, though its caller
+        went away. None when none did, or its record cannot be read."""
+        try:
+            got = self.ws.recorded(call_id)
+        except FileToolError as exc:
+            log.warning("the call journal's record of a stopped call could not be read (%s)", exc.code)
+            return None
+        return None if got is None else edit_reply(*got)
 
     def Probe(self, request: pb.ProbeRequest, context: grpc.ServicerContext) -> pb.ProbeReply:
         try:
@@ -773,6 +781,19 @@ def _default_state_dir(root: Path) -> Path:
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return base / "lens" / "executor" / digest
+
+
+def edit_reply(tool: str, out: EditOutcome) -> pb.ToolReply:
+    """An editing call's reply: its result, the bytes before and after, the file it wrote (which
+    travels with the result: Core records it without asking ``resolve``)."""
+    result = out.structured
+    if tool == "restore":
+        # The reply's ``after`` bytes cannot say "no file" (proto3 bytes have no presence), so a
+        # restore that removed the file says so in its result.
+        result = {**result, "removed": out.after is None}
+    return pb.ToolReply(ok=True, result_json=json.dumps(result, ensure_ascii=False),
+                        has_before=out.before is not None, before=out.before or b"", after=out.after or b"",
+                        written_path=_fs_bytes(out.written))
 
 
 def _fs_bytes(path: str | None) -> bytes:

@@ -287,6 +287,18 @@ class Workspace:
             return self._editing("restore", path, shown, args, call_id, plan, create_parents=recreate,
                                  missing_parents=not recreate)
 
+    def recorded(self, call_id: str) -> tuple[str, EditOutcome] | None:
+        """The tool and the outcome of the editing call journaled ``done`` under ``call_id``, as a
+        run of it again would answer (without applying anything); None when none is (no journal,
+        no record, one still pending). Raises :class:`FileToolError` (``IO_ERROR``: an unreadable
+        record or lost bytes, ``CALL_ID_REUSED``: another workspace's)."""
+        rec = self.journal.get(call_id) if self.journal is not None and call_id else None
+        if rec is None or rec.state != DONE:
+            return None
+        assert self.journal is not None
+        return rec.tool, EditOutcome(dict(rec.structured), self.journal.blob(rec.before_sha256),
+                                     self.journal.blob(rec.after_sha256), rec.written_path)
+
     # ---------------------------------------------------------------- internals
 
     def _editing(self, tool: str, path: str, shown: str, args: dict[str, Any], call_id: str | None,

@@ -1,0 +1,236 @@
+"""An edit that completes on the executor while its session's abort waits for its end is in the
+session's log: its ``file.edited`` (with the copies ``revert_call`` restores from) is recorded
+with the abort, after the call's ``tool.finished``, which still says the call was aborted. The
+executor's ``Stop`` answer carries the call's reply, from its call journal. An edit the abort
+kept from writing records nothing; an executor built before the answer carried it leaves the
+record as it was (the change is not recorded).
+
+Everything is real: the session actor and its log, the pool, an executor process over gRPC held
+at an exact point of the edit (``TEST_HOLD_ENV``), a relay in front of it that records the
+``Stop`` Core sends (and, for an older executor, takes the new field off its answer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from events import types as t
+from events.store import EventStore
+from proto import executor_pb2 as pb
+from runtime.actor import Abort, GetState, Submit, WaitIdle
+from runtime.executor_client import ExecutorClient, ExecutorToolError
+from runtime.executors import RemoteExecutor
+from runtime.providers.faux import FauxToolCall, FauxTurn
+from tests.executor_hold import held_at
+from tools.artifacts import ArtifactStore
+from tools.base import ToolContext, ToolResult, ToolSpec
+from tools.workspace_tools import workspace_tools
+
+from .conftest import agent_runtime, remote_pool, start_executor, stop_process, tool_ctx, until, wait_path
+from .relay import Relay
+from .test_write_lock_until_call_ended import temp_files, until_ended
+
+EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
+                                  "edits": [{"old_string": "a", "new_string": "ab"}]}, call_id="edit1")
+REVERT = FauxToolCall("revert_call", {"call_id": "edit1"}, call_id="revert1")
+SCRIPT = [FauxTurn(when="please edit", tool_calls=[EDIT]), FauxTurn(when="please revert", tool_calls=[REVERT]),
+          FauxTurn(text="done")]
+
+
+async def events_of(store: EventStore, sid: str) -> list[Any]:
+    return await store.read_events(after=0, limit=10_000, session_id=sid)
+
+
+def without_call(reply: pb.StopReply) -> pb.StopReply:
+    """A ``Stop`` answer as an executor built before ``StopReply.call`` sends it."""
+    reply.ClearField("call")
+    return reply
+
+
+async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path) -> None:
+    """Submit the edit, abort the session once the executor holds it, and let the held call go on
+    once Core has sent its ``Stop`` (the abort waits for the call's end, holding the lock)."""
+    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+    await wait_path(held, timeout=30)
+    answers: list[Any] = []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async def abort() -> None:
+                answers.append(await sup.call(sid, Abort()))
+
+            nursery.start_soon(abort)
+            await until(lambda: f"{sid}:edit1" in relay.stops)  # (the caller is gone: Core asks)
+            Path(f"{hold}.release").write_text("")
+    assert answers[0]["aborted"] is True
+    await sup.call(sid, WaitIdle())
+
+
+@pytest.mark.parametrize("older_executor", [False, True])
+async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_reverted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, older_executor: bool) -> None:
+    held = held_at(monkeypatch, tmp_path, "before_publish")  # (past its look: it writes)
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "f.txt").write_text("a\n")
+    try:
+        with Relay(executor.address, stop_reply=without_call if older_executor else None) as relay:
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                events = await events_of(store, sid)
+            assert (ws / "f.txt").read_text() == "ab\n"  # the edit reached the file
+            kinds = [e.kind for e in events]
+            finished_at = next(i for i, e in enumerate(events)
+                               if e.kind == "tool.finished" and e.event.call_id == "edit1")
+            finished = events[finished_at].event
+            # The call's result says it was aborted, as before.
+            assert (finished.status, finished.error_code) == ("interrupted", "ABORTED"), finished
+            edited = [e.event for e in events if e.kind == "file.edited"]
+            if older_executor:  # (no reply in the answer: nothing known of the change, as before)
+                assert edited == [] and "artifact.stored" not in kinds
+                return
+            # Right after the aborted tool.finished, in the abort's write: the two copies, then the edit.
+            assert kinds[finished_at + 1:finished_at + 4] == ["artifact.stored", "artifact.stored", "file.edited"]
+            seqs = [events[i].seq for i in range(finished_at, finished_at + 4)]
+            assert seqs == list(range(seqs[0], seqs[0] + 4))
+            assert len(edited) == 1
+            edit = edited[0]
+            assert (edit.call_id, edit.path, edit.tool, edit.written_path) == ("edit1", "f.txt", "edit_file", "f.txt")
+            stored = {e.event.artifact_id for e in events if e.kind == "artifact.stored"}
+            assert {edit.before_artifact_id, edit.after_artifact_id} == stored
+            assert all((tmp_path / "data" / "artifacts" / aid).read_bytes() in (b"a\n", b"ab\n") for aid in stored)
+
+            # Replay rebuilds it: a daemon started again over the log knows the edit, and reverts it.
+            async with agent_runtime(tmp_path, ws, SCRIPT[1:], remote=remote) as (sup, store, _faux, _pool):
+                state = await sup.call(sid, GetState())
+                assert [e.after_sha256 for e in state.file_edits["edit1"]] == [edit.after_sha256]
+                await sup.call(sid, Submit("r2", [t.TextPart("please revert it")], "followUp"))
+                await sup.call(sid, WaitIdle())
+                events = await events_of(store, sid)
+            reverted = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "revert1"]
+            assert len(reverted) == 1 and not reverted[0].is_error, reverted
+            assert (ws / "f.txt").read_text() == "a\n"
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_an_edit_the_abort_kept_from_writing_records_no_file_edited(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = held_at(monkeypatch, tmp_path, "call:edit_file")  # (received, before its look)
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "f.txt").write_text("a\n")
+    try:
+        with Relay(executor.address) as relay:
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, pool):
+                sid = await sup.create_session("proj")
+                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await until_ended((await pool.get("proj")).client, f"{sid}:edit1")  # (it went on, found the stop)
+                events = await events_of(store, sid)
+        finished = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
+        assert [(f.status, f.error_code) for f in finished] == [("interrupted", "ABORTED")]
+        assert [e for e in events if e.kind in ("file.edited", "artifact.stored")] == []
+        assert (ws / "f.txt").read_text() == "a\n" and temp_files(ws) == []
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_a_stop_answer_carries_the_reply_of_the_editing_call_that_completed_by_its_id(
+        client: ExecutorClient, workspace: Path) -> None:
+    (workspace / "stopped.txt").write_text("one\n")
+    edit = {"path": "stopped.txt", "mode": "edit", "edits": [{"old_string": "one", "new_string": "two"}]}
+    await client.call("edit_file", edit, call_id="ses_f:done")
+    reply = await client.stop("ses_f:done", 5)  # (ended before its Stop: its journal record answers)
+    assert not reply.found and reply.HasField("call")
+    assert (reply.call.ok, reply.call.before, reply.call.after, reply.call.written_path) == (
+        True, b"one\n", b"two\n", b"stopped.txt")
+    assert '"changed": true' in reply.call.result_json
+    # A call that failed, an id no call ran under, a command's run id: no reply.
+    with pytest.raises(ExecutorToolError):
+        await client.call("edit_file", {**edit, "edits": [{"old_string": "none", "new_string": "x"}]},
+                          call_id="ses_f:failed")
+    async with client.run("true", run_id="ses_f:command") as stream:
+        async for _ in stream:
+            pass
+    for id_ in ("ses_f:failed", "ses_f:never", "ses_f:command"):
+        assert not (await client.stop(id_, 5)).HasField("call"), id_
+
+
+async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Core's call gives up at its deadline (shortened here, 120 s otherwise), then waits for the
+    # call's end; the call, past its look, writes: its result is the reply the Stop carries.
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    monkeypatch.setitem(ExecutorClient.call.__kwdefaults__, "timeout", 1.0)
+    executor = start_executor(tmp_path / "remote")
+    (executor.workspace / "f.txt").write_text("a\n")
+    try:
+        with Relay(executor.address) as relay:
+            async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+                edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+                results: list[Any] = []
+                with trio.fail_after(30):
+                    async with trio.open_nursery() as nursery:
+                        async def run() -> None:
+                            results.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
+                                                          tool_ctx("ses_d", "c1")))
+
+                        nursery.start_soon(run)
+                        await wait_path(held, timeout=20)
+                        await until(lambda: "ses_d:c1" in relay.stops)  # (its deadline passed)
+                        Path(f"{tmp_path / 'hold'}.release").write_text("")
+        result = results[0]
+        assert not result.is_error and result.structured_content["changed"] is True, result.content
+        edited = [e for e in result.events if isinstance(e, t.FileEdited)]
+        assert [(e.path, e.before_sha256 is not None) for e in edited] == [("f.txt", True)]
+        assert (executor.workspace / "f.txt").read_text() == "b\n"
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_under_the_programs_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A program's call goes through the actor's call_tool (as programmatic_tool_run's calls do):
+    # its edit is recorded under the program's own call id, as its finished edits are.
+    async def program(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        assert ctx.call_tool is not None
+        return await ctx.call_tool(f"{ctx.call_id}.1", "edit_file", EDIT.arguments)
+
+    prog = ToolSpec("prog", "runs one edit as a program's call", {"type": "object"}, program, read_only=False)
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "f.txt").write_text("a\n")
+    script = [FauxTurn(when="please edit", tool_calls=[FauxToolCall("prog", {}, call_id="edit1")])]
+    try:
+        with Relay(executor.address) as relay:
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, script, remote=remote, more_tools=lambda pool: [prog]) as (
+                    sup, store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                relay_id = f"{sid}:edit1.1"
+                await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                await wait_path(held, timeout=30)
+                with trio.fail_after(30):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(sup.call, sid, Abort())
+                        await until(lambda: relay_id in relay.stops)
+                        Path(f"{tmp_path / 'hold'}.release").write_text("")
+                await sup.call(sid, WaitIdle())
+                state = await sup.call(sid, GetState())
+                events = await events_of(store, sid)
+        kinds = [e.kind for e in events]
+        at = next(i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == "edit1")
+        assert (events[at].event.status, events[at].event.error_code) == ("interrupted", "ABORTED")
+        assert kinds[at + 1:at + 4] == ["artifact.stored", "artifact.stored", "file.edited"]
+        assert events[at + 3].event.call_id == "edit1"  # (the program's call)
+        assert [e.after_sha256 for e in state.file_edits["edit1"]] == [events[at + 3].event.after_sha256]
+        assert (ws / "f.txt").read_text() == "ab\n"
+    finally:
+        stop_process(executor.proc)
