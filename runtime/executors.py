@@ -317,12 +317,14 @@ class ExecutorPool:
         before. Call it shielded, holding the domain's write lock; it bounds itself."""
         why = f"did not say it ended within {self.call_end_wait_s:g} s"
         dead = False
-        with self.stop_now.grace(self.call_end_wait_s):  # (the daemon's stop now ends it at once)
+        with self.stop_now.grace(self.call_end_wait_s) as waiting:  # (the daemon's stop now ends it at once)
             try:
                 if ex.process is None or ex.process.returncode is None:  # (a child known dead is not asked)
                     reply = await ex.client.stop(call_id, self.call_end_wait_s)
                     if not reply.found or reply.ended:
                         return
+            except ExecutorTimeout:
+                pass  # (the Stop's deadline is the bound: not answered within it)
             except Exception as exc:  # (not confirmed, whatever failed: a closed channel's ValueError too)
                 why = f"could not be asked whether it ended ({getattr(exc, 'message', None) or exc!r})"
             if await self._dead(ex):
@@ -335,6 +337,9 @@ class ExecutorPool:
                 return
         if dead:
             why = f"died under it, and the commands it left were not ended within {self.call_end_wait_s:g} s"
+        if waiting.cancelled_caught and self.stop_now.is_set() and trio.current_time() < waiting.deadline:
+            why = ("died under it, and the daemon's stop ended the wait for the commands it left to be ended"
+                   if dead else "had not said it ended when the daemon's stop ended the wait for it")
         log.warning("%s was given up, and the executor of project %s %s: the workspace's next write may run "
                     "beside it", what or f"call {call_id}", ex.project_id, why)
 
