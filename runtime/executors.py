@@ -138,6 +138,8 @@ class Executor:
     lock: DomainLock = field(default_factory=DomainLock)
     process: trio.Process | None = None
     shared_filesystem: bool = False
+    # A local child's: set once the pool has reaped it and ended the command groups it left.
+    gone: trio.Event | None = None
 
 
 @dataclass
@@ -304,28 +306,59 @@ class ExecutorPool:
         ``call_id`` may be a command's run id as well (``run_command``'s stream left before its
         exit): ``Stop`` answers once the command's group has ended. ``what`` names it in the
         warning (default ``call <call_id>``).
-        Past :attr:`call_end_wait_s`, or when the executor cannot be asked (any failure of the
-        ``Stop``: gone, built before it, a closed channel), a warning is logged and the wait ends:
-        the executor is never stopped for it (a slow write, a large file on a slow disk, would
-        lose its executor, its temp file and every background job of the workspace), so the
-        domain's next write may then run beside the call, as it did before. Call it shielded,
-        holding the domain's write lock; it bounds itself.
+        A local child that died (exited, or unreachable as a dying child is: its ``Stop`` then
+        fails) cannot end its commands: the wait is for the pool to have reaped it and ended the
+        groups it left (:meth:`_reap`), so that none of them runs on beside the domain's next
+        write; a child known dead is not asked.
+        Past :attr:`call_end_wait_s`, or when the executor cannot be asked (any other failure of
+        the ``Stop``: gone, built before it, a closed channel), or at the daemon's stop now, a
+        warning is logged and the wait ends: the executor is never stopped for it (a slow write, a
+        large file on a slow disk, would lose its executor, its temp file and every background
+        job of the workspace), so the domain's next write may then run beside the call, as it did
+        before. Call it shielded, holding the domain's write lock; it bounds itself.
 
         Returns the reply of the editing call when it ended having completed (the ``Stop``
         answer's ``call``, from the executor's call journal: it wrote, its caller gone), for the
         caller to record what it changed; None otherwise (it wrote nothing, it was not confirmed
         ended, an executor built before ``call`` was sent)."""
         why = f"did not say it ended within {self.call_end_wait_s:g} s"
-        with self.stop_now.grace(self.call_end_wait_s):  # (the daemon's stop now ends it at once)
+        dead = False
+        with self.stop_now.grace(self.call_end_wait_s) as waiting:  # (the daemon's stop now ends it at once)
             try:
-                reply = await ex.client.stop(call_id, self.call_end_wait_s)
-                if not reply.found or reply.ended:
-                    return reply.call if reply.HasField("call") else None
+                if ex.process is None or ex.process.returncode is None:  # (a child known dead is not asked)
+                    reply = await ex.client.stop(call_id, self.call_end_wait_s)
+                    if not reply.found or reply.ended:
+                        return reply.call if reply.HasField("call") else None
+            except ExecutorTimeout:
+                pass  # (the Stop's deadline is the bound: not answered within it)
             except Exception as exc:  # (not confirmed, whatever failed: a closed channel's ValueError too)
                 why = f"could not be asked whether it ended ({getattr(exc, 'message', None) or exc!r})"
+            if await self._dead(ex):
+                dead = True
+                assert ex.process is not None and ex.gone is not None
+                await ex.gone.wait()
+                log.info("%s was given up as the executor of project %s died (pid %d, %s): the commands it left "
+                         "were ended before the workspace's next write", what or f"call {call_id}", ex.project_id,
+                         ex.process.pid, ended_how(ex.process.returncode))
+                return None
+        if dead:
+            why = f"died under it, and the commands it left were not ended within {self.call_end_wait_s:g} s"
+        if waiting.cancelled_caught and self.stop_now.is_set() and trio.current_time() < waiting.deadline:
+            why = ("died under it, and the daemon's stop ended the wait for the commands it left to be ended"
+                   if dead else "had not said it ended when the daemon's stop ended the wait for it")
         log.warning("%s was given up, and the executor of project %s %s: the workspace's next write may run "
                     "beside it", what or f"call {call_id}", ex.project_id, why)
         return None
+
+    async def _dead(self, ex: Executor) -> bool:
+        """Whether ``ex`` is a local child that has exited, waiting up to :data:`LOST_GRACE_S` for
+        one a call found unreachable (its socket closes a moment before its exit)."""
+        if ex.process is None or ex.gone is None:
+            return False
+        if ex.process.returncode is None and ex.client.lost:
+            with trio.move_on_after(LOST_GRACE_S):
+                await ex.process.wait()
+        return ex.process.returncode is not None
 
     def _check_apart(self, project_id: str, workspace: Path) -> None:
         """:class:`WorkspaceOverlapsDaemon` if ``workspace`` and a directory of the daemon overlap.
@@ -450,7 +483,7 @@ class ExecutorPool:
                                       f"stopping")
         log.info("executor for project %s on port %d (pid %d)", project_id, port, proc.pid)
         ex = Executor(project_id, workspace, client, lock=self._lock(workspace), process=proc,
-                      shared_filesystem=self.local_shared_filesystem)
+                      shared_filesystem=self.local_shared_filesystem, gone=gone)
         self._nursery.start_soon(self._stop_when_idle, ex, gone)
         return ex
 

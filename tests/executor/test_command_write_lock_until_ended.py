@@ -1,5 +1,6 @@
 """A ``run_command`` whose stream Core leaves before the command's exit keeps the workspace's
-write lock until the executor says the command's group has ended: the gRPC call's deadline
+write lock until the executor says the command's group has ended (or, its local executor dead,
+until the pool has ended the groups it left): the gRPC call's deadline
 passed, the stream failed or ended without the exit, its caller cancelled with nothing kept.
 Core asks ``Stop`` by the run's id (the executor answers once the run is over), bounded by the
 pool's wait (or the daemon's stop now), then lets the lock go with a warning, the executor not
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,11 +27,12 @@ import trio
 from runtime import executor_client
 from runtime.executor_client import ExecutorClient
 from runtime.executors import ExecutorPool
+from tests.procfs import read_proc
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError, ToolResult, ToolSpec
 from tools.workspace_tools import ABORT_STOP_ANSWER_WAIT_S, workspace_tools
 
-from .conftest import ExecutorProcess, remote_pool, tool_ctx, until, wait_path
+from .conftest import ExecutorProcess, kill_group, remote_pool, running_pool, tool_ctx, until, wait_path
 from .lock_order import Behind, second_behind_first
 from .relay import Relay
 from .test_commands_second_pass import every_slot_held
@@ -182,7 +185,8 @@ async def test_a_stop_never_answered_holds_the_lock_for_cores_bound_only(
     assert len(relay.stops) == 1, relay.stops  # (asked once, never answered)
     assert not second.is_error, second.content
     assert 0.5 <= took < ABORT_STOP_ANSWER_WAIT_S, took  # (the shortened bound, not the default's 4 s)
-    assert any("the command of call ses_c:c1 was given up" in m for m in warned(caplog)), warned(caplog)
+    assert any("the command of call ses_c:c1 was given up, and the executor of project p did not say it ended "
+               "within 0.5 s" in m for m in warned(caplog)), warned(caplog)
 
 
 async def test_stop_now_ends_the_wait_for_a_stop_never_answered(
@@ -202,7 +206,11 @@ async def test_stop_now_ends_the_wait_for_a_stop_never_answered(
                                                        cancel_first=True, then=stop_now, within=15)
     assert first is None
     assert not second.is_error, second.content
-    assert any("the command of call ses_c:c1 was given up" in m for m in warned(caplog)), warned(caplog)
+    # (the warning says what ended the wait: not the bound, which was far off)
+    messages = [m for m in warned(caplog) if "ses_c:c1" in m]
+    assert any("the command of call ses_c:c1 was given up, and the executor of project p had not said it ended "
+               "when the daemon's stop ended the wait for it" in m for m in messages), messages
+    assert not any("within" in m for m in messages), messages
 
 
 async def test_a_command_refused_for_the_executors_slots_is_sent_again_and_never_stopped(
@@ -227,3 +235,119 @@ async def test_a_command_refused_for_the_executors_slots_is_sent_again_and_never
     assert not result.is_error and result.structured_content["exit_code"] == 0, result.content
     assert said(result).startswith("ran\n"), result.content
     assert relay.stops == []
+
+
+# A command whose background writer (in the command's group, deaf to SIGTERM) outlives its
+# executor: it rewrites ``<name>.beat`` every 10 ms; its pid is in ``<name>.writer``, the group's
+# in ``<name>.pid``. The second write says whether the writer still ran when it began.
+OUTLIVING = ("echo $$ > {name}.pid; (trap '' TERM; while :; do echo > {name}.beat; sleep 0.01; done) & "
+             "echo $! > {name}.writer; wait")
+WRITER_SEEN = ("s=$(cut -d' ' -f3 /proc/$(cat {name}.writer)/stat 2>/dev/null); "
+               "if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo beside; else echo after; fi")
+
+
+async def executor_dies_under_a_command(tmp_path: Path, *, call_end_wait_s: float | None = None,
+                                        while_unreaped: Callable[[ExecutorPool], Awaitable[None]] | None = None
+                                        ) -> Behind:
+    """Run OUTLIVING on project "p"'s local child, kill that child outright once the writer runs
+    and a second write (WRITER_SEEN, project "q" on the same workspace: its own child, which reaps
+    nothing of p's) waits for the lock. The test holds the dead child's standard output open,
+    which the pool reads to its end before it reaps the child and ends its groups: that reap
+    waits until the test lets it go, so the order is seen, not raced. It is let go once the
+    second write has run (the lock let go before the reap), or once the first has found its child
+    dead and still holds the lock; ``while_unreaped(pool)`` then runs first, and the output is
+    let go after the second write has run."""
+    name = f"died{next(_n)}"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pgid = 0
+    held: list[int] = []
+    try:
+        async with running_pool(tmp_path / "executors", {"p": ws, "q": ws}, call_end_wait_s=call_end_wait_s) as pool:
+            run = run_command(pool, tmp_path)
+            await pool.get("q")  # (its child is up: the second write begins as soon as it may)
+            ex = await pool.get("p")
+            assert ex.process is not None
+            process = ex.process
+            second_ran = trio.Event()
+
+            async def writing(cancel: trio.CancelScope) -> None:
+                nonlocal pgid
+                await wait_path(ws / f"{name}.beat")  # (the writer runs)
+                await wait_path(ws / f"{name}.writer")
+                pgid = int((ws / f"{name}.pid").read_text())
+
+            async def killed(cancel: trio.CancelScope, lock: Any) -> None:
+                held.append(os.open(f"/proc/{process.pid}/fd/1", os.O_WRONLY))
+                process.kill()
+                # (found dead: waited for, so no zombie is left; read from /proc, as trio's
+                # returncode would wait for it itself)
+                await until(lambda: second_ran.is_set() or (read_proc(process.pid) is None
+                                                            and lock._writers_waiting))
+                if while_unreaped is not None and not second_ran.is_set():
+                    await while_unreaped(pool)
+                    await until(second_ran.is_set)
+                os.close(held.pop())
+
+            async def second() -> ToolResult:
+                try:
+                    return await run.run({"command": WRITER_SEEN.format(name=name)}, tool_ctx("ses_c", "c2", "q"))
+                finally:
+                    second_ran.set()
+
+            return await second_behind_first(
+                pool, lambda: run.run({"command": OUTLIVING.format(name=name)}, ctx("c1")), second,
+                first_holds=writing, while_waiting=killed)
+    finally:
+        for fd in held:
+            os.close(fd)
+        if pgid:
+            kill_group(pgid)
+
+
+async def test_a_command_whose_local_executor_died_holds_the_lock_until_its_groups_are_ended(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The child running the command is killed outright: its Stop fails. Before, the lock went at
+    # once, and the pool ended the groups the child left only once it had reaped it: the domain's
+    # next write began beside the command's writer.
+    with caplog.at_level(logging.INFO, logger="lens.executors"):
+        first, second, took = await executor_dies_under_a_command(tmp_path)
+    assert isinstance(first, ToolError) and first.code == "EXECUTOR_UNAVAILABLE", first
+    began_after_the_first_ended(second)
+    assert took < ABORT_STOP_ANSWER_WAIT_S + 2, took
+    assert any("the command of call ses_c:c1 was given up as the executor of project p died" in m
+               and "were ended before the workspace's next write" in m for m in warned(caplog)), warned(caplog)
+    assert not any("may run beside it" in m for m in warned(caplog)), warned(caplog)
+
+
+async def test_the_wait_for_a_dead_executors_groups_is_bounded(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The pool does not end the dead child's groups within Core's bound (shortened): the lock
+    # goes after it, with a warning that says so.
+    with caplog.at_level(logging.WARNING, logger="lens.executors"):
+        first, second, took = await executor_dies_under_a_command(
+            tmp_path, call_end_wait_s=0.5, while_unreaped=lambda pool: trio.lowlevel.checkpoint())
+    assert isinstance(first, ToolError) and first.code == "EXECUTOR_UNAVAILABLE", first
+    assert not second.is_error and said(second).startswith("beside\n"), second.content
+    assert took < ABORT_STOP_ANSWER_WAIT_S, took
+    assert any("the command of call ses_c:c1 was given up, and the executor of project p died under it, and the "
+               "commands it left were not ended within 0.5 s" in m for m in warned(caplog)), warned(caplog)
+
+
+async def test_stop_now_ends_the_wait_for_a_dead_executors_groups(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The daemon's stop now ends the wait for the pool's reap at once (Core's bound, 60 s, far
+    # off), and the warning says so, not that a bound passed.
+    async def stop_now(pool: ExecutorPool) -> None:
+        pool.stop_now.set()
+
+    with caplog.at_level(logging.WARNING, logger="lens.executors"):
+        first, second, took = await executor_dies_under_a_command(tmp_path, call_end_wait_s=60,
+                                                                  while_unreaped=stop_now)
+    assert isinstance(first, ToolError) and first.code == "EXECUTOR_UNAVAILABLE", first
+    assert not second.is_error and said(second).startswith("beside\n"), second.content
+    assert took < 15, took
+    messages = [m for m in warned(caplog) if "ses_c:c1" in m]
+    assert any("died under it, and the daemon's stop ended the wait for the commands it left to be ended" in m
+               for m in messages), messages
+    assert not any("within" in m for m in messages), messages
