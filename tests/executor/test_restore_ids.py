@@ -10,22 +10,22 @@ processes over gRPC (a relay holds a call back while its caller gives it up).
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
 from events import types as t
+from events.ids import is_id
 from proto import executor_pb2 as pb
+from runtime.actor import recordable_call_id
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.artifacts import ArtifactStore
 from tools.workspace_tools import restore_call_id, workspace_tools
 
 from .conftest import agent_runtime, run_to_idle, running_pool, start_executor, stop_process, until
-from .relay import Relay
+from .relay import Holding, Relay, give_up_held
 from .test_rerun import events_of
 from .test_tools import CoreTools
 
@@ -34,9 +34,6 @@ EDIT_A = {"path": "a.txt", "mode": "rewrite", "content": "edited\n"}
 
 
 def test_a_restores_id_is_of_no_form_a_recorded_call_id_takes() -> None:
-    from events.ids import is_id
-    from runtime.actor import recordable_call_id
-
     restore = restore_call_id("ses_x", "c1", 0)
     assert restore == "ses_x:c1/0"
     # (every call's id is <session>:<recorded id>, and a recorded id keeps to the id rule)
@@ -72,27 +69,6 @@ async def test_a_model_call_named_like_a_reverts_restore_runs_as_its_own_call(tm
     assert [(r.reverted_call_id, r.paths) for r in reverted] == [("c0", ["a.txt"])]
 
 
-async def _given_up(core: CoreTools, held: threading.Event, cancelled: threading.Event, name: str,
-                    args: dict[str, Any], call_id: str) -> None:
-    """Run tool ``name`` as call ``call_id`` and cancel it while the relay holds its editing Call
-    (``held``); return once its caller is gone (its ``Stop`` answered), ``cancelled`` then set."""
-    cancel = trio.CancelScope()
-    outcome: list[bool] = []
-
-    async def run() -> None:
-        with cancel:
-            await core.run(name, args, call_id=call_id)
-        outcome.append(cancel.cancelled_caught)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run)
-        await until(held.is_set)
-        cancel.cancel()
-        await until(lambda: bool(outcome))
-    assert outcome == [True]
-    cancelled.set()
-
-
 @pytest.mark.parametrize("order", ["revert given up first", "edit given up first"])
 async def test_a_given_up_restore_or_edit_does_not_refuse_the_call_named_like_it(tmp_path: Path, order: str) -> None:
     # The first of the two calls is given up while its Call is on its way (the relay holds it):
@@ -102,20 +78,15 @@ async def test_a_given_up_restore_or_edit_does_not_refuse_the_call_named_like_it
     ws = executor.workspace
     (ws / "a.txt").write_text("a\n")
     (ws / "b.txt").write_text("b\n")
-    held, cancelled = threading.Event(), threading.Event()
     replies: list[pb.ToolReply] = []
-
-    def hold(request: pb.ToolRequest) -> None:  # (the relay's thread: the first call of c1 on its way)
-        if request.call_id.startswith(f"{core.session_id}:c1") and not held.is_set():
-            held.set()
-            assert cancelled.wait(20)
 
     def seen(reply: pb.ToolReply) -> pb.ToolReply:
         replies.append(reply)
         return reply
 
+    holding = Holding(lambda request: request.call_id.startswith(f"{core.session_id}:c1"))
     try:
-        with Relay(executor.address, before_call=hold, edit_reply=seen) as relay:
+        with Relay(executor.address, before_call=holding, edit_reply=seen) as relay:
             async with running_pool(tmp_path / "executors", {"p1": ws},
                                     remote=RemoteExecutor(relay.address, executor.token)) as pool:
                 artifacts = ArtifactStore(tmp_path / "artifacts")
@@ -124,18 +95,17 @@ async def test_a_given_up_restore_or_edit_does_not_refuse_the_call_named_like_it
                     _, edited = await core.run("edit_file", EDIT_A, call_id="c0")
                     assert not edited.is_error, edited.content
                     if order == "revert given up first":
-                        await _given_up(core, held, cancelled, "revert_call", {"call_id": "c0"}, "c1")
+                        await give_up_held(lambda: core.run("revert_call", {"call_id": "c0"}, call_id="c1"), holding)
                         _, second = await core.run("edit_file", EDIT_B, call_id="c1:0")
                         assert (ws / "b.txt").read_text() == "edited\n"
                     else:
-                        await _given_up(core, held, cancelled, "edit_file", EDIT_B, "c1:0")
+                        await give_up_held(lambda: core.run("edit_file", EDIT_B, call_id="c1:0"), holding)
                         _, second = await core.run("revert_call", {"call_id": "c0"}, call_id="c1")
                         assert (ws / "a.txt").read_text() == "a\n"
                         assert [e for e in second.events if isinstance(e, t.FileReverted)]
                     assert not second.is_error, second.content
                     await until(lambda: len(replies) == 3)  # (the held call, let go, has been answered)
-        given_up = [r for r in replies if not r.ok]
-        assert [r.error_code for r in given_up] == ["CANCELLED"]  # (only the given-up call, refused)
+        assert [r.error_code for r in replies if not r.ok] == ["CANCELLED"]  # (the given-up call alone)
     finally:
-        cancelled.set()
+        holding.let_go()
         stop_process(executor.proc)
