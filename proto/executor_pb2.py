@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/executor.proto\x12\x10lens.executor.v8\"(\n\x0cHelloRequest\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\"X\n\nHelloReply\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x18\n\x10\x65xecutor_version\x18\x02 \x01(\t\x12\x16\n\x0eworkspace_name\x18\x03 \x01(\t\"S\n\x0bToolRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12\r\n\x05rerun\x18\x04 \x01(\x08\"\xbc\x01\n\tToolReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x12\n\nerror_code\x18\x02 \x01(\t\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x13\n\x0bresult_json\x18\x04 \x01(\t\x12\x12\n\nhas_before\x18\x05 \x01(\x08\x12\x0e\n\x06\x62\x65\x66ore\x18\x06 \x01(\x0c\x12\r\n\x05\x61\x66ter\x18\x07 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\x12\x0c\n\x04mime\x18\t \x01(\t\x12\x14\n\x0cwritten_path\x18\n \x01(\x0c\"\x82\x01\n\x0e\x43ommandRequest\x12\x0f\n\x07\x63ommand\x18\x01 \x01(\t\x12\x12\n\ntimeout_ms\x18\x02 \x01(\r\x12\x18\n\x10max_output_bytes\x18\x03 \x01(\r\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12\x14\n\x0c\x63wd_leads_to\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\"j\n\x0c\x43ommandEvent\x12\x10\n\x06stdout\x18\x01 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x02 \x01(\x0cH\x00\x12-\n\x04\x65xit\x18\x03 \x01(\x0b\x32\x1d.lens.executor.v8.CommandExitH\x00\x42\x07\n\x05\x65vent\"l\n\x0b\x43ommandExit\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x11\n\ttimed_out\x18\x02 \x01(\x08\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\x04\x12\x0f\n\x07stopped\x18\x05 \x01(\x08\"\x1d\n\x0bStopRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\x81\x01\n\tStopReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05\x65nded\x18\x02 \x01(\x08\x12+\n\x04\x65xit\x18\x03 \x01(\x0b\x32\x1d.lens.executor.v8.CommandExit\x12)\n\x04\x63\x61ll\x18\x04 \x01(\x0b\x32\x1b.lens.executor.v8.ToolReply\",\n\x0cProbeRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"\x1a\n\nProbeReply\x12\x0c\n\x04seen\x18\x01 \x01(\x08\x32\xeb\x02\n\x08\x45xecutor\x12\x45\n\x05Hello\x12\x1e.lens.executor.v8.HelloRequest\x1a\x1c.lens.executor.v8.HelloReply\x12\x42\n\x04\x43\x61ll\x12\x1d.lens.executor.v8.ToolRequest\x1a\x1b.lens.executor.v8.ToolReply\x12I\n\x03Run\x12 .lens.executor.v8.CommandRequest\x1a\x1e.lens.executor.v8.CommandEvent0\x01\x12\x45\n\x05Probe\x12\x1e.lens.executor.v8.ProbeRequest\x1a\x1c.lens.executor.v8.ProbeReply\x12\x42\n\x04Stop\x12\x1d.lens.executor.v8.StopRequest\x1a\x1b.lens.executor.v8.StopReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/executor.proto\x12\x10lens.executor.v8\"(\n\x0cHelloRequest\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\"X\n\nHelloReply\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x18\n\x10\x65xecutor_version\x18\x02 \x01(\t\x12\x16\n\x0eworkspace_name\x18\x03 \x01(\t\"\x7f\n\x0bToolRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12\r\n\x05rerun\x18\x04 \x01(\x08\x12*\n\x05order\x18\x05 \x01(\x0b\x32\x1b.lens.executor.v8.SendOrder\"\'\n\tSendOrder\x12\r\n\x05\x65poch\x18\x01 \x01(\x06\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"\xbc\x01\n\tToolReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x12\n\nerror_code\x18\x02 \x01(\t\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x13\n\x0bresult_json\x18\x04 \x01(\t\x12\x12\n\nhas_before\x18\x05 \x01(\x08\x12\x0e\n\x06\x62\x65\x66ore\x18\x06 \x01(\x0c\x12\r\n\x05\x61\x66ter\x18\x07 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\x12\x0c\n\x04mime\x18\t \x01(\t\x12\x14\n\x0cwritten_path\x18\n \x01(\x0c\"\x82\x01\n\x0e\x43ommandRequest\x12\x0f\n\x07\x63ommand\x18\x01 \x01(\t\x12\x12\n\ntimeout_ms\x18\x02 \x01(\r\x12\x18\n\x10max_output_bytes\x18\x03 \x01(\r\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12\x14\n\x0c\x63wd_leads_to\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\"j\n\x0c\x43ommandEvent\x12\x10\n\x06stdout\x18\x01 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x02 \x01(\x0cH\x00\x12-\n\x04\x65xit\x18\x03 \x01(\x0b\x32\x1d.lens.executor.v8.CommandExitH\x00\x42\x07\n\x05\x65vent\"l\n\x0b\x43ommandExit\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x11\n\ttimed_out\x18\x02 \x01(\x08\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\x04\x12\x0f\n\x07stopped\x18\x05 \x01(\x08\"I\n\x0bStopRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12*\n\x05order\x18\x02 \x01(\x0b\x32\x1b.lens.executor.v8.SendOrder\"\x81\x01\n\tStopReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05\x65nded\x18\x02 \x01(\x08\x12+\n\x04\x65xit\x18\x03 \x01(\x0b\x32\x1d.lens.executor.v8.CommandExit\x12)\n\x04\x63\x61ll\x18\x04 \x01(\x0b\x32\x1b.lens.executor.v8.ToolReply\",\n\x0cProbeRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"\x1a\n\nProbeReply\x12\x0c\n\x04seen\x18\x01 \x01(\x08\x32\xeb\x02\n\x08\x45xecutor\x12\x45\n\x05Hello\x12\x1e.lens.executor.v8.HelloRequest\x1a\x1c.lens.executor.v8.HelloReply\x12\x42\n\x04\x43\x61ll\x12\x1d.lens.executor.v8.ToolRequest\x1a\x1b.lens.executor.v8.ToolReply\x12I\n\x03Run\x12 .lens.executor.v8.CommandRequest\x1a\x1e.lens.executor.v8.CommandEvent0\x01\x12\x45\n\x05Probe\x12\x1e.lens.executor.v8.ProbeRequest\x1a\x1c.lens.executor.v8.ProbeReply\x12\x42\n\x04Stop\x12\x1d.lens.executor.v8.StopRequest\x1a\x1b.lens.executor.v8.StopReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,23 +36,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HELLOREPLY']._serialized_start=84
   _globals['_HELLOREPLY']._serialized_end=172
   _globals['_TOOLREQUEST']._serialized_start=174
-  _globals['_TOOLREQUEST']._serialized_end=257
-  _globals['_TOOLREPLY']._serialized_start=260
-  _globals['_TOOLREPLY']._serialized_end=448
-  _globals['_COMMANDREQUEST']._serialized_start=451
-  _globals['_COMMANDREQUEST']._serialized_end=581
-  _globals['_COMMANDEVENT']._serialized_start=583
-  _globals['_COMMANDEVENT']._serialized_end=689
-  _globals['_COMMANDEXIT']._serialized_start=691
-  _globals['_COMMANDEXIT']._serialized_end=799
-  _globals['_STOPREQUEST']._serialized_start=801
-  _globals['_STOPREQUEST']._serialized_end=830
-  _globals['_STOPREPLY']._serialized_start=833
-  _globals['_STOPREPLY']._serialized_end=962
-  _globals['_PROBEREQUEST']._serialized_start=964
-  _globals['_PROBEREQUEST']._serialized_end=1008
-  _globals['_PROBEREPLY']._serialized_start=1010
-  _globals['_PROBEREPLY']._serialized_end=1036
-  _globals['_EXECUTOR']._serialized_start=1039
-  _globals['_EXECUTOR']._serialized_end=1402
+  _globals['_TOOLREQUEST']._serialized_end=301
+  _globals['_SENDORDER']._serialized_start=303
+  _globals['_SENDORDER']._serialized_end=342
+  _globals['_TOOLREPLY']._serialized_start=345
+  _globals['_TOOLREPLY']._serialized_end=533
+  _globals['_COMMANDREQUEST']._serialized_start=536
+  _globals['_COMMANDREQUEST']._serialized_end=666
+  _globals['_COMMANDEVENT']._serialized_start=668
+  _globals['_COMMANDEVENT']._serialized_end=774
+  _globals['_COMMANDEXIT']._serialized_start=776
+  _globals['_COMMANDEXIT']._serialized_end=884
+  _globals['_STOPREQUEST']._serialized_start=886
+  _globals['_STOPREQUEST']._serialized_end=959
+  _globals['_STOPREPLY']._serialized_start=962
+  _globals['_STOPREPLY']._serialized_end=1091
+  _globals['_PROBEREQUEST']._serialized_start=1093
+  _globals['_PROBEREQUEST']._serialized_end=1137
+  _globals['_PROBEREPLY']._serialized_start=1139
+  _globals['_PROBEREPLY']._serialized_end=1165
+  _globals['_EXECUTOR']._serialized_start=1168
+  _globals['_EXECUTOR']._serialized_end=1531
 # @@protoc_insertion_point(module_scope)

@@ -22,16 +22,26 @@ class HelloReply(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., executor_version: _Optional[str] = ..., workspace_name: _Optional[str] = ...) -> None: ...
 
 class ToolRequest(_message.Message):
-    __slots__ = ("tool", "call_id", "arguments_json", "rerun")
+    __slots__ = ("tool", "call_id", "arguments_json", "rerun", "order")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
     RERUN_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     tool: str
     call_id: str
     arguments_json: str
     rerun: bool
-    def __init__(self, tool: _Optional[str] = ..., call_id: _Optional[str] = ..., arguments_json: _Optional[str] = ..., rerun: _Optional[bool] = ...) -> None: ...
+    order: SendOrder
+    def __init__(self, tool: _Optional[str] = ..., call_id: _Optional[str] = ..., arguments_json: _Optional[str] = ..., rerun: _Optional[bool] = ..., order: _Optional[_Union[SendOrder, _Mapping]] = ...) -> None: ...
+
+class SendOrder(_message.Message):
+    __slots__ = ("epoch", "seq")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    seq: int
+    def __init__(self, epoch: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class ToolReply(_message.Message):
     __slots__ = ("ok", "error_code", "error_message", "result_json", "has_before", "before", "after", "data", "mime", "written_path")
@@ -98,10 +108,12 @@ class CommandExit(_message.Message):
     def __init__(self, exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., truncated: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., stopped: _Optional[bool] = ...) -> None: ...
 
 class StopRequest(_message.Message):
-    __slots__ = ("run_id",)
+    __slots__ = ("run_id", "order")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     run_id: str
-    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+    order: SendOrder
+    def __init__(self, run_id: _Optional[str] = ..., order: _Optional[_Union[SendOrder, _Mapping]] = ...) -> None: ...
 
 class StopReply(_message.Message):
     __slots__ = ("found", "ended", "exit", "call")

@@ -106,7 +106,8 @@ class ExecutorServicer:
         The executor remembers the ids Stops named (the last 4096, for 120 s at most): a Run or an
         editing Call arriving later under one (the Stop overtook it) is refused before it does
         anything, a Run with ABORTED "CANCELLED: ...", a Call with `ok` false, `error_code` CANCELLED;
-        a Call with `rerun` set is not refused.
+        a Call with `rerun` set is not refused, unless its `order` says it was sent before the Stop
+        (the same epoch, a lower seq).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -8,8 +8,10 @@ are translated here, once, into :class:`ExecutorError` subclasses with stable co
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+import secrets
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, ClassVar
@@ -201,14 +203,35 @@ def run_deadline_s(timeout_ms: int) -> float:
     which it applies too) plus :data:`RUN_DEADLINE_MARGIN_S`."""
     return (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000 + RUN_DEADLINE_MARGIN_S
 
+
+class SendOrder:
+    """The order of one Core process's sends to its executors (``pb.SendOrder``), shared by its
+    pool's clients: ``epoch`` names the pool (64 random bits, never 0), and each ``Call`` and
+    ``Stop`` takes the next ``seq`` as its request is made. A ``Stop`` for a call Core gave up is
+    made after that call's send, and a re-run made after the ``Stop``: the executor refuses a
+    re-run whose seq is below a ``Stop``'s of the same epoch (the ``Stop`` gave it up, and
+    overtook it), and runs one above (see ``tools.executor.runs.StoppedIds``). Made once per
+    pool (no global state); used from trio's thread only."""
+
+    def __init__(self) -> None:
+        self.epoch = secrets.randbits(64) or 1
+        self._seq = itertools.count(1)
+
+    def next(self) -> pb.SendOrder:
+        return pb.SendOrder(epoch=self.epoch, seq=next(self._seq))
+
+
 class ExecutorClient:
     """One executor at ``address``. Thread-safe channel; reconnection is grpc's (the channel
     retries the connection, at most :data:`RECONNECT_BACKOFF_MAX_MS` apart). :meth:`hello` runs once, when the pool connects (or spawns a new
     child); every call carries the protocol version, so an executor replaced meanwhile by one of
     another version is refused with the typed version-mismatch error, not misread."""
 
-    def __init__(self, address: str, token: str, *, stream_limiter: trio.CapacityLimiter | None = None) -> None:
+    def __init__(self, address: str, token: str, *, stream_limiter: trio.CapacityLimiter | None = None,
+                 order: SendOrder | None = None) -> None:
         self.address = address
+        # Where each Call and Stop is made in Core's sends: the pool's, shared by its clients.
+        self.order = order if order is not None else SendOrder()
         self._meta = (("authorization", f"Bearer {token}"), ("lens-protocol", str(PROTOCOL_VERSION)))
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -269,8 +292,10 @@ class ExecutorClient:
     async def call(self, tool: str, arguments: dict[str, Any], *, call_id: str = "",
                    timeout: float = CALL_TIMEOUT_S, rerun: bool = False) -> ToolOutcome:
         """Run one workspace tool; raises :class:`ExecutorToolError` with the tool's own code.
-        ``rerun``: Core runs the call again under ``call_id`` on purpose (``ToolRequest.rerun``)."""
-        req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments), rerun=rerun)
+        ``rerun``: Core runs the call again under ``call_id`` on purpose (``ToolRequest.rerun``);
+        the request carries its place in Core's sends (:class:`SendOrder`), made now."""
+        req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments), rerun=rerun,
+                             order=self.order.next())
         return tool_outcome(tool, await self._unary(self._stub.Call, req, timeout))
 
     async def probe(self, path: str, sha256: str) -> bool:
@@ -282,8 +307,10 @@ class ExecutorClient:
         stream then ends with the exit, ``stopped`` set. The answer's ``found`` is false when it
         runs none by that id; ``ended``: it answered once the command's run was over, with the
         exit its stream sent in ``exit`` (an executor built before ``ended`` answers at once).
+        The request carries its place in Core's sends (:class:`SendOrder`): a re-run of a call
+        sent before it is refused, one sent after it runs.
         Raises :class:`ExecutorError` (an executor built before ``Stop``: UNIMPLEMENTED)."""
-        return await self._unary(self._stub.Stop, pb.StopRequest(run_id=run_id), timeout)
+        return await self._unary(self._stub.Stop, pb.StopRequest(run_id=run_id, order=self.order.next()), timeout)
 
     @asynccontextmanager
     async def _slot(self, wait_s: float | None) -> AsyncIterator[None]:

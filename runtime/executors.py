@@ -33,7 +33,7 @@ from tools.executor.groups import GroupRegistry
 
 from .errors import LensError
 from .executor_client import (ExecutorClient, ExecutorTimeout, ExecutorUnauthenticated, ExecutorUnavailable,
-                              ExecutorVersionMismatch)
+                              ExecutorVersionMismatch, SendOrder)
 from .stop_now import StopNow
 
 log = logging.getLogger("lens.executors")
@@ -202,6 +202,10 @@ class ExecutorPool:
         # executor to say the call has ended (see call_ended): as long as an abort waits for a
         # command's Stop answer.
         self.call_end_wait_s = call_end_wait_s
+        # The order of this Core's sends to its executors, one epoch for all of them: a re-run of
+        # a call (ToolRequest.rerun) made after its Stop runs; one given up in its turn, whose Stop
+        # overtook it, is refused (see SendOrder).
+        self.send_order = SendOrder()
         # (what, path): the daemon's own directories (its data, its config), which no local
         # workspace may hold or lie in — as POST /projects checks, now for the daemon running.
         self.daemon_dirs = tuple(daemon_dirs)
@@ -378,7 +382,7 @@ class ExecutorPool:
 
     async def _connect_remote(self, project_id: str, workspace: Path) -> Executor:
         assert self.remote is not None
-        client = ExecutorClient(self.remote.address, self.remote.token)
+        client = ExecutorClient(self.remote.address, self.remote.token, order=self.send_order)
         try:
             await client.hello()
         except (ExecutorVersionMismatch, ExecutorUnauthenticated) as exc:
@@ -457,7 +461,7 @@ class ExecutorPool:
             raise
         finally:
             self._starting.discard(proc)
-        client = ExecutorClient(f"127.0.0.1:{port}", token)
+        client = ExecutorClient(f"127.0.0.1:{port}", token, order=self.send_order)
         try:
             await client.hello()
         except ExecutorUnavailable as exc:

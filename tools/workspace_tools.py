@@ -168,6 +168,15 @@ def _restored(edit: t.FileEdited) -> str:
     return edit.written_path or edit.path
 
 
+def restore_call_id(session_id: str, call_id: str, n: int) -> str:
+    """The executor's call id of the ``n``-th restore of ``revert_call`` call ``call_id``:
+    ``<session>:<call>/<n>``. The executor journals, replays and refuses a stopped id by call id,
+    and every other call of the session is ``<session>:<call>`` with a recorded call id, which
+    keeps to the id rule (``recordable_call_id``): no ``/``. So no call's id, whatever a model
+    names it, is a restore's (``session:c1:0``, the form before, was also an edit ``c1:0``'s)."""
+    return f"{session_id}:{call_id}/{n}"
+
+
 async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: str, path: str,
                                allowlists: Sequence[tuple[str, Sequence[str] | None]] | None = None) -> str:
     """Raise ``PATH_NOT_ALLOWED`` when ``path`` leads (through symlinks in the workspace) outside
@@ -439,7 +448,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                 try:
                     await writing(ex, "restore", {
                         "path": where, "content_hex": before.hex() if before is not None else None,
-                        "expect_sha256": e.after_sha256}, f"{ctx.session_id}:{ctx.call_id}:{len(restored)}")
+                        "expect_sha256": e.after_sha256}, restore_call_id(ctx.session_id, ctx.call_id, len(restored)))
                 except EXECUTOR_FAILURES as exc:
                     message = str(getattr(exc, "message", exc))
                     if message.startswith(f"{where}:"):  # (the executor's own messages name it)

@@ -16,17 +16,22 @@ has been passed on, before the command's exit: ``"unavailable"`` fails it as a c
 does (grpc UNAVAILABLE), ``"end"`` ends it as if all was sent; the executor's call is cancelled
 either way, as Core leaving it would. ``stops`` lists the run id of each ``Stop`` Core sent, in
 order; while ``hold_stop`` is set, a ``Stop`` is held there, never passed on nor answered, until
-Core leaves it (an executor that does not answer). ``stop_reply`` may rewrite a ``Stop``'s reply on
-its way back (an executor built before one of its fields).
+Core leaves it (an executor that does not answer); ``stop_orders`` lists each ``Stop``'s
+``order`` (None when it has none). ``stop_reply`` may rewrite a ``Stop``'s reply on its way back
+(an executor built before one of its fields). :class:`Holding` is a ``before_call`` that holds a
+chosen ``Call`` on its way while a test gives its caller up (:func:`give_up_held`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Awaitable
 from concurrent import futures
 from typing import Any, Callable, Iterator, Literal
 
 import grpc
+import trio
 
 from proto import executor_pb2 as pb
 
@@ -53,6 +58,7 @@ class Relay(grpc.GenericRpcHandler):
         self.hold_stop = hold_stop
         self.stop_reply = stop_reply
         self.stops: list[str] = []
+        self.stop_orders: list[tuple[int, int] | None] = []
         self._runs = 0
         self.tools: list[str] = []
         self.run_failures: list[str] = []
@@ -105,7 +111,9 @@ class Relay(grpc.GenericRpcHandler):
 
         def unary(raw: bytes, context: grpc.ServicerContext) -> Any:
             if method.endswith("/Stop"):
-                self.stops.append(pb.StopRequest.FromString(raw).run_id)
+                stop = pb.StopRequest.FromString(raw)
+                self.stops.append(stop.run_id)
+                self.stop_orders.append((stop.order.epoch, stop.order.seq) if stop.HasField("order") else None)
                 if self.hold_stop:
                     while context.is_active():  # (held: never answered while Core waits)
                         time.sleep(0.05)
@@ -128,3 +136,55 @@ class Relay(grpc.GenericRpcHandler):
             return reply
 
         return grpc.unary_unary_rpc_method_handler(unary)
+
+
+class Holding:
+    """A relay's ``before_call``: once :meth:`arm`ed, the next ``Call`` that ``which`` picks is
+    held on the relay's thread (``held`` set) until :meth:`let_go`: a call still on its way to the
+    executor. Each :meth:`arm` holds one more."""
+
+    def __init__(self, which: Callable[[pb.ToolRequest], bool]) -> None:
+        self.which = which
+        self.held = threading.Event()
+        self._go = threading.Event()
+        self._armed = False
+
+    def arm(self) -> None:
+        self.held.clear()
+        self._go.clear()
+        self._armed = True
+
+    def let_go(self) -> None:
+        self._go.set()
+
+    def __call__(self, request: pb.ToolRequest) -> None:
+        if self._armed and self.which(request):
+            self._armed = False
+            self.held.set()
+            assert self._go.wait(20)
+
+
+async def give_up_held(run: Callable[[], Awaitable[Any]], holding: Holding) -> None:
+    """Run ``run()`` (a Core tool sending an editing ``Call``), the call held by ``holding`` on
+    its way, and cancel it there; once its caller is gone (Core's ``Stop`` by the call's id was
+    answered and the lock let go), let the ``Call`` go on: it reaches the executor after its
+    ``Stop``. Bounded: 20 s."""
+    cancel = trio.CancelScope()
+    outcome: list[bool] = []
+
+    async def given_up() -> None:
+        with cancel:
+            await run()
+        outcome.append(cancel.cancelled_caught)
+
+    holding.arm()
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(given_up)
+                while not holding.held.is_set():  # (bounded above: a poll of the relay's thread)
+                    await trio.sleep(0.01)
+                cancel.cancel()
+        assert outcome == [True]  # (given up: no result)
+    finally:
+        holding.let_go()

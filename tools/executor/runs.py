@@ -12,13 +12,17 @@ running now, by call id: a ``Stop`` naming one that has not yet looked whether i
 A ``Stop`` can overtake the call it names (the call still on its way, or waiting for a server
 thread): each registry remembers the ids a ``Stop`` named (:class:`StoppedIds`, bounded in count
 and age), and a command or an editing call registering later under one is refused
-(:class:`Stopped`) before it does anything.
+(:class:`Stopped`) before it does anything. An editing call Core runs again on purpose
+(``rerun``) is refused only when it was sent before that ``Stop``: Core orders its sends
+(``SendOrder``: an epoch per Core process, a sequence shared by its Calls and Stops), and the
+registry keeps the last ``Stop``'s order with its id.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -31,11 +35,16 @@ MAX_RUN_ID_CHARS = 128
 # later under one is refused. The age outlasts Core's deadline of a tool call (CALL_TIMEOUT_S,
 # 120 s, from its send, which comes before its Stop): a call arriving later than that is past its
 # deadline, and grpc runs it no more. A command's stream is cancelled by Core within seconds of
-# its Stop. The count bounds the memory (an id is kept as a 16-byte digest, whatever its length):
-# about 630 KiB a registry when full (measured: 629 KiB; the executor has two, about 1.25 MiB),
-# for Stops at more than 30 a second, far past an abort's pace.
+# its Stop. The count bounds the memory (an id is kept as a 16-byte digest, whatever its length,
+# with when it was named and its Stop's order packed in 24 bytes): about 760 KiB a registry when
+# full (measured: 761 KiB; the executor has two, about 1.5 MiB), for Stops at more than 30 a
+# second, far past an abort's pace.
 STOPPED_IDS_MOST = 4096
 STOPPED_IDS_KEEP_S = 120.0
+# What a registry keeps of a Stop: when it was named, and its order (epoch, seq; 0, 0: none).
+_NAMED = struct.Struct("<dQQ")
+
+Order = tuple[int, int]  # a send's place in Core's order: (epoch, seq), see proto SendOrder
 
 
 class Stopped(Exception):
@@ -51,15 +60,16 @@ class Stopped(Exception):
 
 class StoppedIds:
     """The ids a ``Stop`` named, each kept :data:`STOPPED_IDS_KEEP_S` seconds at most and the
-    last :data:`STOPPED_IDS_MOST` of them at most (the oldest forgotten first). Not thread-safe:
-    its registry's lock guards it, so that a ``Stop``'s look and a registration are one step."""
+    last :data:`STOPPED_IDS_MOST` of them at most (the oldest forgotten first), with the last
+    ``Stop``'s order (:meth:`sent_before`). Not thread-safe: its registry's lock guards it, so
+    that a ``Stop``'s look and a registration are one step."""
 
     def __init__(self, most: int = STOPPED_IDS_MOST, keep_s: float = STOPPED_IDS_KEEP_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.most = most
         self.keep_s = keep_s
         self._clock = clock
-        self._ids: OrderedDict[bytes, float] = OrderedDict()  # digest -> when it was named
+        self._ids: OrderedDict[bytes, bytes] = OrderedDict()  # digest -> _NAMED (when, epoch, seq)
 
     @staticmethod
     def _key(id_: str) -> bytes:
@@ -67,15 +77,23 @@ class StoppedIds:
 
     def _forget_old(self) -> None:
         cutoff = self._clock() - self.keep_s
-        while self._ids and next(iter(self._ids.values())) < cutoff:
+        while self._ids and _NAMED.unpack(next(iter(self._ids.values())))[0] < cutoff:
             self._ids.popitem(last=False)
 
-    def remember(self, id_: str) -> None:
+    def remember(self, id_: str, order: Order | None = None) -> None:
+        """``id_`` named by a ``Stop`` now, made at ``order`` in its Core's sends (None: a Core
+        built before the order). A later ``Stop`` of the same epoch keeps the highest seq (Stops
+        may overtake one another too); one of another epoch, or with none, replaces it."""
         if not id_:
             return  # (no call or command is registered under no id)
         key = self._key(id_)
-        self._ids.pop(key, None)  # (named again: kept from now)
-        self._ids[key] = self._clock()
+        epoch, seq = order if order is not None and order[0] else (0, 0)
+        before = self._ids.pop(key, None)  # (named again: kept from now)
+        if before is not None and epoch:
+            _, epoch_before, seq_before = _NAMED.unpack(before)
+            if epoch_before == epoch:
+                seq = max(seq, seq_before)
+        self._ids[key] = _NAMED.pack(self._clock(), epoch, seq)
         while len(self._ids) > self.most:
             self._ids.popitem(last=False)
         self._forget_old()
@@ -83,6 +101,17 @@ class StoppedIds:
     def __contains__(self, id_: str) -> bool:
         self._forget_old()
         return self._key(id_) in self._ids
+
+    def sent_before(self, id_: str, order: Order | None) -> bool:
+        """Whether a send made at ``order`` under ``id_`` was made before the ``Stop`` that named
+        it: that ``Stop`` is remembered, of the same epoch, and later in its sequence. False when
+        the two are not ordered (another epoch, or either has no order) or no ``Stop`` named it."""
+        self._forget_old()
+        named = self._ids.get(self._key(id_))
+        if named is None or order is None or not order[0]:
+            return False
+        _, epoch, seq = _NAMED.unpack(named)
+        return epoch == order[0] and order[1] < seq
 
     def __len__(self) -> int:
         self._forget_old()
@@ -224,14 +253,17 @@ class EditingCalls:
         self._stopped = stopped if stopped is not None else StoppedIds()  # (guarded by _lock)
 
     @contextmanager
-    def running(self, call_id: str, *, rerun: bool = False) -> Iterator[StopLatch]:
+    def running(self, call_id: str, *, rerun: bool = False, order: Order | None = None) -> Iterator[StopLatch]:
         """The latch of a call running under ``call_id``; on exit it is over (a ``Stop`` waiting
         for it answers), unregistered and closed. Raises :class:`Stopped` when a ``Stop`` named
         ``call_id`` before it came: it writes nothing; unless ``rerun`` (Core runs the call again
         on purpose, after giving up an earlier run: the call journal answers it or applies it
-        once). The id stays remembered: an unmarked copy coming later is still refused."""
+        once) and the call was not sent before that ``Stop`` (``order``, Core's place of the
+        send: the same epoch as the ``Stop``'s and a lower seq is a re-run given up in its turn,
+        whose ``Stop`` overtook it). The id stays remembered: an unmarked copy coming later is
+        still refused."""
         with self._lock:
-            if not rerun and call_id in self._stopped:
+            if call_id in self._stopped and (not rerun or self._stopped.sent_before(call_id, order)):
                 raise Stopped("a Stop named this call before it came (its caller gave up); nothing was changed")
             latch = StopLatch()
             self._calls.setdefault(call_id, []).append(latch)
@@ -246,14 +278,16 @@ class EditingCalls:
             latch.over()
             latch.close()
 
-    def stop(self, call_id: str, bound: float, given_up: Callable[[], bool] = lambda: False) -> bool | None:
+    def stop(self, call_id: str, bound: float, given_up: Callable[[], bool] = lambda: False,
+             order: Order | None = None) -> bool | None:
         """Stop the calls running under ``call_id`` and wait, at most ``bound`` seconds in all
         (``given_up()`` true ends the wait), for those that may be writing: whether all of them
         have ended (a call that had not yet looked whether its caller waits will find the stop
         there and write nothing: it needs no wait); None when none runs by that id. A call coming
-        later under ``call_id`` is refused (:class:`StoppedIds`)."""
+        later under ``call_id`` is refused (:class:`StoppedIds`); ``order``: the ``Stop``'s place
+        in Core's sends (None: not known), against which a re-run's is judged."""
         with self._lock:
-            self._stopped.remember(call_id)
+            self._stopped.remember(call_id, order)
             latches = list(self._calls.get(call_id, ()))
             for latch in latches:
                 latch.set()

@@ -231,6 +231,12 @@ def check_argument_names(tool: str, args: dict[str, Any]) -> None:
         raise FileToolError("INVALID_ARGUMENT", f"{tool} needs {', '.join(map(repr, missing))}")
 
 
+def _order(request: pb.ToolRequest | pb.StopRequest) -> tuple[int, int] | None:
+    """The request's place in its Core's sends (``SendOrder``: epoch, seq); None from a Core built
+    before it sent one."""
+    return (request.order.epoch, request.order.seq) if request.HasField("order") else None
+
+
 class ExecutorService(pb_grpc.ExecutorServicer):
     def __init__(self, workspace: Workspace, *, groups: GroupRegistry | None = None,
                  test_hooks: bool = False, ignore_cache: IgnoreCache | None = None,
@@ -283,7 +289,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                     # waits for both; one arriving after a Stop by its id is refused here, unless
                     # Core runs it again on purpose: `rerun`)
                     try:
-                        latch = self.calls.running(request.call_id, rerun=request.rerun)
+                        latch = self.calls.running(request.call_id, rerun=request.rerun, order=_order(request))
                         self._call.latch = registered.enter_context(latch)
                     except Stopped as exc:
                         return pb.ToolReply(ok=False, error_code=exc.code, error_message=exc.message)
@@ -444,7 +450,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             # An editing call's id (Core's, whose caller gave up): a call that has not looked yet
             # whether its caller waits writes nothing now (its look finds the stop), so it is
             # ended at once; one that looked and may be writing is waited for as a command.
-            ended = self.calls.stop(request.run_id, bound, lambda: not context.is_active())
+            ended = self.calls.stop(request.run_id, bound, lambda: not context.is_active(), _order(request))
             reply = pb.StopReply(found=False) if ended is None else pb.StopReply(found=True, ended=ended)
             if ended is not False:  # (over, or none ran: one that completed wrote its journal record)
                 done = self._completed(request.run_id)

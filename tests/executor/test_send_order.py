@@ -1,0 +1,183 @@
+"""Core's sends are ordered (``SendOrder``: its pool's epoch and a sequence shared by Calls and
+Stops), so the executor tells a send made before a ``Stop`` from one made after it on purpose.
+
+A call Core runs again under its id on purpose (``rerun``: a restart's re-run, the second run
+on a respawned child) is not refused for a ``Stop`` that gave up an earlier send. When that
+re-run is itself given up and its ``Stop`` overtakes it, the mark alone let it run (and write
+beside the next write): now a send of the ``Stop``'s epoch whose sequence is below the
+``Stop``'s is refused ``CANCELLED``, marked or not. Sends of another epoch (another Core
+process) or with no order (a Core built before it) keep the mark's rule, as before.
+
+Everything is real: the module's executor process over gRPC (raw requests with the orders a
+test chooses), and Core's pool and workspace tools behind a relay holding a call on its way.
+"""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import trio
+
+from proto import executor_pb2 as pb
+from proto import executor_pb2_grpc as pb_grpc
+from runtime.executor_client import SendOrder
+from tools.artifacts import ArtifactStore
+from tools.base import ToolContext
+from tools.executor import PROTOCOL_VERSION
+from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
+from tools.workspace_tools import workspace_tools
+
+from .conftest import ExecutorProcess, remote_pool, until
+from .relay import Holding, Relay, give_up_held
+from .test_commands import BOUND_S
+from .test_stop_before_its_call import REFUSED_EDIT
+
+E, F = 0x5EED_0000_0000_0001, 0xF00D_0000_0000_0002  # two Core processes' epochs
+Order = tuple[int, int] | None
+
+
+@pytest.fixture
+def stub(executor: ExecutorProcess) -> Iterator[tuple[pb_grpc.ExecutorStub, tuple[tuple[str, str], ...]]]:
+    channel = grpc.insecure_channel(executor.address)
+    try:
+        yield pb_grpc.ExecutorStub(channel), (("authorization", f"Bearer {executor.token}"),
+                                              ("lens-protocol", str(PROTOCOL_VERSION)))
+    finally:
+        channel.close()
+
+
+def _order(order: Order) -> dict[str, Any]:
+    return {} if order is None else {"order": pb.SendOrder(epoch=order[0], seq=order[1])}
+
+
+def stop(stub: Any, call_id: str, order: Order) -> None:
+    stub[0].Stop(pb.StopRequest(run_id=call_id, **_order(order)), metadata=stub[1], timeout=BOUND_S)
+
+
+def create(stub: Any, workspace: Path, call_id: str, *, rerun: bool, order: Order) -> str:
+    """An ``edit_file`` creating a file named after ``call_id``, sent as Core would with ``rerun``
+    and ``order``: its error code, or "written" (the file checked)."""
+    name = call_id.replace(":", "_") + ".txt"
+    reply = stub[0].Call(pb.ToolRequest(tool="edit_file", call_id=call_id, rerun=rerun, arguments_json=json.dumps(
+        {"path": name, "mode": "create", "content": call_id}), **_order(order)), metadata=stub[1], timeout=BOUND_S)
+    if not reply.ok:
+        assert not (workspace / name).exists()  # (refused before anything: nothing written)
+        assert reply.error_message == REFUSED_EDIT
+        return reply.error_code
+    assert (workspace / name).read_text() == call_id
+    return "written"
+
+
+def test_a_marked_send_made_before_a_stop_of_its_epoch_is_refused_and_one_made_after_it_runs(
+        stub: Any, workspace: Path) -> None:
+    stop(stub, "ses_o:before", (E, 5))
+    assert create(stub, workspace, "ses_o:before", rerun=True, order=(E, 4)) == "CANCELLED"  # (the Stop overtook it)
+    stop(stub, "ses_o:after", (E, 5))
+    assert create(stub, workspace, "ses_o:after", rerun=True, order=(E, 6)) == "written"  # (sent after it, on purpose)
+    # unmarked, a send after a Stop is still refused: only Core's re-runs are marked
+    stop(stub, "ses_o:unmarked", (E, 5))
+    assert create(stub, workspace, "ses_o:unmarked", rerun=False, order=(E, 6)) == "CANCELLED"
+    # a later Stop of the same epoch moves the line; an earlier one arriving late does not move it back
+    stop(stub, "ses_o:twice", (E, 5))
+    stop(stub, "ses_o:twice", (E, 9))
+    stop(stub, "ses_o:twice", (E, 7))
+    assert create(stub, workspace, "ses_o:twice", rerun=True, order=(E, 8)) == "CANCELLED"
+    assert create(stub, workspace, "ses_o:twice", rerun=True, order=(E, 10)) == "written"
+
+
+@pytest.mark.parametrize("stop_order, send_order", [
+    ((E, 5), (F, 1)),  # another Core process's re-run (a daemon restarted): not ordered against the Stop
+    (None, (E, 1)),  # a Stop from a Core built before the order
+    ((E, 5), None),  # a re-run from a Core built before the order
+    (None, None),  # both: as before
+])
+def test_a_marked_send_not_ordered_against_the_stop_runs_and_an_unmarked_one_is_refused(
+        stub: Any, workspace: Path, stop_order: Order, send_order: Order) -> None:
+    case = f"ses_p:{stop_order is None:d}{send_order is None:d}"
+    stop(stub, f"{case}m", stop_order)
+    assert create(stub, workspace, f"{case}m", rerun=True, order=send_order) == "written"
+    stop(stub, f"{case}u", stop_order)
+    assert create(stub, workspace, f"{case}u", rerun=False, order=send_order) == "CANCELLED"
+
+
+async def test_a_rerun_given_up_whose_stop_overtakes_it_is_refused_and_a_later_one_runs(
+        executor: ExecutorProcess, tmp_path: Path) -> None:
+    # Core's own path: an edit given up while its Call is on its way (held by the relay), then
+    # its session's re-run of it (marked), given up the same way: its Stop overtakes it too. Both
+    # are refused when they come; the re-run after that runs, and writes once.
+    ws = executor.workspace
+    (ws / "o.txt").write_text("a\n")
+    args = {"path": "o.txt", "mode": "edit", "edits": [{"old_string": "a", "new_string": "ab"}]}
+    replies: list[pb.ToolReply] = []
+
+    def seen(reply: pb.ToolReply) -> pb.ToolReply:
+        replies.append(reply)
+        return reply
+
+    holding = Holding(lambda request: request.tool == "edit_file")
+    with Relay(executor.address, before_call=holding, edit_reply=seen) as relay:
+        async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+            edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+
+            def run(rerun: bool) -> Any:
+                return edit.run(args, ToolContext("p", "ses_q", "main", None, "c1", True, rerun=rerun))
+
+            with trio.fail_after(30):
+                await give_up_held(lambda: run(False), holding)
+                await until(lambda: len(replies) == 1)
+                await give_up_held(lambda: run(True), holding)
+                await until(lambda: len(replies) == 2)
+                refused = (False, "CANCELLED", REFUSED_EDIT)
+                assert [(r.ok, r.error_code, r.error_message) for r in replies] == [refused, refused]
+                assert (ws / "o.txt").read_text() == "a\n"
+                again = await run(True)
+    assert not again.is_error, again.content
+    assert again.structured_content["changed"] is True
+    assert (ws / "o.txt").read_text() == "ab\n"  # written once
+    # each Stop was ordered after the send it gave up, in one epoch
+    assert len(relay.stop_orders) == 2 and all(o is not None for o in relay.stop_orders)
+    assert relay.stop_orders[0][0] == relay.stop_orders[1][0] and relay.stop_orders[0][1] < relay.stop_orders[1][1]
+
+
+def test_a_pools_clients_share_one_epoch_and_count_their_sends_in_order() -> None:
+    order = SendOrder()
+    first, second = order.next(), order.next()
+    assert first.epoch == second.epoch != 0 and (first.seq, second.seq) == (1, 2)
+    assert SendOrder().epoch != order.epoch  # (random: another process's pool, another epoch)
+
+
+def test_stopped_ids_keep_the_last_stops_order_per_id() -> None:
+    ids = StoppedIds(clock=lambda: 0.0)
+    ids.remember("s:a", (E, 5))
+    assert ids.sent_before("s:a", (E, 4)) and not ids.sent_before("s:a", (E, 5))
+    assert not ids.sent_before("s:a", (F, 1)) and not ids.sent_before("s:a", None)
+    assert not ids.sent_before("s:b", (E, 1))  # (never named)
+    ids.remember("s:a", (E, 3))  # (an earlier Stop of the epoch, late: the line stays)
+    assert ids.sent_before("s:a", (E, 4))
+    ids.remember("s:a", (F, 2))  # (another epoch's Stop: its line is the one kept)
+    assert ids.sent_before("s:a", (F, 1)) and not ids.sent_before("s:a", (E, 4))
+    ids.remember("s:a")  # (a Stop with no order: no line, the mark decides)
+    assert "s:a" in ids and not ids.sent_before("s:a", (F, 1))
+
+
+def test_a_full_registry_of_stopped_ids_with_orders_stays_within_its_stated_memory() -> None:
+    # 4096 ids of any length, each with its Stop's order (the epoch a fresh int per request, as
+    # protobuf gives it): stated in docs/executor.md and runs.py as about 760 KiB a registry.
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        ids = StoppedIds()
+        for n in range(STOPPED_IDS_MOST):
+            ids.remember(f"ses_{n:08d}:call_{n}" * 4, (E + n, 2**40 + n))
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    used = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    assert len(ids) == STOPPED_IDS_MOST and used <= 800 * 1024, used
+    assert STOPPED_IDS_KEEP_S == 120.0
