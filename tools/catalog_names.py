@@ -18,6 +18,10 @@ class ListedTools(Protocol):
 
     def listed_tool_count(self) -> int: ...
 
+    def listed_version(self) -> int:
+        """A number that changes whenever :meth:`listed_tools` may have changed."""
+        ...
+
 
 class ToolNames:
     """The names table over one registry and the MCP servers' last listings."""
@@ -26,6 +30,7 @@ class ToolNames:
         self.registry = registry
         self.mcp_listed = mcp_listed
         self._names: tuple[set[str], NameTable, dict[str, str]] | None = None  # (_name_table's answer)
+        self._names_of: tuple[int, int] | None = None  # (the versions it was last found current at)
 
     def known_names(self) -> set[str]:
         """The registry's tools and the MCP tools of servers that are down now (as last listed):
@@ -58,9 +63,14 @@ class ToolNames:
     def _name_table(self) -> tuple[NameTable, dict[str, str]]:
         """:meth:`known_names`' :func:`name_table`, and {offered name: id} where the two differ,
         made again only when those names change (a digest per id: tens of milliseconds for ten
-        thousand MCP tools, on every request and every name a program calls a tool by)."""
-        known = self.known_names()
-        if self._names is None or self._names[0] != known:
-            table = name_table(known)
-            self._names = (known, table, {n: i for i, n in table.offered.items() if n != i})
+        thousand MCP tools, on every request and every name a program calls a tool by). Whether
+        they may have changed is read from the registry's and the listings' versions, not from
+        the names (a set of every tool, built on each call and each name a model gives)."""
+        versions = (self.registry.version, self.mcp_listed.listed_version() if self.mcp_listed is not None else 0)
+        if self._names is None or self._names_of != versions:
+            known = self.known_names()
+            if self._names is None or self._names[0] != known:
+                table = name_table(known)
+                self._names = (known, table, {n: i for i, n in table.offered.items() if n != i})
+            self._names_of = versions
         return self._names[1], self._names[2]

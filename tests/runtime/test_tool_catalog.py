@@ -17,6 +17,7 @@ from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.capability_search import MAX_LIMIT, MAX_QUERY_CHARS, capability_search_tool
 from tools.catalog import CAPABILITY_SEARCH, ToolCatalog, describe
 from tools.catalog_config import ToolsConfig
+from tools.catalog_names import ToolNames
 from tools.catalog_policy import PolicyError, parse_policy_map
 from tools.catalog_ranking import rank, score
 from tools.registry import builtin_tools
@@ -589,6 +590,34 @@ def test_the_names_table_is_made_once_and_again_when_the_tools_change():
     assert cat.names.offered_names()[alias] == alias
     cat.registry.remove(alias)
     assert cat.names.offered_names()[dotted] == alias and cat.names.further_aliases() == {}
+
+
+def test_the_names_table_is_kept_without_looking_at_every_name_until_a_tool_is_added_or_removed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whether the table was still good was decided by building the set of every tool's name and
+    # comparing it, on each request and each name a model gives that is no tool id: the
+    # registry's version says so now; a change of the set still makes the table again.
+    looked: list[int] = []
+    known_names = ToolNames.known_names
+
+    def counted(self: ToolNames) -> set[str]:  # (the real set, counted)
+        looked.append(1)
+        return known_names(self)
+    monkeypatch.setattr(ToolNames, "known_names", counted)
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    cat = catalog([spec(dotted), spec("read_file")])
+    first = cat.names.offered_names()
+    for _ in range(100):
+        assert cat.names.ids_for([alias, "nope"]) == [dotted, "nope"]
+        assert cat.names.offered_names() is first and cat.names.further_aliases() == {}
+    assert len(looked) == 1
+    cat.registry.add(spec("other"))  # (a new tool: looked at once more, and the same table kept for
+    cat.registry.remove("other")     # a set that came back as it was)
+    assert cat.names.offered_names() is first and len(looked) == 2
+    cat.registry.add(spec(alias))
+    assert cat.names.ids_for([alias]) == [alias] and cat.names.offered_names() is not first
+    assert len(looked) == 3
 
 
 def test_a_name_a_model_gives_is_its_tools_id_by_the_catalogs_table_as_the_tools_change():
