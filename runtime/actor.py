@@ -45,7 +45,8 @@ from projections.session_state import (
 from projections.snapshots import SnapshotStore
 from tools.artifacts import ArtifactStore, Lease
 from tools.base import ToolContext, ToolError, ToolRegistry, ToolResult
-from tools.catalog import MAX_POLICY_ENTRIES, REFUSALS, ToolCatalog
+from tools.catalog import REFUSALS, ToolCatalog
+from tools.catalog_policy import MAX_POLICY_ENTRIES
 from tools.ptc.tool import ProgramCut
 
 from . import decide as d
@@ -397,7 +398,7 @@ class SessionActor:
                                     catalog=self.deps.catalog, config=self.deps.context,
                                     system_prompt=self._system_prompt, tool_schemas=self._tool_schemas,
                                     scoped=d.Scoped, secrets=self.deps.store.secrets,
-                                    tool_aliases=self.tool_catalog.further_aliases)
+                                    tool_aliases=self.tool_catalog.names.further_aliases)
 
     @property
     def jobs(self) -> j.SessionJobs:
@@ -1008,7 +1009,7 @@ class SessionActor:
         if secrets:
             system, items = [secrets.scrub_text(s) for s in system], secrets.scrub_structs(items, Item)
         request = ModelRequest(model_id, system, items, tools, thinking_level, agent_id,
-                               tool_aliases=self.tool_catalog.further_aliases())
+                               tool_aliases=self.tool_catalog.names.further_aliases())
         on_delta = self.deps.on_delta
         # The deltas are scrubbed of the log's secrets as the answer they add up to will be; a
         # secret cut between two deltas is caught by holding back what could begin one.
@@ -1089,7 +1090,7 @@ class SessionActor:
         ``TOOL_DISABLED``), not as an unknown name; a call of a tool whose MCP server is down now
         is named by its id too, and answers MCP_SERVER_UNAVAILABLE under the name the log keeps."""
         names = [c.name for c in result.tool_calls]
-        ids = self.tool_catalog.ids_for(names)
+        ids = self.tool_catalog.names.ids_for(names)
         if ids == names:
             return result
         return dataclasses.replace(result, tool_calls=[c if i == c.name else t.ToolCall(c.call_id, i, c.arguments)
@@ -1527,7 +1528,7 @@ class SessionActor:
         if sub_id not in self.state.agents:
             if allowed is not None:  # (an empty list used to mean every tool; unknown names, none)
                 # (the model names the tools as it is offered them: an alias stands for its tool)
-                allowed = list(dict.fromkeys(self.tool_catalog.ids_for(allowed)))
+                allowed = list(dict.fromkeys(self.tool_catalog.names.ids_for(allowed)))
                 known = {spec.name for spec in self.deps.tools.visible(is_main_agent=True)}
                 offered = sorted(spec.name for spec in self.deps.tools.visible(is_main_agent=False))
                 unknown = sorted(set(allowed) - known)

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 import msgspec
 
 from events.secrets import Secrets
-from tools.catalog import MAX_POLICY_ENTRIES, LocalPtcConfig, PolicyError, ToolsConfig, check_policy_map
+from tools.catalog_config import LocalPtcConfig, ToolsConfig
+from tools.catalog_policy import MAX_POLICY_ENTRIES, PolicyError, check_policy_map
 from tools.executor import split_host_port
 from tools.web.address import shown_url
 

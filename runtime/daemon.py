@@ -52,7 +52,8 @@ from tools.web import web_tools
 from tools.skills import SkillSizes, prompt_skills, skill_tool
 from tools.workspace_tools import workspace_tools
 from tools.registry import builtin_tools
-from tools.catalog import ToolCatalog, capability_search_tool
+from tools.capability_search import capability_search_tool
+from tools.catalog import ToolCatalog
 from tools.ptc.tool import ptc_tool
 
 from .actor import ActorDeps

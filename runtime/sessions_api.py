@@ -34,7 +34,8 @@ from quart_trio import QuartTrio
 
 from events import types as t
 from events.reader import SEQ_MAX
-from tools.catalog import PolicyError, ToolPolicy, check_policy_map, policy_json
+from tools.catalog_config import ToolPolicy
+from tools.catalog_policy import PolicyError, check_policy_map, policy_json
 
 from . import actor as a
 from .artifacts_api import check_image

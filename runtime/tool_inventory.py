@@ -58,7 +58,7 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
     sources: dict[str, int] = {}
     for s in specs:
         sources[s.source] = sources.get(s.source, 0) + 1
-    wire = catalog.offered_names()
+    wire = catalog.names.offered_names()
     tools = []
     for s in specs:
         entry = describe(s)

@@ -210,6 +210,7 @@ class ToolRegistry:
 
     def __init__(self, specs: Sequence[ToolSpec] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
+        self._version = 0  # (see :attr:`version`)
         # Asked about a call to a name the registry does not hold (an MCP server's tool while the
         # server is down): an error result to answer with, or None for TOOL_UNKNOWN.
         self.on_unknown: Callable[[str], ToolResult | None] | None = None
@@ -220,6 +221,13 @@ class ToolRegistry:
         if spec.name in self._specs:
             raise ValueError(f"tool {spec.name!r} registered twice")
         self._specs[spec.name] = spec
+        self._version += 1
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever a tool is added or removed: what is worked out from the
+        set of tools can be kept while it stays the same."""
+        return self._version
 
     def remove(self, name: str) -> None:
         """Withdraw a tool added at run time (MCP). A call already running finishes; later calls
@@ -230,6 +238,7 @@ class ToolRegistry:
             if spec.replay_safe:
                 raise ValueError(f"tool {name!r} is replay-safe: sessions cache that set, so it stays")
             del self._specs[name]
+            self._version += 1
 
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)

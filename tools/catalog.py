@@ -1,8 +1,9 @@
-"""The tool catalog and its three planes (F-TOOL-1, F-TOOL-2), and ``capability_search`` (F-TOOL-3).
+"""The tool catalog and its three planes (F-TOOL-1, F-TOOL-2); ``capability_search`` (F-TOOL-3)
+is :mod:`tools.capability_search`.
 
 * **Catalog** — which tools exist: every :class:`~tools.base.ToolSpec` of the daemon's registry
   (built-in and MCP tools alike), described by :func:`describe` (name, schema digest, source,
-  lifecycle).
+  lifecycle); the names they are offered under are :mod:`tools.catalog_names`.
 * **Context** — what a model request offers an agent: main-only tools are withheld from
   subagents (``allowedCallers``), and *deferred* tools stay out of the tool list until the agent
   loads them with ``capability_search`` (a ``capability.loaded`` event, folded per agent). A
@@ -12,7 +13,8 @@
   carries a warning), ``workspaceAllowlist`` (path prefixes for ``path``/``cwd`` arguments) and
   ``paramRestrictions`` (``min``/``max``/``enum`` per argument). Each field's effective value is
   the default, overridden by the config (``tools.policy``), overridden by the session
-  (``PATCH /sessions/{id}`` ``toolPolicy``); :meth:`ToolCatalog.profile` says which one won.
+  (``PATCH /sessions/{id}`` ``toolPolicy``); :meth:`ToolCatalog.profile` says which one won. The
+  policy maps are :mod:`tools.catalog_policy`; the config sections, :mod:`tools.catalog_config`.
 
 Nothing here does I/O or reads a clock: the same registry, config, session settings and
 loaded set always give the same answers.
@@ -22,19 +24,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
-import re
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import msgspec
 
-from events import types as t
-from projections.tokens import UNSPACED, fold_text
-from runtime.errors import short_reason, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.providers.names import NameTable, alias_for, name_table  # (imports nothing of tools: no cycle)
-
-from .base import ToolContext, ToolError, ToolRegistry, ToolResult, ToolSpec, _unrecordable
+from .base import ToolRegistry, ToolResult, ToolSpec
+from .catalog_config import LocalPtcConfig, ToolPolicy, ToolsConfig
+from .catalog_names import ListedTools, ToolNames
+from .catalog_policy import (PATH_ARGUMENTS, POLICY_DEFAULTS, POLICY_FIELDS, same_json, stored_policy_map,
+                             within_allowlist)
 
 LIFECYCLES = ("current", "compat", "dead-candidate")
 SOURCES = ("native", "mcp")
@@ -52,18 +51,6 @@ _WHY_NOT_FROM_PROGRAMS = {  # (what a refused call's message says of each)
     "skill": "its instructions are placed after the round's tool results, which a program's call has not",
     "job": "it starts work that outlives the program",
 }
-# MCP tools are deferred by default once the registry holds more than this many of them.
-DEFAULT_MCP_DEFER_ABOVE = 16
-MAX_QUERY_CHARS = 500
-MAX_LIMIT = 20
-DEFAULT_LIMIT = 5
-# Arguments the workspace allowlist applies to (workspace-relative paths of the file tools and
-# run_command's working directory).
-PATH_ARGUMENTS = ("path", "cwd")
-POLICY_FIELDS = ("enabled", "approval", "workspaceAllowlist", "paramRestrictions")
-POLICY_DEFAULTS: dict[str, Any] = {"enabled": True, "approval": "none", "workspaceAllowlist": None,
-                                   "paramRestrictions": {}}
-MAX_POLICY_ENTRIES = 1000  # tool names or patterns in one policy map (config or session)
 # The error codes of calls refused before the tool ran, by the planes or by the registry (a tool
 # the calling agent was not given, a main-only tool called by a subagent, arguments past their
 # size limit): no policy warning is added, nothing ran.
@@ -72,153 +59,8 @@ REFUSALS = frozenset({"TOOL_NOT_LOADED", "TOOL_DISABLED", "PATH_NOT_ALLOWED", "P
                       "TOOL_ARGUMENTS_TOO_LARGE"})
 
 
-class _C(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
-    pass
-
-
-class ParamRestriction(_C, forbid_unknown_fields=True):
-    """Bounds on one argument: numbers within ``min``..``max``; any value one of ``enum``."""
-
-    min: float | None = None
-    max: float | None = None
-    enum: list[Any] | None = None
-
-
-class ToolPolicy(_C, forbid_unknown_fields=True):
-    """Execution-plane fields for a tool (or a ``*`` pattern of tools); ``None``: not set here."""
-
-    enabled: bool | None = None
-    approval: Literal["none", "warn"] | None = None
-    workspace_allowlist: list[str] | None = None
-    param_restrictions: dict[str, ParamRestriction] | None = None
-
-
-class ToolsConfig(_C):
-    """Config ``tools``: the context plane's deferral and the execution policy."""
-
-    deferred: list[str] = []  # names or fnmatch patterns (``mcp__*``) deferred on top of the defaults
-    eager: list[str] = []  # names or patterns never deferred (wins over ``deferred``)
-    mcp_defer_above: int = DEFAULT_MCP_DEFER_ABOVE  # more MCP tools than this: all deferred
-    # Which deferred tools a request lists: "loaded" (only once loaded: the list grows as the
-    # agent loads) or "assigned" (all assigned from the first request, so the list never changes;
-    # a call still needs the tool loaded first).
-    disclose: Literal["loaded", "assigned"] = "loaded"
-    policy: dict[str, ToolPolicy] = {}
-
-
-class LocalPtcConfig(_C, forbid_unknown_fields=True):
-    """Config ``localPtc``: the programmatic tool run (its section present turns it on)."""
-
-    enabled: bool = True
-    # The tools a request offers natively to an agent that has PTC (names or patterns), besides
-    # the PTC entry; ``None``: its eager tools. ``[]``: the PTC entry only.
-    native_capabilities: list[str] | None = None
-
-
-class PolicyError(ValueError):
-    """A policy map that cannot be used; the message names the key."""
-
-
-def check_policy_map(policy: Mapping[str, ToolPolicy], where: str) -> None:
-    """Raise :class:`PolicyError` for a policy map that cannot be applied as written."""
-    if len(policy) > MAX_POLICY_ENTRIES:
-        raise PolicyError(f"{where} has more than {MAX_POLICY_ENTRIES} entries")
-    for name, p in policy.items():
-        if not name or len(name) > 256:
-            raise PolicyError(f"{where}: a tool name or pattern must be 1 to 256 characters")
-        if p.workspace_allowlist is not None:
-            for prefix in p.workspace_allowlist:
-                if not isinstance(prefix, str) or _normal(prefix) is None:
-                    raise PolicyError(f"{where}.{name}.workspaceAllowlist: {str(prefix)[:100]!r} must be a "
-                                      f"workspace-relative path without '..' ('.' for the whole workspace)")
-        for arg, r in (p.param_restrictions or {}).items():
-            if r.min is not None and r.max is not None and r.min > r.max:
-                raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}: min is greater than max")
-            if r.min is None and r.max is None and r.enum is None:
-                raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}: give min, max or enum")
-            for bound in (r.min, r.max):
-                if bound is not None and bound != bound:
-                    raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}: a bound is not a number")
-            # (a session's map is recorded in the log: an integer past 64 bits failed the append
-            # and crashed the session's actor, three times and it was quarantined)
-            problem = _unrecordable(r.enum) if r.enum is not None else None
-            if problem is not None:
-                raise PolicyError(f"{where}.{name}.paramRestrictions.{arg}.enum: the values {problem}")
-
-
-def parse_policy_map(data: Any, where: str) -> dict[str, ToolPolicy]:
-    """A policy map from JSON (camelCase keys), checked; :class:`PolicyError` names the problem."""
-    try:
-        policy = msgspec.convert(data, dict[str, ToolPolicy])
-    except msgspec.ValidationError as exc:
-        raise PolicyError(f"{where}: {short_reason(exc)}") from None
-    check_policy_map(policy, where)
-    return policy
-
-
-def stored_policy_map(saved: Mapping[str, Any]) -> dict[str, ToolPolicy]:
-    """A saved map (``session.configured`` settings, as folded) for use: its entries were checked
-    when saved. One that no longer converts is left out alone; the others still apply (dropping
-    the whole map would drop the restrictions it holds too)."""
-    out: dict[str, ToolPolicy] = {}
-    for name, entry in saved.items():
-        try:
-            out[name] = msgspec.convert(entry, ToolPolicy)
-        except msgspec.ValidationError:
-            continue
-    return out
-
-
-def policy_json(policy: Mapping[str, ToolPolicy]) -> dict[str, Any]:
-    """A policy map as stored in ``session.configured`` settings (unset fields left out)."""
-    return {name: msgspec.to_builtins(p) for name, p in policy.items()}
-
-
 def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(p == name or fnmatchcase(name, p) for p in patterns)
-
-
-def _normal(path: str) -> str | None:
-    """A workspace-relative path normalised (``.`` for the root), or None when it is absolute or
-    leaves the workspace (``..``). Read as the executor reads it: ``/`` is the only separator (a
-    backslash is part of a name there, so ``a\\..\\src\\f`` is one file at the root, never
-    ``src/f``)."""
-    if not path or "\0" in path or path.startswith("/") or re.match(r"^[A-Za-z]:", path):
-        return None if path else "."
-    norm = posixpath.normpath(path)
-    if norm == ".." or norm.startswith("../"):
-        return None
-    return norm
-
-
-def within_allowlist(path: str, prefixes: Sequence[str]) -> bool:
-    """Whether workspace-relative ``path`` lies under one of the allowlist's ``prefixes``."""
-    return _within(path, prefixes)
-
-
-def _within(path: str, prefixes: Sequence[str]) -> bool:
-    norm = _normal(path)
-    if norm is None:
-        return False
-    for prefix in prefixes:
-        p = _normal(prefix)
-        if p is not None and (p == "." or norm == p or norm.startswith(p + "/")):
-            return True
-    return False
-
-
-def _same_json(a: Any, b: Any) -> bool:
-    """JSON equality (as JSON Schema's ``enum`` compares): ``true`` is not ``1``, ``1`` is ``1.0``.
-    Python's ``==`` takes ``True == 1`` and ``False == 0``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
 
 
 def schema_digest(spec: ToolSpec) -> str:
@@ -235,99 +77,6 @@ def describe(spec: ToolSpec) -> dict[str, Any]:
     """The catalog plane's entry for one tool."""
     return {"name": spec.name, "source": spec.source, "lifecycle": spec.lifecycle,
             "schemaDigest": schema_digest(spec)}
-
-
-# --------------------------------------------------------------------------- ranking
-
-# Scripts written without spaces between words (Han, kana, Hangul; Thai, Lao, Khmer, Burmese: the
-# history index's ``UNSPACED``): a run of them is read as its overlapping character bigrams
-# ("天气预报" -> 天气, 气预, 预报), so a query word of two or more such characters finds the text it
-# occurs in (a query word of one such character finds the text holding it: :func:`score`). The
-# vowel signs and tone marks of Thai, Lao, Khmer and Burmese are folded away first, as the
-# history index drops them. Other scripts' words are runs of letters and digits.
-_TOKEN = re.compile(rf"(?P<cjk>[{UNSPACED}]+)|(?:(?![{UNSPACED}])[^\W_])+")  # (``_`` separates, as in tool names)
-
-
-def _fold(text: str) -> str:
-    """``text`` as the ranking compares it: case-folded (``Straße`` is ``STRASSE``), compatibility
-    forms unified (full-width letters) and diacritics dropped (``Café`` is ``cafe``; the vowel signs
-    and tone marks of Thai, Lao, Khmer and Burmese too), as the history index folds (kana keep
-    their voicing: が is not か)."""
-    return text.lower() if text.isascii() else fold_text(text.casefold())
-
-
-def tokens(text: str) -> list[str]:
-    """The words of ``text``, folded: runs of letters and digits of any script (``mcp__t__echo``
-    -> mcp, t, echo; ``Прогноз погоды`` -> прогноз, погоды), runs of Han, kana, Hangul, Thai,
-    Lao, Khmer or Burmese as their character bigrams (a lone character as itself)."""
-    out: list[str] = []
-    for m in _TOKEN.finditer(_fold(text)):
-        run = m.group()
-        if m.group("cjk") is not None and len(run) > 1:
-            out += [run[i:i + 2] for i in range(len(run) - 1)]
-        else:
-            out.append(run)
-    return out
-
-
-def _characters(text: str) -> set[str]:
-    """The letters of ``text``'s runs of two or more characters of an unspaced script, folded:
-    a query of one such letter is a word too short for bigrams, and finds the text holding it
-    (as the history index, which reads these scripts by single letters, finds it)."""
-    return {c for m in _TOKEN.finditer(_fold(text)) if m.group("cjk") is not None and len(m.group()) > 1
-            for c in m.group()}
-
-
-# English function words: a query word among them scores only as a whole word of a tool's name.
-# Every description holds some ("Get the weather for a city"), so "the" or "for a" ranked and
-# loaded tools that had nothing to do with what was asked.
-COMMON_WORDS = frozenset(
-    "a about an and any are as at be by can could do does for from get give has have how i if in "
-    "into is it its let me my need of on or our please should so some than that the their them "
-    "then there these this those to us use using want was we what when where which who why will "
-    "with would you your".split())
-
-
-def score(query: str, spec: ToolSpec, offered: Mapping[str, str] | None = None) -> int:
-    """How well ``query`` matches a tool: for each distinct query word, 3 if it is a word of the
-    tool's name, else 2 if a name word starts with it (3+ letters) or, for one letter of an
-    unspaced script (Han, kana, Hangul, Thai…), holds it, else 1 if it is (or, with 3+ letters,
-    starts) a word of the description or is one of its letters of such scripts; plus 10 when the
-    query is the tool's name (case-folded), 11 when it is the name exactly as written (two tools
-    whose names differ only by case: the one named is first). The name a model is offered for a
-    tool (its digest alias, when its id is no native name) counts as its name for that bonus. A
-    word of :data:`COMMON_WORDS` scores only as a name word."""
-    name_words = set(tokens(spec.name))
-    name_chars = _characters(spec.name)
-    desc_words = set(tokens(spec.description)) | _characters(spec.description)
-    total = named(query, spec, offered)
-    for w in dict.fromkeys(tokens(query)):
-        if w in name_words:
-            total += 3
-        elif w in COMMON_WORDS:
-            continue
-        elif (len(w) >= 3 and any(n.startswith(w) for n in name_words)) or w in name_chars:
-            total += 2
-        elif w in desc_words or (len(w) >= 3 and any(d.startswith(w) for d in desc_words)):
-            total += 1
-    return total
-
-
-def named(query: str, spec: ToolSpec, offered_as: Mapping[str, str] | None = None) -> int:
-    """The bonus of a query that is ``spec``'s name (or the name it is offered under, from
-    ``offered_as``, :meth:`ToolCatalog.offered_names`; else its digest alias): 11 exactly as
-    written, 10 in another case, else 0."""
-    asked = query.strip()
-    offered = (offered_as or {}).get(spec.name) or alias_for(spec.name)
-    return (11 if asked in (spec.name, offered) else
-            10 if _fold(asked) in (_fold(spec.name), _fold(offered)) else 0)
-
-
-def rank(query: str, specs: Sequence[ToolSpec], offered: Mapping[str, str] | None = None) -> list[tuple[int, ToolSpec]]:
-    """The tools matching ``query`` (score above 0), best first; ties by name (``offered``: the
-    names the tools are offered under, as :func:`named` takes them)."""
-    scored = [(score(query, s, offered), s) for s in specs]
-    return sorted([x for x in scored if x[0] > 0], key=lambda x: (-x[0], x[1].name))
 
 
 # --------------------------------------------------------------------------- the catalog
@@ -361,7 +110,7 @@ def callable_from_nowhere(name: str, *, native: bool) -> bool:
     return not native and name in NOT_FROM_PROGRAMS
 
 
-def _why_from_nowhere(name: str) -> str:
+def why_from_nowhere(name: str) -> str:
     """Why ``name`` is :func:`callable_from_nowhere`."""
     return (f"{name} is left out of your tools by localPtc.nativeCapabilities, and a program cannot call it "
             f"({_WHY_NOT_FROM_PROGRAMS[name]})")
@@ -369,15 +118,6 @@ def _why_from_nowhere(name: str) -> str:
 
 def _disabled(name: str) -> ToolResult:
     return ToolResult.error("TOOL_DISABLED", f"{name} is disabled by the tool policy")
-
-
-class ListedTools(Protocol):
-    """The tools the MCP servers listed last, those of servers that are down now included
-    (:class:`tools.mcp.McpServers`)."""
-
-    def listed_tools(self) -> list[str]: ...
-
-    def listed_tool_count(self) -> int: ...
 
 
 class ToolCatalog:
@@ -393,47 +133,9 @@ class ToolCatalog:
         self.config = config or ToolsConfig()
         self.ptc = ptc if ptc is not None and ptc.enabled else None
         self.mcp_listed = mcp_listed
-        self._names: tuple[set[str], NameTable, dict[str, str]] | None = None  # (_name_table's answer)
+        self.names = ToolNames(registry, mcp_listed)
 
     # ---------------------------------------------------------------- context plane
-
-    def known_names(self) -> set[str]:
-        """The registry's tools and the MCP tools of servers that are down now (as last listed):
-        the ids a digest alias a model gives is mapped back to (F-MOD-3: the log holds ids)."""
-        names = {s.name for s in self.registry.all()}
-        return names | set(self.mcp_listed.listed_tools()) if self.mcp_listed is not None else names
-
-    def offered_names(self) -> dict[str, str]:
-        """{id: the name providers are sent} for :meth:`known_names` (F-MOD-3): a tool's own name
-        when it is native, even when it is another tool's digest alias; that other tool then goes
-        under a further alias (:func:`runtime.providers.names.name_table`). Not to be changed."""
-        return self._name_table()[0].offered
-
-    def further_aliases(self) -> dict[str, str]:
-        """{id: its further alias} for the few :meth:`known_names` whose digest alias is another
-        tool's own name, those of a server that is down included: what a model request carries
-        (``ModelRequest.tool_aliases``), so its history's calls keep their names. Not to be changed."""
-        return self._name_table()[0].further
-
-    def ids_for(self, names: Sequence[str]) -> list[str]:
-        """``names`` (tool names a model gave) as tool ids: a name one of :meth:`known_names` is
-        offered under (its digest or further alias) as that id, any other name unchanged. A model
-        may give one where no request's table maps it back: a call of a tool it was not offered,
-        a subagent's ``tools`` list, a program's ``call_tool``."""
-        if all(self.registry.get(n) is not None for n in names):
-            return list(names)  # (the common case: ids, and no table to look at)
-        ids = self._name_table()[1]
-        return [ids.get(n, n) for n in names]
-
-    def _name_table(self) -> tuple[NameTable, dict[str, str]]:
-        """:meth:`known_names`' :func:`name_table`, and {offered name: id} where the two differ,
-        made again only when those names change (a digest per id: tens of milliseconds for ten
-        thousand MCP tools, on every request and every name a program calls a tool by)."""
-        known = self.known_names()
-        if self._names is None or self._names[0] != known:
-            table = name_table(known)
-            self._names = (known, table, {n: i for i, n in table.offered.items() if n != i})
-        return self._names[1], self._names[2]
 
     def deferred_names(self) -> set[str]:
         """The tools deferred for every agent (before any loads)."""
@@ -588,7 +290,7 @@ class ToolCatalog:
                                         f"{_WHY_NOT_FROM_PROGRAMS[name]}; call it directly (a tool call "
                                         f"of your own, outside {PTC})")
             if callable_from_nowhere(name, native=is_native):
-                return ToolResult.error("TOOL_NOT_NATIVE", f"{_why_from_nowhere(name)}: it cannot be called here")
+                return ToolResult.error("TOOL_NOT_NATIVE", f"{why_from_nowhere(name)}: it cannot be called here")
             if native is not None and not is_native:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is called through {PTC}: call it from "
                                         f"a program ({name}(...) in the code you pass to {PTC})")
@@ -629,14 +331,14 @@ class ToolCatalog:
                 takes_cwd = isinstance(props, dict) and "cwd" in props
                 if value is None and arg == "cwd" and takes_cwd and "command" in args:
                     value = "."
-                if isinstance(value, str) and not _within(value, prefixes):
+                if isinstance(value, str) and not within_allowlist(value, prefixes):
                     return ToolResult.error("PATH_NOT_ALLOWED", f"{spec.name}: {arg} {value[:200]!r} is outside "
                                             f"the workspace allowlist ({', '.join(prefixes) or 'empty'})")
         for arg, r in (p["paramRestrictions"] or {}).items():
             if arg not in args:
                 continue  # (the tool's own default applies)
             value = args[arg]
-            if r.get("enum") is not None and not any(_same_json(value, e) for e in r["enum"]):
+            if r.get("enum") is not None and not any(same_json(value, e) for e in r["enum"]):
                 return ToolResult.error("PARAM_NOT_ALLOWED", f"{spec.name}: {arg} must be one of "
                                         f"{json.dumps(r['enum'])[:300]}")
             if r.get("min") is not None or r.get("max") is not None:
@@ -657,154 +359,3 @@ class ToolCatalog:
         if self.profile(name, session)["approval"]["value"] == "warn":
             return f"[policy warning: {name} runs under approval 'warn'; this call was not confirmed by a person]"
         return None
-
-
-# --------------------------------------------------------------------------- capability_search
-
-
-def _not_searchable(spec: ToolSpec, assigned: Sequence[ToolSpec], off: set[str], deferred: set[str],
-                    listed: set[str], native: set[str] | None) -> tuple[str, bool]:
-    """Why ``spec``, which a query names, is not among the tools an agent's search may load, and
-    whether that ends the search. It does for a deferred tool the agent cannot load (not assigned,
-    disabled, or with PTC in effect outside the native list and no program's to call): its name's
-    words would load other tools of its server in its place. A tool in the agent's tool list
-    already (an eager one, or one a subagent's list gave it) does not: its name is a word of other
-    tools too (``job``: ``mcp__ci__job_status``), and those are searched."""
-    if spec.name not in {s.name for s in assigned}:
-        return f"{spec.name} is not assigned to you", spec.name in deferred
-    if spec.name in off:
-        return f"{spec.name} is disabled by the tools policy", spec.name in deferred
-    if callable_from_nowhere(spec.name, native=native is None or spec.name in native):
-        return _why_from_nowhere(spec.name), True
-    if spec.name in listed or spec.name not in deferred:
-        return f"{spec.name} is in your tool list already", False
-    return f"{spec.name} cannot be loaded", True  # (not reached: every other case is ranked)
-
-
-def _ordered(ranked: list[tuple[int, ToolSpec]], have: set[str]) -> list[tuple[int, ToolSpec]]:
-    """``ranked`` in a search's order: by score, then the tools not in ``have`` (not loaded yet)
-    first, then by name."""
-    return sorted(ranked, key=lambda x: (-x[0], x[1].name in have, x[1].name))
-
-
-def _more_past(ranked: list[tuple[int, ToolSpec]], past: set[str], limit: int, load: bool, have: set[str]) -> str:
-    """What a search says of the matches ``past`` its ``limit`` that are not loaded, and what
-    reaches them, as the same search would rank them once this one's loads are made (``have``).
-    The same search again loads them only when one ties the lowest score shown (not loaded, it
-    comes first at that score); one scoring lower stays behind the ones shown for good, so the
-    answer names the limit that reaches it (at most :data:`MAX_LIMIT`), else narrower words."""
-    at = [i for i, (_score, s) in enumerate(_ordered(ranked, have)) if s.name in past]
-    n = len(at)
-    it = "it" if n == 1 else "them"
-    does, do = ("loads", "load") if load else ("shows", "show")
-    within = sum(1 for i in at if i < limit)
-    if load and within:  # (then every one past the limit is not loaded: the rest come later)
-        return (f"{n} more match past the limit of {limit}, not loaded: the same search again loads "
-                f"{it if within == n else 'the next one' if within == 1 else f'the next {within}'}.")
-    need, reach = at[-1] + 1, sum(1 for i in at if i < MAX_LIMIT)
-    if need <= MAX_LIMIT:
-        how = f"a limit of {need} {does} {it}"
-    elif reach and limit < MAX_LIMIT:
-        how = f"a limit of {MAX_LIMIT} {does} {reach} of them, narrower words the rest"
-    else:
-        how = f"narrower words {do} {it}"
-    if load:
-        return (f"{n} more match past the limit of {limit}, not loaded, scoring lower than the ones shown (the same "
-                f"search again shows the same): {how}.")
-    return f"{n} more match past the limit of {limit}; {how}."
-
-
-def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
-    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        unknown = set(args) - {"query", "limit", "load"}
-        if unknown:
-            raise ToolError("INVALID_ARGUMENT", f"{CAPABILITY_SEARCH} does not take {shortened_names(unknown)}")
-        if "query" not in args:
-            raise ToolError("INVALID_ARGUMENT", f"{CAPABILITY_SEARCH} needs 'query'")
-        query = args["query"]
-        if not isinstance(query, str):
-            raise ToolError("INVALID_ARGUMENT", f"query must be a string, got {shortened_json(query)}")
-        if not query.strip():
-            raise ToolError("INVALID_ARGUMENT", "query is empty (or only white space)")
-        if len(query) > MAX_QUERY_CHARS:
-            raise ToolError("INVALID_ARGUMENT", f"query is {len(query):,} characters, more than {MAX_QUERY_CHARS}")
-        words = tokens(query)
-        if not words:
-            raise ToolError("INVALID_ARGUMENT", f"query {shortened_json(query)} holds no word to search for (letters or "
-                            f"digits): name what the tool does, such as 'issue tracker'")
-        limit = args.get("limit", DEFAULT_LIMIT)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise ToolError("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}, got {shortened_json(limit)}")
-        load = args.get("load", True)
-        if not isinstance(load, bool):
-            raise ToolError("INVALID_ARGUMENT", f"load must be true or false, got {shortened_json(load)}")
-        loaded = list(ctx.loaded_capabilities() if ctx.loaded_capabilities is not None else [])
-        _offered, searchable = catalog.planes(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
-                                              loaded=loaded, session=ctx.tool_policy)
-        deferred = catalog.deferred_names()
-        assigned = catalog.assigned(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None)
-        off = catalog.disabled_names(assigned, ctx.tool_policy)
-        already = [s for s in assigned if s.name in deferred and s.name in set(loaded) and s.name not in off]
-        have = set(loaded)
-        # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
-        # of a server's tools, where the ones loaded by the first search filled the limit again)
-        wire = catalog.offered_names()
-        ranked = rank(query, [*searchable, *already], wire)
-        note = ""  # (what the answer says first: a named tool the agent has already)
-        # A query that is a tool's name finds that tool alone (both, for two names differing only
-        # by case): every tool of its server shares the words "mcp" and the server's name, and
-        # those loaded tools nobody asked for beside it.
-        if any(named(query, x[1], wire) for x in ranked):
-            ranked = [x for x in ranked if named(query, x[1], wire)]
-        else:
-            # A query naming a deferred tool this search cannot load answers why, and loads nothing
-            # in its place (the other tools of its server, by the shared words); one naming a tool
-            # the agent has already is searched as words, the answer saying so first.
-            named_here = [x for x in catalog.registry.all() if named(query, x, wire)]
-            if named_here:
-                native = catalog.native_names(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,
-                                              session=ctx.tool_policy)
-                why, final = _not_searchable(named_here[0], assigned, off, deferred, have | set(ctx.agent_tools or ()),
-                                             native)
-                if final:
-                    return ToolResult.text(f"No deferred capability matches {json.dumps(query, ensure_ascii=False)}: "
-                                           f"{why}. Nothing was loaded.",
-                                           {"matches": [], "loaded": [], "searchable": len(searchable), "more": 0})
-                note = why
-        ordered = _ordered(ranked, have)
-        top = ordered[:limit]
-        past = {s.name for _score, s in ordered[limit:] if s.name not in have}  # (matches past the limit, not loaded)
-        more = len(past)
-        new = [s.name for _score, s in top if s.name not in have] if load else []
-        matches = [{"name": s.name, "description": s.description, "score": sc,
-                    "loaded": s.name in have or s.name in new,
-                    **({"inputExamples": list(s.input_examples)} if s.input_examples else {})} for sc, s in top]
-        if not matches:
-            text = f"No deferred capability matches {json.dumps(query, ensure_ascii=False)} ({len(searchable)} searchable)."
-            if all(w in COMMON_WORDS for w in words):
-                text += " Common words such as 'the' or 'for' match only tool names: name what the tool does."
-        else:
-            lines = [f"- {m['name']} (score {m['score']}{', loaded' if m['loaded'] else ''}): {ctx.secrets.cut(m['description'], 300)}"
-                     for m in matches]
-            tail = (f"Loaded {', '.join(new)}: callable from your next request." if new
-                    else "Nothing new was loaded." if load else "Not loaded (load: false).")
-            if more:
-                tail += f" {_more_past(ranked, past, limit, load, have | set(new))}"
-            text = "\n".join([*lines, tail])
-        if note:
-            text = f"{note}. {text}" if not matches else f"{note}.\n{text}"
-        events: list[t._Event] = [t.CapabilityLoaded(capability_ids=new, call_id=ctx.call_id)] if new else []
-        return ToolResult.text(text, {"matches": matches, "loaded": new, "searchable": len(searchable), "more": more},
-                               events=events)
-
-    return ToolSpec(
-        CAPABILITY_SEARCH,
-        "Search the deferred tools assigned to you (name and description words) and load the best "
-        "matches: loaded tools are in your tool list from your next request.",
-        {"type": "object", "properties": {
-            "query": {"type": "string", "maxLength": MAX_QUERY_CHARS, "description": "words to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": f"default {DEFAULT_LIMIT}"},
-            "load": {"type": "boolean", "description": "load the matches (default true)"}},
-         "required": ["query"], "additionalProperties": False},
-        run, replay_safe=True,
-        input_examples=({"query": "issue tracker"}, {"query": "time", "limit": 3, "load": False}))

@@ -26,7 +26,7 @@ from runtime.stop_now import StopNow
 
 from .artifacts import ArtifactError, ArtifactStore
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
-from .catalog import within_allowlist
+from .catalog_policy import within_allowlist
 from .command_output import CommandEnd, StreamJoin, drain, drain_rest
 from .executor import ABORT_STOP_ANSWER_WAIT_S, EDITING_CALLS
 from .executor.commands import DEFAULT_TIMEOUT_MS  # (the executor's default timeout_ms)

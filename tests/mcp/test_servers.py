@@ -20,10 +20,12 @@ import trio
 
 from runtime.config import parse_config
 from runtime.mcp_config import McpServerConfig
+from runtime.providers.names import alias_for
+from tools.catalog_names import ToolNames
 from tools.mcp.client import MAX_ANSWERS_QUEUED
 
 from ..procfs import alive
-from .conftest import LIMIT, srv, wait_for
+from .conftest import LIMIT, SERVER, srv, wait_for
 
 
 async def test_tools_enter_the_registry_with_prefixed_names_and_answer(start: Any) -> None:
@@ -683,3 +685,34 @@ async def test_megabytes_on_stderr_keep_a_bounded_tail_and_the_crash_is_reported
     await wait_for(lambda: r.state("t")["status"] == "failed", "giving up")
     tail = r.state("t")["stderrTail"]
     assert len(tail) == 4096 and tail.endswith("eeeEND")
+
+
+# The test server with ``--dotted`` at its first start and ``--no-tools`` at every later one.
+DOTTED_THEN_NONE = ("import os, sys\n"
+                    "marker, server = sys.argv[1:3]\n"
+                    "flag = '--no-tools' if os.path.exists(marker) else '--dotted'\n"
+                    "open(marker, 'a').close()\n"
+                    "os.execv(sys.executable, [sys.executable, server, flag])\n")
+
+
+async def test_a_server_restarting_with_no_tools_takes_its_names_out_of_the_names_table(
+        start: Any, tmp_path: Path) -> None:
+    # F-MOD-3: a down server's tools keep their names (its last listing); one that restarts
+    # listing none changes the names and not the registry (its tools left it when it went down):
+    # a table kept while the registry stays the same would still map its tool's digest alias to
+    # a tool that no longer exists.
+    cfg = McpServerConfig(command=sys.executable, args=["-c", DOTTED_THEN_NONE, str(tmp_path / "started"), SERVER],
+                          max_restarts=1)
+    r = await start({"t": cfg})
+    names = ToolNames(r.registry, r.servers)
+    dotted = "mcp__t__some.tool"
+    alias = alias_for(dotted)
+    assert alias != dotted and names.ids_for([alias]) == [dotted]
+    first = names.offered_names()
+    assert (await r.call("mcp__t__crash")).error_code == "MCP_SERVER_UNAVAILABLE"
+    await wait_for(lambda: r.state("t")["status"] == "restarting", "the server down")
+    assert r.registry.get(dotted) is None
+    assert names.ids_for([alias]) == [dotted] and names.offered_names() is first  # (as last listed)
+    await wait_for(lambda: r.state("t")["status"] == "running" and r.state("t")["restarts"] == 1, "the restart")
+    assert r.state("t")["toolCount"] == 0
+    assert names.ids_for([alias]) == [alias] and dotted not in names.offered_names()

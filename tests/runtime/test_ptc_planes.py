@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 import runtime.providers.names
-import tools.catalog
+import tools.catalog_names
 from projections.session_state import AgentState, SessionState
 from runtime.agent_tools import can_load_skills
 from runtime.config import ConfigError, parse_config
 from runtime.providers.names import alias_for
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
-from tools.catalog import CAPABILITY_SEARCH, NOT_FROM_PROGRAMS, PTC, ToolCatalog, capability_search_tool
+from tools.capability_search import capability_search_tool
+from tools.catalog import CAPABILITY_SEARCH, NOT_FROM_PROGRAMS, PTC, ToolCatalog
 from tools.ptc.tool import ptc_tool
 
 
@@ -229,7 +230,7 @@ async def test_a_programs_call_by_a_further_alias_reaches_that_tool_through_the_
     def counted(ids: Any) -> runtime.providers.names.NameTable:  # (the real table, counted wherever it is made)
         builds.append(1)
         return name_table(ids)
-    for module in (runtime.providers.names, tools.catalog):
+    for module in (runtime.providers.names, tools.catalog_names):
         monkeypatch.setattr(module, "name_table", counted)
 
     async def own_name(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -239,7 +240,7 @@ async def test_a_programs_call_by_a_further_alias_reaches_that_tool_through_the_
     alias = alias_for(dotted)
     cat = catalog([ToolSpec(dotted, "", {"type": "object"}, own_name),
                    ToolSpec(alias, "", {"type": "object"}, own_name), spec("read")], {"localPtc": {}})
-    further = cat.further_aliases()[dotted]
+    further = cat.names.further_aliases()[dotted]
     assert further not in (dotted, alias) and len(builds) == 1
     ran: list[str] = []
 

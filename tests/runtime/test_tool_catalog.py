@@ -14,19 +14,12 @@ from events import types as t
 from runtime.config import ConfigError, parse_config
 from runtime.providers.names import alias_for, name_table
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
-from tools.catalog import (
-    CAPABILITY_SEARCH,
-    MAX_LIMIT,
-    MAX_QUERY_CHARS,
-    PolicyError,
-    ToolCatalog,
-    ToolsConfig,
-    capability_search_tool,
-    describe,
-    parse_policy_map,
-    rank,
-    score,
-)
+from tools.capability_search import MAX_LIMIT, MAX_QUERY_CHARS, capability_search_tool
+from tools.catalog import CAPABILITY_SEARCH, ToolCatalog, describe
+from tools.catalog_config import ToolsConfig
+from tools.catalog_names import ToolNames
+from tools.catalog_policy import PolicyError, parse_policy_map
+from tools.catalog_ranking import rank, score
 from tools.registry import builtin_tools
 
 
@@ -588,15 +581,43 @@ def test_the_names_table_is_made_once_and_again_when_the_tools_change():
     dotted = "mcp__srv__some.tool"
     alias = alias_for(dotted)
     cat = catalog([spec(dotted), spec("read_file")])
-    first = cat.offered_names()
-    assert first[dotted] == alias and cat.further_aliases() == {}
-    assert cat.offered_names() is first  # (nothing changed: the same table)
+    first = cat.names.offered_names()
+    assert first[dotted] == alias and cat.names.further_aliases() == {}
+    assert cat.names.offered_names() is first  # (nothing changed: the same table)
     cat.registry.add(spec(alias))
     further = name_table([dotted, alias]).further
-    assert cat.further_aliases() == further and cat.offered_names()[dotted] == further[dotted] != alias
-    assert cat.offered_names()[alias] == alias
+    assert cat.names.further_aliases() == further and cat.names.offered_names()[dotted] == further[dotted] != alias
+    assert cat.names.offered_names()[alias] == alias
     cat.registry.remove(alias)
-    assert cat.offered_names()[dotted] == alias and cat.further_aliases() == {}
+    assert cat.names.offered_names()[dotted] == alias and cat.names.further_aliases() == {}
+
+
+def test_the_names_table_is_kept_without_looking_at_every_name_until_a_tool_is_added_or_removed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whether the table was still good was decided by building the set of every tool's name and
+    # comparing it, on each request and each name a model gives that is no tool id: the
+    # registry's version says so now; a change of the set still makes the table again.
+    looked: list[int] = []
+    known_names = ToolNames.known_names
+
+    def counted(self: ToolNames) -> set[str]:  # (the real set, counted)
+        looked.append(1)
+        return known_names(self)
+    monkeypatch.setattr(ToolNames, "known_names", counted)
+    dotted = "mcp__srv__some.tool"
+    alias = alias_for(dotted)
+    cat = catalog([spec(dotted), spec("read_file")])
+    first = cat.names.offered_names()
+    for _ in range(100):
+        assert cat.names.ids_for([alias, "nope"]) == [dotted, "nope"]
+        assert cat.names.offered_names() is first and cat.names.further_aliases() == {}
+    assert len(looked) == 1
+    cat.registry.add(spec("other"))  # (a new tool: looked at once more, and the same table kept for
+    cat.registry.remove("other")     # a set that came back as it was)
+    assert cat.names.offered_names() is first and len(looked) == 2
+    cat.registry.add(spec(alias))
+    assert cat.names.ids_for([alias]) == [alias] and cat.names.offered_names() is not first
+    assert len(looked) == 3
 
 
 def test_a_name_a_model_gives_is_its_tools_id_by_the_catalogs_table_as_the_tools_change():
@@ -607,15 +628,15 @@ def test_a_name_a_model_gives_is_its_tools_id_by_the_catalogs_table_as_the_tools
     dotted = "mcp__srv__some.tool"
     alias = alias_for(dotted)
     cat = catalog([spec(dotted), spec("read_file")])
-    assert cat.ids_for(["read_file", dotted, alias, "nope"]) == ["read_file", dotted, dotted, "nope"]
+    assert cat.names.ids_for(["read_file", dotted, alias, "nope"]) == ["read_file", dotted, dotted, "nope"]
     cat.registry.add(spec(alias))
-    further = cat.further_aliases()[dotted]
-    assert cat.ids_for([alias, further, dotted]) == [alias, dotted, dotted]  # (the name is the other tool's now)
+    further = cat.names.further_aliases()[dotted]
+    assert cat.names.ids_for([alias, further, dotted]) == [alias, dotted, dotted]  # (the name is the other tool's now)
     cat.registry.add(spec(further))  # (a third tool named so: the dotted one takes the next further alias)
-    next_further = cat.further_aliases()[dotted]
+    next_further = cat.names.further_aliases()[dotted]
     assert next_further not in (alias, further)
-    assert cat.ids_for([alias, next_further, further]) == [alias, dotted, further]
+    assert cat.names.ids_for([alias, next_further, further]) == [alias, dotted, further]
     cat.registry.remove(alias)
     cat.registry.remove(further)
-    assert cat.ids_for([alias, further, next_further]) == [dotted, further, next_further]  # (none offered so now)
-    assert cat.ids_for([]) == []
+    assert cat.names.ids_for([alias, further, next_further]) == [dotted, further, next_further]  # (none offered so now)
+    assert cat.names.ids_for([]) == []

@@ -9,7 +9,8 @@ import json
 from typing import Any
 
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
-from tools.catalog import ToolCatalog, parse_policy_map
+from tools.catalog import ToolCatalog
+from tools.catalog_policy import parse_policy_map
 from runtime.config import parse_config
 
 

@@ -123,6 +123,7 @@ class McpServers:
         self.max_pages, self.max_tools = max_pages, max_tools
         self.servers = {name: ServerState(name, c, status="starting" if c.enabled else "disabled")
                         for name, c in configs.items()}
+        self._listings = 0  # (see :meth:`listed_version`)
         registry.on_unknown = self._unknown_tool
 
     # ------------------------------------------------------------------ lifecycle
@@ -283,7 +284,7 @@ class McpServers:
         """Enter the server's usable tools into the registry; the others go to ``skippedTools``
         with the reason. A tool named as another tool's digest alias (F-MOD-3) is entered too: its
         name is its own, and the other tool is offered under a further alias
-        (:meth:`tools.catalog.ToolCatalog.offered_names`)."""
+        (:meth:`tools.catalog_names.ToolNames.offered_names`)."""
         s.tools, s.skipped = [], []
         seen: set[str] = set()
         untold = 0  # tools left out past MAX_SKIPPED (a page of a million tools made an inventory of as many)
@@ -332,6 +333,7 @@ class McpServers:
             self.registry.add(spec)
             s.tools.append(spec.name)
         s.listed = list(s.tools)
+        self._listings += 1
         if untold:
             s.skipped.append({"name": f"({untold} more)", "reason": f"{untold} more tools were left out; "
                               f"skippedTools names at most {MAX_SKIPPED}"})
@@ -386,6 +388,11 @@ class McpServers:
         """The number of :meth:`listed_tools`, counted without building the list (each model
         request's tool list asks for it)."""
         return sum(len(s.listed) for s in self.servers.values())
+
+    def listed_version(self) -> int:
+        """A number that changes whenever a server's listing is entered: :meth:`listed_tools` may
+        have changed (a server that restarts listing none changes them and not the registry)."""
+        return self._listings
 
 
 def _say_cut(s: ServerState, cut: str | None) -> None:

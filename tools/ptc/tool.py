@@ -98,7 +98,7 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
     # call_tool("name", ...) gets, not as a name never defined. The same ids are those an alias is
     # mapped back to, so a call of a down tool's alias is listed under its id, as the model's own
     # calls are.
-    names = sorted(catalog.known_names())
+    names = sorted(catalog.names.known_names())
     limits = Limits()  # (run_program checks the program before it runs: parsed once)
 
     calls: list[dict[str, Any]] = []
@@ -111,7 +111,7 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
     cut_command: list[tuple[str, str, bool, Any]] = []
 
     async def call(name: str, arguments: dict[str, Any]) -> Any:
-        name = catalog.ids_for([name])[0]  # (a tool's alias, as the model is offered it, is that tool)
+        name = catalog.names.ids_for([name])[0]  # (a tool's alias, as the model is offered it, is that tool)
         sub_id = f"{ctx.call_id}.{len(calls) + 1}"
         entry: dict[str, Any] = {"call_id": sub_id, "name": name}
         calls.append(entry)
