@@ -64,8 +64,20 @@ class ExecutorProcess:
         return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")
 
 
+# An executor process of another protocol version: the same code with its version changed.
+OTHER_VERSION_EXECUTOR = """
+import sys
+import tools.executor, tools.executor.server as server
+tools.executor.PROTOCOL_VERSION = server.PROTOCOL_VERSION = int(sys.argv[1])
+sys.exit(server.main(sys.argv[2], sys.argv[3], sys.argv[4]))
+"""
+
+
 def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = True,
-                   listen: str = "127.0.0.1:0", state: Path | None = None) -> ExecutorProcess:
+                   listen: str = "127.0.0.1:0", state: Path | None = None,
+                   protocol_version: int | None = None) -> ExecutorProcess:
+    """``lens executor serve`` over ``root / "workspace"``, once it says it listens;
+    ``protocol_version``: the same code speaking that version instead of its own."""
     workspace = root / "workspace"
     state = state if state is not None else root / "state"
     workspace.mkdir(parents=True, exist_ok=True)
@@ -75,9 +87,11 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
         env[TEST_HOOKS_ENV] = "1"
     out, err = root / "executor.stdout", root / "executor.stderr"
     with out.open("wb") as fo, err.open("wb") as fe:
+        serve = (["-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace), "--listen", listen,
+                  "--state", str(state)] if protocol_version is None
+                 else ["-c", OTHER_VERSION_EXECUTOR, str(protocol_version), str(workspace), listen, str(state)])
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
-             "--listen", listen, "--state", str(state)],
+            [sys.executable, *serve],
             env=env, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
