@@ -211,19 +211,23 @@ async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
 
 @asynccontextmanager
 async def remote_pool(executor: ExecutorProcess, state_root: Path, *, address: str | None = None,
-                      project: str = "p", **kw: Any) -> AsyncIterator[ExecutorPool]:
+                      project: str = "p", workspaces: dict[str, Path] | None = None,
+                      shared_filesystem: bool = False, **kw: Any) -> AsyncIterator[ExecutorPool]:
     """The real pool (:func:`running_pool`, ``kw`` passed on) whose project ``project`` is served
     by ``executor`` as its remote executor, reached at ``address`` (a relay in front of it) or
-    its own address."""
-    remote = RemoteExecutor(address or executor.address, executor.token)
-    async with running_pool(state_root, {project: executor.workspace}, remote=remote, **kw) as pool:
+    its own address. ``workspaces``: the projects and their workspaces as Core knows them, in
+    place of ``project`` on the executor's own; ``shared_filesystem``: the configuration's claim
+    that Core sees the executor's files."""
+    remote = RemoteExecutor(address or executor.address, executor.token, shared_filesystem=shared_filesystem)
+    async with running_pool(state_root, workspaces if workspaces is not None else {project: executor.workspace},
+                            remote=remote, **kw) as pool:
         yield pool
 
 
-def tool_ctx(session_id: str, call_id: str, project: str = "p") -> ToolContext:
-    """A call's context as a test runs a tool of ``project`` by hand: nothing more than the ids
-    (no cut output kept, no edits known)."""
-    return ToolContext(project, session_id, "main", None, call_id, True)
+def tool_ctx(session_id: str, call_id: str, project: str = "p", **more: Any) -> ToolContext:
+    """A call's context as a test runs a tool of ``project`` by hand: the ids and ``more`` of
+    :class:`ToolContext`'s fields (none: no cut output kept, no edits known)."""
+    return ToolContext(project, session_id, "main", None, call_id, True, **more)
 
 
 @asynccontextmanager
