@@ -25,8 +25,7 @@ from .conftest import DaemonFactory, error_of, finished, run_tool, serving, wait
 async def test_a_remote_executor_of_another_version_is_named_over_http_and_in_the_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     version = PROTOCOL_VERSION + 1
-    (tmp_path / "remote").mkdir()
-    async with other_version_executor(tmp_path / "remote", version) as remote:
+    with other_version_executor(tmp_path / "remote", version) as remote:
         monkeypatch.setenv("LENS_TEST_EXECUTOR_TOKEN", remote.token)
         cwd = tmp_path / "serve"
         (cwd / "config").mkdir(parents=True)

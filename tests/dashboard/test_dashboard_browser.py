@@ -549,8 +549,8 @@ def open_new_session(driver: Any, daemon: Daemon, token: str, workspace: Path) -
 
 
 def open_session(driver: Any, daemon: Daemon, tmp_path: Path, client: str) -> tuple[str, str]:
-    """A strong credential for ``client``, a new workspace, and a new session of its project opened
-    in the page: (the credential, the session's id)."""
+    """A strong credential for ``client``, a new workspace (``tmp_path / "workspace"``), and a new
+    session of its project opened in the page: (the credential, the session's id)."""
     token = daemon.pair(client, strong=True)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
@@ -1720,11 +1720,9 @@ def test_dashboard_lists_follow_what_other_clients_make_rename_and_delete(
     ↻: the watched session's own rename as its stream brings it, the rest by a light read of
     the lists. They showed only after ↻ (or the watched session's next status change)."""
     driver = browser
-    strong = daemon.pair("dash-lists", strong=True)
-    workspace, elsewhere = tmp_path / "workspace", tmp_path / "elsewhere"
-    workspace.mkdir()
+    strong, sid = open_session(driver, daemon, tmp_path, "dash-lists")
+    elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    sid = open_new_session(driver, daemon, strong, workspace)
     project = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
     session_row = "#sessions button[data-session-id='{}']".format
 
@@ -2147,10 +2145,7 @@ def ask_one_question(make_daemon: Callable[[dict[str, Any]], Daemon], driver: An
     """A daemon whose model asks ONE_QUESTION, a session opened on the page and asked it: (the
     daemon, a strong token, the session's id)."""
     d = make_daemon(with_turns(ONE_QUESTION))
-    strong = d.pair(client, strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, client)
     submit(driver, "ask one question")
     return d, strong, sid
 

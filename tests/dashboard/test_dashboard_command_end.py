@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    Daemon, body_data, browser, console_errors, daemon, open_new_session, submit, wait_for)
+    Daemon, body_data, browser, console_errors, daemon, open_session, submit, wait_for)
 from tests.dashboard.test_dashboard_rerun import ptc_daemon  # noqa: F401 (a fixture)
 from tests.procfs import read_proc
 
@@ -97,10 +97,8 @@ class Page:
 
 
 def start(driver: Any, daemon: Daemon, tmp_path: Path, client: str) -> Page:
-    token = daemon.pair(client, strong=True)
-    ws = tmp_path / "workspace"
-    ws.mkdir()
-    return Page(driver, daemon, token, open_new_session(driver, daemon, token, ws), ws)
+    token, sid = open_session(driver, daemon, tmp_path, client)
+    return Page(driver, daemon, token, sid, tmp_path / "workspace")
 
 
 def test_dashboard_says_how_a_finished_or_aborted_command_ended(daemon: Daemon, browser: Any, tmp_path: Path) -> None:

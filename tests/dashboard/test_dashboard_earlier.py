@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, console_errors, hold_requests, make_daemon,
-    open_new_session, press, submit, texts, wait_for, with_turns)
+    open_session, press, submit, texts, wait_for, with_turns)
 
 # Holds the page's reads of the open session's view (GET /sessions/{id}?itemsLimit=…) from now on
 # until window.releaseViews() is called.
@@ -33,9 +33,6 @@ def test_the_timeline_shows_earlier_items_at_the_windows_edge_while_the_session_
 
     driver = browser
     d = make_daemon(with_turns(_calls(198), _calls(199)))
-    strong = d.pair("dash-earlier-edge", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
 
     def shown() -> list[str]:
         return driver.execute_script("return [...document.querySelectorAll('#timeline > :is(.msg, .tool)')].map((n) => n.dataset.itemId)")
@@ -45,7 +42,7 @@ def test_the_timeline_shows_earlier_items_at_the_windows_edge_while_the_session_
             [a for a in committed_answers(driver) if a.startswith("The tool answered") or a.startswith("(faux)")]) == answers
 
     # Exactly 200 items: all of them, no button.
-    sid = open_new_session(driver, d, strong, workspace)
+    strong, sid = open_session(driver, d, tmp_path, "dash-earlier-edge")
     submit(driver, '"198 calls"')
     wait_for(lambda: answered(sid, 1) and len(shown()) == 200, "the 200 items", 60)
     _, view = d.request("GET", f"/sessions/{sid}", token=strong)

@@ -402,10 +402,7 @@ def answered_after_many_tool_calls(driver: Any, make_daemon: Callable[[dict[str,
     ``test_dashboard_stream_behind_view.py``); the checks that follow count what the page shows
     once it holds them all."""
     d = make_daemon(with_turns({"when": "many tools", "toolCalls": [{"name": "get_system_time", "arguments": {}}] * calls}))
-    strong = d.pair(client, strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    open_new_session(driver, d, strong, workspace)
+    open_session(driver, d, tmp_path, client)
     driver.execute_script(WATCH_ANNOUNCEMENTS)
     submit(driver, "many tools")
     wait_for(lambda: body_data(driver, "sessionStatus") == "idle" and any(

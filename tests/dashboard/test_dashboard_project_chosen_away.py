@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.dashboard.conftest import project_and_session
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, console_errors, daemon, one, open_session, texts, wait_for)
 
@@ -49,12 +50,7 @@ def test_a_project_chosen_while_the_daemon_is_away_lists_none_of_the_last_ones_s
     driver = browser
     strong, a = open_session(driver, daemon, tmp_path, "dash-away-project")
     p = driver.execute_script("return document.querySelector('#projects button.selected').dataset.projectId")
-    workspace = tmp_path / "workspace-q"
-    workspace.mkdir()
-    status, q = daemon.request("POST", "/projects", {"name": "Project Q", "workspace": str(workspace)}, token=strong)
-    assert status == 201, q
-    status, s = daemon.request("POST", "/sessions", {"projectId": q["id"]}, token=strong)
-    assert status == 201, s
+    q, s = project_and_session(daemon, strong, tmp_path / "workspace-q", "Project Q")
     one(driver, "#refresh").click()
     wait_for(lambda: by_css(driver, project_row(q["id"])), "project Q listed")
     assert session_list(driver) == ([a], [])

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    CONFIG, Daemon, attrs, becomes, body_data, browser, by_css, console_errors, daemon, open_new_session, submit, texts, wait_for)
+    CONFIG, Daemon, attrs, becomes, body_data, browser, by_css, console_errors, daemon, open_session, submit, texts, wait_for)
 from tests.executor_hold import held_at
 
 NOTE = "Ran again after its executor stopped (EXECUTOR_UNAVAILABLE)."
@@ -52,11 +52,10 @@ def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def a_session_with_a_file(driver: Any, daemon: Daemon, tmp_path: Path, client: str) -> tuple[str, Path, str]:
     """A strong credential for ``client``, a workspace holding ``f.txt`` ("a"), and a new session
     of its project opened in the page: (token, workspace, session id)."""
-    token = daemon.pair(client, strong=True)
+    token, session_id = open_session(driver, daemon, tmp_path, client)
     workspace = tmp_path / "workspace"
-    workspace.mkdir()
     (workspace / "f.txt").write_text("a\n")
-    return token, workspace, open_new_session(driver, daemon, token, workspace)
+    return token, workspace, session_id
 
 
 def test_dashboard_notes_a_call_that_ran_again_after_its_executor_stopped(

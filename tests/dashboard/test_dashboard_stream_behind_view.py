@@ -26,6 +26,7 @@ from typing import Any, Callable
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
     Daemon, body_data, browser, by_css, click, committed_answers, connect, console_errors, make_daemon, next_frame, submit,
     texts, wait_for, with_turns)
+from tests.dashboard.conftest import project_and_session
 from tests.dashboard.test_dashboard_keyboard import CAUGHT_UP
 from tests.dashboard.test_dashboard_subagent import CONVO, FIRST_HALF
 
@@ -96,12 +97,7 @@ def open_held(driver: Any, d: Daemon, client: str, tmp_path: Path) -> tuple[str,
     """A session made over the API and opened in a page whose fetch is HOLD_STREAM_AND_VIEWS's,
     its stream live: (a strong credential, the session's id)."""
     token = d.pair(client, strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    status, project = d.request("POST", "/projects", {"name": "Behind", "workspace": str(workspace)}, token=token)
-    assert status == 201, project
-    status, session = d.request("POST", "/sessions", {"projectId": project["id"]}, token=token)
-    assert status == 201, session
+    _, session = project_and_session(d, token, tmp_path / "workspace", "Behind")
     driver.get(d.base + "/")
     driver.execute_script(HOLD_STREAM_AND_VIEWS)
     connect(driver, token)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    CONFIG, Daemon, body_data, browser, console_errors, make_daemon, open_new_session, texts, wait_for)
+    CONFIG, Daemon, body_data, browser, console_errors, make_daemon, open_session, texts, wait_for)
 
 TIMELINE = """return Array.from(document.querySelectorAll('#timeline > [data-item-id]'), (n) =>
   n.classList.contains('tool') ? [n.dataset.itemId, 'tool_call', n.dataset.status]
@@ -51,11 +51,8 @@ def test_the_page_watching_a_session_shows_the_view_while_another_client_drives_
     config["context"] = {"compaction": {"keepRecentTokens": 0}}
     d = make_daemon(config)
     driver = browser
-    watcher = d.pair("dash-watch", strong=True)
+    watcher, sid = open_session(driver, d, tmp_path, "dash-watch")
     other = d.pair("other-client", strong=True)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sid = open_new_session(driver, d, watcher, workspace)
 
     def post(path: str, body: Any = None) -> Any:
         status, answer = d.request("POST", f"/sessions/{sid}{path}", {} if body is None else body, token=other)

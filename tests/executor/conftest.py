@@ -64,8 +64,20 @@ class ExecutorProcess:
         return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")
 
 
+# An executor process of another protocol version: the same code with its version changed.
+OTHER_VERSION_EXECUTOR = """
+import sys
+import tools.executor, tools.executor.server as server
+tools.executor.PROTOCOL_VERSION = server.PROTOCOL_VERSION = int(sys.argv[1])
+sys.exit(server.main(sys.argv[2], sys.argv[3], sys.argv[4]))
+"""
+
+
 def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = True,
-                   listen: str = "127.0.0.1:0", state: Path | None = None) -> ExecutorProcess:
+                   listen: str = "127.0.0.1:0", state: Path | None = None,
+                   protocol_version: int | None = None) -> ExecutorProcess:
+    """``lens executor serve`` over ``root / "workspace"``, once it says it listens;
+    ``protocol_version``: the same code speaking that version instead of its own."""
     workspace = root / "workspace"
     state = state if state is not None else root / "state"
     workspace.mkdir(parents=True, exist_ok=True)
@@ -75,9 +87,11 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
         env[TEST_HOOKS_ENV] = "1"
     out, err = root / "executor.stdout", root / "executor.stderr"
     with out.open("wb") as fo, err.open("wb") as fe:
+        serve = (["-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace), "--listen", listen,
+                  "--state", str(state)] if protocol_version is None
+                 else ["-c", OTHER_VERSION_EXECUTOR, str(protocol_version), str(workspace), listen, str(state)])
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace),
-             "--listen", listen, "--state", str(state)],
+            [sys.executable, *serve],
             env=env, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
@@ -197,19 +211,23 @@ async def running_pool(state_root: Path, workspaces: dict[str, Path], *,
 
 @asynccontextmanager
 async def remote_pool(executor: ExecutorProcess, state_root: Path, *, address: str | None = None,
-                      project: str = "p", **kw: Any) -> AsyncIterator[ExecutorPool]:
+                      project: str = "p", workspaces: dict[str, Path] | None = None,
+                      shared_filesystem: bool = False, **kw: Any) -> AsyncIterator[ExecutorPool]:
     """The real pool (:func:`running_pool`, ``kw`` passed on) whose project ``project`` is served
     by ``executor`` as its remote executor, reached at ``address`` (a relay in front of it) or
-    its own address."""
-    remote = RemoteExecutor(address or executor.address, executor.token)
-    async with running_pool(state_root, {project: executor.workspace}, remote=remote, **kw) as pool:
+    its own address. ``workspaces``: the projects and their workspaces as Core knows them, in
+    place of ``project`` on the executor's own; ``shared_filesystem``: the configuration's claim
+    that Core sees the executor's files."""
+    remote = RemoteExecutor(address or executor.address, executor.token, shared_filesystem=shared_filesystem)
+    async with running_pool(state_root, workspaces if workspaces is not None else {project: executor.workspace},
+                            remote=remote, **kw) as pool:
         yield pool
 
 
-def tool_ctx(session_id: str, call_id: str, project: str = "p") -> ToolContext:
-    """A call's context as a test runs a tool of ``project`` by hand: nothing more than the ids
-    (no cut output kept, no edits known)."""
-    return ToolContext(project, session_id, "main", None, call_id, True)
+def tool_ctx(session_id: str, call_id: str, project: str = "p", **more: Any) -> ToolContext:
+    """A call's context as a test runs a tool of ``project`` by hand: the ids and ``more`` of
+    :class:`ToolContext`'s fields (none: no cut output kept, no edits known)."""
+    return ToolContext(project, session_id, "main", None, call_id, True, **more)
 
 
 @asynccontextmanager

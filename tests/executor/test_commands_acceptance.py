@@ -19,13 +19,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from runtime.executors import RemoteExecutor
-from tools.artifacts import ArtifactStore
 from tools.executor.server import TOKEN_ENV
-from tools.workspace_tools import DEFAULT_COMMAND_OUTPUT, signal_name, workspace_tools
+from tools.workspace_tools import DEFAULT_COMMAND_OUTPUT, signal_name
 
-from .conftest import ExecutorProcess, running_pool
-from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
+from .conftest import ExecutorProcess
+from .test_tools import CoreTools, core, core_tools, sub  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,9 +114,7 @@ async def test_a_read_goes_in_beside_a_read_and_a_command_waits_for_both(executo
     read_file still runs (reads are concurrent), run_command waits until the read ends (a
     command is a write), then runs."""
     (executor.workspace / sub / "f.txt").write_text("x\n")
-    remote = RemoteExecutor(executor.address, executor.token)
-    async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
-        tools = CoreTools(workspace_tools(pool, ArtifactStore(tmp_path / "artifacts")), ArtifactStore(tmp_path / "a"))
+    async with core_tools(executor, tmp_path) as (tools, pool):
         ex = await pool.get("p1")
         marker = executor.workspace / sub / "ran"
         with trio.fail_after(15):

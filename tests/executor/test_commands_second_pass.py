@@ -12,17 +12,15 @@ import pytest
 import trio
 
 from runtime.executors import ExecutorPool
-from tools.artifacts import ArtifactStore
 from tools.base import ToolResult
 from tools.executor.server import MAX_RUNNING_COMMANDS
-from tools.workspace_tools import workspace_tools
 
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from tools.command_output import StreamJoin, drain
 
-from .conftest import ExecutorProcess, remote_pool
+from .conftest import tool_ctx
 from .test_commands import collect
-from .test_tools import CoreTools
+from .test_tools import CoreTools, core_and_pool  # noqa: F401  (a fixture)
 
 
 async def test_a_stopped_command_gets_its_sigterm_at_its_timeout_not_only_the_sigkill(client: ExecutorClient) -> None:
@@ -97,13 +95,6 @@ async def test_a_free_slot_is_taken_with_no_time_left_to_wait() -> None:
         slots.release_on_behalf_of(other)
     finally:
         c.close()
-
-
-@pytest.fixture
-async def core_and_pool(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[tuple[CoreTools, ExecutorPool]]:
-    async with remote_pool(executor, tmp_path / "executors", project="p1") as pool:
-        yield CoreTools(workspace_tools(pool, ArtifactStore(tmp_path / "artifacts")),
-                        ArtifactStore(tmp_path / "artifacts")), pool
 
 
 @asynccontextmanager
@@ -210,12 +201,9 @@ async def session_jobs(session_id: str) -> AsyncIterator[tuple[Any, Any]]:
 
 
 async def _start_job(pool: ExecutorPool, jobs: Any, args: dict[str, Any]) -> str:
-    import dataclasses
-
-    from tools.base import ToolContext
     from tools.jobs import job_tool
 
-    ctx = dataclasses.replace(ToolContext("p1", jobs.session_id, "main", None, "call_1", True), jobs=jobs)
+    ctx = tool_ctx(jobs.session_id, "call_1", "p1", jobs=jobs)
     res = await job_tool(pool).run({"action": "start", **args}, ctx)
     assert not res.is_error, res.content
     return res.structured_content["job_id"]  # type: ignore[index]

@@ -6,9 +6,9 @@ import os
 import secrets
 import subprocess
 import sys
-from contextlib import asynccontextmanager
+from contextlib import contextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Iterator
 
 import grpc
 import pytest
@@ -18,13 +18,12 @@ from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
 from runtime.executor_client import (ExecutorClient, ExecutorError, ExecutorUnauthenticated,
                                      ExecutorUnavailable, ExecutorVersionMismatch, unary)
-from runtime.executors import RemoteExecutor
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.server import TOKEN_ENV
 
 from tests.cli.lens_script import executor_serve
 
-from .conftest import ExecutorProcess
+from .conftest import ExecutorProcess, remote_pool, start_executor, stop_process
 
 
 async def test_hello_reports_the_protocol_and_the_workspace(client: ExecutorClient, executor: ExecutorProcess) -> None:
@@ -73,42 +72,20 @@ async def test_an_older_protocol_in_the_hello_request_is_refused_naming_both(exe
         channel.close()
 
 
-# An executor process of another protocol version: the same code with its version changed.
-OTHER_VERSION_EXECUTOR = """
-import sys
-import tools.executor, tools.executor.server as server
-tools.executor.PROTOCOL_VERSION = server.PROTOCOL_VERSION = int(sys.argv[1])
-sys.exit(server.main(sys.argv[2], "127.0.0.1:0", sys.argv[3]))
-"""
-
-
-@asynccontextmanager
-async def other_version_executor(tmp_path: Path, version: int) -> AsyncIterator[RemoteExecutor]:
-    """A real executor process speaking ``version``, as the pool's remote executor."""
-    from .conftest import stop_process
-
-    (tmp_path / "ws").mkdir()
-    token = secrets.token_urlsafe(32)
-    out = tmp_path / "out"
-    with out.open("wb") as fo:
-        proc = subprocess.Popen([sys.executable, "-c", OTHER_VERSION_EXECUTOR, str(version), str(tmp_path / "ws"),
-                                 str(tmp_path / "state")], env={**os.environ, TOKEN_ENV: token},
-                                stdin=subprocess.DEVNULL, stdout=fo, stderr=subprocess.STDOUT)
+@contextmanager
+def other_version_executor(tmp_path: Path, version: int) -> Iterator[ExecutorProcess]:
+    """A real executor process speaking ``version``, stopped when the block ends."""
+    ex = start_executor(tmp_path, test_hooks=False, protocol_version=version)
     try:
-        with trio.fail_after(20):
-            while "listening on" not in out.read_text() or not out.read_text().endswith("\n"):
-                await trio.sleep(0.02)  # bounded poll for the readiness line
-        yield RemoteExecutor(out.read_text().strip().rsplit(" ", 1)[1], token)
+        yield ex
     finally:
-        stop_process(proc)
+        stop_process(ex.proc)
 
 
 @pytest.mark.parametrize("version", [7, 9])
 async def test_the_pool_refuses_an_executor_process_of_another_version_at_connect(tmp_path: Path, version: int) -> None:
-    from .conftest import running_pool
-
-    async with other_version_executor(tmp_path, version) as remote:
-        async with running_pool(tmp_path / "executors", {"p": tmp_path / "ws"}, remote=remote) as pool:
+    with other_version_executor(tmp_path, version) as ex:
+        async with remote_pool(ex, tmp_path / "executors") as pool:
             for _ in range(2):  # (and again on the next call: nothing half-connected is kept)
                 with pytest.raises(ExecutorVersionMismatch) as info:
                     await pool.get("p")
@@ -138,12 +115,10 @@ def connections_to(port: int) -> int:
 async def test_the_pool_closes_the_channel_of_an_executor_that_failed_the_handshake(tmp_path: Path) -> None:
     # The client was left to the garbage collector: while anything held the error (a log, another
     # error's context), its channel, connection and grpc's threads stayed open.
-    from .conftest import running_pool
-
-    async with other_version_executor(tmp_path, 9) as remote:
-        port = int(remote.address.rsplit(":", 1)[1])
+    with other_version_executor(tmp_path, 9) as ex:
+        port = int(ex.address.rsplit(":", 1)[1])
         kept: list[BaseException] = []
-        async with running_pool(tmp_path / "executors", {"p": tmp_path / "ws"}, remote=remote) as pool:
+        async with remote_pool(ex, tmp_path / "executors") as pool:
             for _ in range(5):
                 with pytest.raises(ExecutorVersionMismatch) as info:
                     await pool.get("p")
@@ -354,8 +329,6 @@ def test_a_good_listen_address_prints_the_bound_one(tmp_path: Path, listen: str)
 def test_a_port_another_executor_serves_is_refused_not_shared(tmp_path: Path) -> None:
     # grpc sets SO_REUSEPORT by default: a second executor on the same port started serving beside
     # the first, and the kernel then spread new connections over both workspaces.
-    from .conftest import start_executor, stop_process
-
     first = start_executor(tmp_path / "first")
     try:
         proc = _serve_briefly(tmp_path / "second", first.address)
@@ -371,8 +344,6 @@ def test_callers_without_the_token_cannot_hold_the_servers_threads(tmp_path: Pat
     # has come: a peer with no token that sent only the headers of 60 calls held all 48 threads,
     # each until it hung up, and the executor answered nobody meanwhile (Core's calls timed out).
     import threading
-
-    from .conftest import start_executor, stop_process
 
     ex = start_executor(tmp_path)
     hang_up = threading.Event()
@@ -405,8 +376,6 @@ def test_stalled_calls_with_the_token_leave_the_executor_answering_and_end_at_th
     # deadline, request or not: a few stalled calls leave the executor answering, and even all
     # 48 threads held give way when those calls' deadlines pass.
     import threading
-
-    from .conftest import start_executor, stop_process
 
     ex = start_executor(tmp_path)
     meta = (("authorization", f"Bearer {ex.token}"), ("lens-protocol", str(PROTOCOL_VERSION)))

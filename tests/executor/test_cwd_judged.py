@@ -21,16 +21,12 @@ from events.reader import StoredEvent
 from projections.session_state import SessionState, apply
 from proto import executor_pb2 as pb
 from runtime import decide as d
-from runtime.executors import RemoteExecutor
 from runtime.jobs import SessionJobs
-from tools.artifacts import ArtifactStore
-from tools.base import ToolContext
 from tools.jobs import job_tool
-from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, running_pool
+from .conftest import ExecutorProcess, tool_ctx
 from .relay import Relay
-from .test_tools import CoreTools
+from .test_tools import CoreTools, core_tools
 
 
 @dataclasses.dataclass
@@ -59,10 +55,8 @@ async def swapping(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[R
             (base / "src").symlink_to("secrets")
 
     with Relay(executor.address, before_run=swap) as relay:
-        remote = RemoteExecutor(relay.address, executor.token)
-        async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
-            yield Relayed(CoreTools(workspace_tools(pool, ArtifactStore(tmp_path / "artifacts")),
-                                    ArtifactStore(tmp_path / "a")), seen, pool)
+        async with core_tools(executor, tmp_path, address=relay.address) as (core, pool):
+            yield Relayed(core, seen, pool)
 
 
 async def test_a_cwd_swapped_after_the_allowlist_judged_it_is_not_entered(
@@ -112,8 +106,7 @@ async def test_a_jobs_cwd_swapped_after_the_allowlist_judged_it_is_not_entered(
         jobs.attach(nursery)
 
         async def start(call_id: str, allowlist: list[str] | None) -> dict[str, Any]:
-            ctx = dataclasses.replace(ToolContext("p1", session.state.session_id, "main", None, call_id, True,
-                                                  workspace_allowlist=allowlist), jobs=jobs)
+            ctx = tool_ctx(session.state.session_id, call_id, "p1", workspace_allowlist=allowlist, jobs=jobs)
             res = await job.run({"action": "start", "command": "touch ran_here", "cwd": "judged/src"}, ctx)
             assert not res.is_error, res.content
             job_id = res.structured_content["job_id"]

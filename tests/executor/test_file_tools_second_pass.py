@@ -21,17 +21,14 @@ import trio
 
 from events import types as t
 from runtime.executor_client import ExecutorClient, ExecutorToolError
-from runtime.executors import RemoteExecutor
-from tools.artifacts import ArtifactStore
 from tools.executor.commands import MAX_OUTPUT, MAX_TIMEOUT_MS
-from tools.workspace_tools import workspace_tools
 
 from tests.daemon.conftest import Daemon, daemon, daemon_factory, run_tool  # noqa: F401  (fixtures)
 from tests.files.sample_images import JPEG
 
-from .conftest import ExecutorProcess, running_pool
+from .conftest import ExecutorProcess
 from .test_commands import collect
-from .test_tools import CoreTools, core, fails, sub  # noqa: F401  (core and sub are fixtures)
+from .test_tools import CoreTools, core, core_tools, fails, sub  # noqa: F401  (core and sub are fixtures)
 
 BOUND_S = 20
 
@@ -212,9 +209,7 @@ async def test_an_edit_waits_for_a_write_holding_the_domain_and_a_read_for_that_
     wrote: it reads the edit's bytes."""
     f = executor.workspace / sub / "f.txt"
     f.write_text("before\n")
-    remote = RemoteExecutor(executor.address, executor.token)
-    async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
-        tools = CoreTools(workspace_tools(pool, ArtifactStore(tmp_path / "artifacts")), ArtifactStore(tmp_path / "a"))
+    async with core_tools(executor, tmp_path) as (tools, pool):
         ex = await pool.get("p1")
         order: list[str] = []
         read_text: list[str] = []

@@ -9,7 +9,6 @@ third-party call under the pool (``trio.lowlevel.open_process``), with the real 
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -23,14 +22,14 @@ from tools.jobs import job_tool
 from tools.skills import workspace_reader
 from tools.workspace_tools import workspace_tools
 
-from .conftest import running_pool
+from .conftest import running_pool, tool_ctx
 
 BOUND_S = 30.0
 
 
 def ctx(call_id: str) -> ToolContext:
     # (jobs: any object says the session can run jobs; the start fails before it is used)
-    return dataclasses.replace(ToolContext("p", "ses_hidden", "main", None, call_id, True), jobs=object())
+    return tool_ctx("ses_hidden", call_id, jobs=object())
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from runtime.executor_client import ExecutorClient, ExecutorToolError, translated_code
-from tools.base import ToolContext
 from tools.registry import builtin_tools
 from tools.workspace_tools import MAX_COMMAND_TIMEOUT_MS
 
+from .conftest import tool_ctx
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
-CTX = ToolContext("p1", "ses_codes", "main", None, "call_1", True)
+CTX = tool_ctx("ses_codes", "call_1", "p1")
 
 
 async def test_bad_arguments_are_invalid_argument_whoever_refuses_them(core: CoreTools, workspace: Path,

@@ -3,6 +3,7 @@ probe, and the execution-domain lock (unit-tested on a mock clock and through re
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -16,20 +17,20 @@ import trio
 import trio.testing
 
 from runtime.executor_client import ExecutorUnavailable
-from runtime.executors import DomainLock, ExecutorPool, ProjectUnknown, RemoteExecutor
+from runtime.executors import DomainLock, ExecutorPool, ProjectUnknown
 from tools.artifacts import ArtifactStore
-from tools.base import ToolContext, ToolError, ToolResult
+from tools.base import ToolError, ToolResult
 from tools.executor import PROTOCOL_VERSION
 from tools.workspace_tools import workspace_tools
 
 from ..procfs import alive, read_proc
-from .conftest import ExecutorProcess, group_members, kill_group, running_executor, running_pool, wait_group_gone
+from .conftest import (ExecutorProcess, group_members, kill_group, remote_pool, running_executor, running_pool, tool_ctx,
+                       wait_group_gone)
 
 BOUND_S = 30.0
 
 
-def ctx(call_id: str, project: str = "p") -> ToolContext:
-    return ToolContext(project, "ses_pool", "main", None, call_id, True)
+ctx = functools.partial(tool_ctx, "ses_pool")  # (call_id, project="p")
 
 
 async def read_int(path: Path) -> int:
@@ -145,8 +146,8 @@ async def test_probe_shared_is_false_when_the_executor_serves_another_directory(
                                                                                tmp_path: Path) -> None:
     elsewhere = tmp_path / "core-side"
     elsewhere.mkdir()
-    remote = RemoteExecutor(executor.address, executor.token, shared_filesystem=True)  # claimed, not true
-    async with running_pool(tmp_path / "executors", {"p": elsewhere}, remote=remote) as pool:
+    async with remote_pool(executor, tmp_path / "executors", workspaces={"p": elsewhere},
+                           shared_filesystem=True) as pool:  # (claimed, not true)
         ex = await pool.get("p")
         assert ex.shared_filesystem is True  # the configuration's claim
         assert await pool.probe_shared(ex) is False  # ... which the probe refutes
@@ -292,17 +293,15 @@ async def test_projects_on_one_workspace_share_one_domain_lock(executor: Executo
         await a.process.wait()
         again = await pool.get("a")
         assert again is not a and again.lock is b.lock
-    remote = RemoteExecutor(executor.address, executor.token)
-    async with running_pool(tmp_path / "executors", {"a": one, "c": other}, remote=remote) as pool:
+    async with remote_pool(executor, tmp_path / "executors", workspaces={"a": one, "c": other}) as pool:
         assert (await pool.get("a")).lock is (await pool.get("c")).lock
 
 
 async def test_real_commands_are_serialized_and_a_read_waits_for_a_write(executor: ExecutorProcess,
                                                                         tmp_path: Path) -> None:
     ws = executor.workspace
-    remote = RemoteExecutor(executor.address, executor.token)
     names = [f"lock{i}_{os.getpid()}_{time.monotonic_ns()}" for i in range(3)]
-    async with running_pool(tmp_path / "executors", {"p": ws}, remote=remote) as pool:
+    async with remote_pool(executor, tmp_path / "executors") as pool:
         specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
         read_done: list[int] = []
         with trio.fail_after(BOUND_S):

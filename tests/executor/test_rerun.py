@@ -21,14 +21,14 @@ import trio
 
 from events.store import EventStore
 from runtime.executor_client import ExecutorUnavailable
-from runtime.executors import ExecutorPool, KilledWhileStarting, RemoteExecutor
+from runtime.executors import ExecutorPool, KilledWhileStarting
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.artifacts import ArtifactStore
-from tools.base import ToolContext, ToolError
+from tools.base import ToolError
 from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
-from .conftest import (agent_runtime, kill_group, run_to_idle, running_pool, start_executor, stop_process,
+from .conftest import (agent_runtime, kill_group, remote_pool, run_to_idle, running_executor, running_pool, tool_ctx,
                        wait_group_gone, wait_path)
 
 BIG = "".join(f"line {i:06d} of a file written whole or not at all\n" for i in range(60_000))  # ~3 MiB
@@ -136,10 +136,8 @@ async def test_a_command_whose_executor_dies_under_it_is_not_run_again(tmp_path:
 async def test_a_call_of_a_remote_executor_that_died_is_not_run_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     held = held_at(monkeypatch, tmp_path, "before_reply")
-    remote = start_executor(tmp_path / "remote")
-    try:
-        async with running_pool(tmp_path / "executors", {"p": remote.workspace},
-                                remote=RemoteExecutor(remote.address, remote.token)) as pool:
+    async with running_executor(tmp_path / "remote") as (remote, _):
+        async with remote_pool(remote, tmp_path / "executors") as pool:
             edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
             killed: list[int] = []
             with trio.fail_after(60):
@@ -147,12 +145,10 @@ async def test_a_call_of_a_remote_executor_that_died_is_not_run_again(
                     nursery.start_soon(kill_when_held, held, killed)
                     with pytest.raises(ToolError) as err:
                         await edit.run({"path": "r.txt", "mode": "create", "content": "once\n"},
-                                       ToolContext("p", "ses_r", "main", None, "c1", True))
+                                       tool_ctx("ses_r", "c1"))
         assert killed == [remote.proc.pid]
         assert err.value.code == "EXECUTOR_UNAVAILABLE"
         assert (remote.workspace / "r.txt").read_text() == "once\n"  # written, then killed before replying
-    finally:
-        stop_process(remote.proc)
 
 
 async def test_no_other_write_runs_between_the_death_and_the_second_run(
@@ -168,7 +164,7 @@ async def test_no_other_write_runs_between_the_death_and_the_second_run(
         results: dict[str, Any] = {}
 
         async def run(name: str, args: dict[str, Any]) -> None:
-            results[name] = await specs[name].run(args, ToolContext("p", "ses_l", "main", None, f"c_{name}", True))
+            results[name] = await specs[name].run(args, tool_ctx("ses_l", f"c_{name}"))
 
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
@@ -223,8 +219,7 @@ async def test_a_child_killed_while_the_pool_starts_it_is_started_once_more(
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(kill_when_held, held, killed)
-                result = await command.run({"command": "echo ran >> ran.txt"},
-                                           ToolContext("p", "ses_s", "main", None, "c1", True))
+                result = await command.run({"command": "echo ran >> ran.txt"}, tool_ctx("ses_s", "c1"))
         ex = await pool.get("p")
         assert ex.process is not None and len(killed) == 1 and ex.process.pid != killed[0]
     assert not result.is_error, result.content
@@ -257,8 +252,7 @@ async def test_a_second_child_killed_while_it_starts_ends_the_call(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(kill_each_held)
                 with pytest.raises(ToolError) as err:
-                    await command.run({"command": "echo ran >> ran.txt"},
-                                      ToolContext("p", "ses_s", "main", None, "c1", True))
+                    await command.run({"command": "echo ran >> ran.txt"}, tool_ctx("ses_s", "c1"))
     assert len(killed) == 2 and killed[0] != killed[1]
     assert err.value.code == "EXECUTOR_UNAVAILABLE" and "did not start: killed" in err.value.message, err.value
     assert hold.read_text() == "before_hello" and not held.exists()  # no third child claimed it

@@ -18,7 +18,7 @@ from runtime.errors import LensError
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.skills import CALL_ID_ROOM, MAX_NAME_CHARS, Skill, SkillSizes, instructions_text, prompt_skills, skill_tool
 
-from .conftest import agent_runtime, run_to_idle as run
+from .conftest import agent_runtime, run_to_idle as run, tool_ctx
 from .test_skills import REVIEW, events_of, harness, results_of, skill_texts, write
 
 EDGE_SKILLS = {
@@ -365,11 +365,11 @@ async def test_a_skill_directory_whose_name_cannot_be_shown_is_listed_with_its_p
     ({"unload": True}, "unload needs a name"),
 ])
 async def test_bad_arguments_of_the_skill_tool_are_named_in_the_refusal(args: dict, says: str) -> None:
-    from tools.base import ToolContext, ToolError
+    from tools.base import ToolError
 
     # (refused before anything is looked up: no executor is reached)
     with pytest.raises(ToolError) as info:
-        await skill_tool(None).run(args, ToolContext("p1", "ses_1", "main", None, "call_1", True))
+        await skill_tool(None).run(args, tool_ctx("ses_1", "call_1", "p1"))
     assert info.value.code == "INVALID_ARGUMENT"
     assert says in info.value.message, info.value.message
     assert '{"name": "..."} (load)' in info.value.message  # (what it takes, still said)

@@ -22,16 +22,15 @@ import trio
 from events import types as t
 from proto import executor_pb2 as pb
 from runtime.executor_client import CALL_TIMEOUT_S, ExecutorClient, ExecutorToolError
-from runtime.executors import RemoteExecutor
 from tools.artifacts import ArtifactStore
-from tools.base import ToolContext
 from tools.executor.commands import run_command
 from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
 from tools.executor.server import TEST_HOOKS_ENV, TEST_STOPPED_IDS_ENV, TOKEN_ENV
 from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, running_executor, running_pool, start_executor, stop_process, until, wait_path
+from .conftest import (ExecutorProcess, remote_pool, running_executor, running_pool, start_executor, stop_process,
+                       tool_ctx, until, wait_path)
 from .relay import Relay
 from .test_commands import BOUND_S, collect
 from .test_write_lock_until_call_ended import until_ended
@@ -206,8 +205,7 @@ async def test_an_aborted_edit_that_reaches_the_executor_after_its_stop_writes_n
     held = threading.Event()
     try:
         with Relay(executor.address, before_call=hold, edit_reply=seen) as relay:
-            async with running_pool(tmp_path / "executors", {"p": ws},
-                                    remote=RemoteExecutor(relay.address, executor.token)) as pool:
+            async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
                 edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
                 cancel = trio.CancelScope()
                 outcome: list[Any] = []
@@ -215,7 +213,7 @@ async def test_an_aborted_edit_that_reaches_the_executor_after_its_stop_writes_n
                 async def aborted() -> None:
                     with cancel:
                         outcome.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
-                                                      ToolContext("p", "ses_r", "main", None, "c1", True)))
+                                                      tool_ctx("ses_r", "c1")))
                     outcome.append(cancel.cancelled_caught)
 
                 with trio.fail_after(20):
@@ -252,12 +250,10 @@ async def test_an_aborted_command_that_reaches_the_executor_after_its_stop_never
 
     try:
         with Relay(executor.address, before_run=hold) as relay:
-            async with running_pool(tmp_path / "executors", {"p": ws},
-                                    remote=RemoteExecutor(relay.address, executor.token)) as pool:
+            async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
                 run = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
                 cut: list[Any] = []
-                context = ToolContext("p", "ses_r", "main", None, "c2", True,
-                                      cut_output=lambda text, was_cut, end: cut.append((text, end)))
+                context = tool_ctx("ses_r", "c2", cut_output=lambda text, was_cut, end: cut.append((text, end)))
                 cancel = trio.CancelScope()
                 outcome: list[Any] = []
 
@@ -302,7 +298,7 @@ async def test_a_replay_safe_edit_given_up_then_run_again_by_its_owner_is_not_re
 
         async def given_up() -> None:
             with cancel:
-                await edit.run(args, ToolContext("p", "ses_g", "main", None, "c1", True))
+                await edit.run(args, tool_ctx("ses_g", "c1"))
             outcome.append(cancel.cancelled_caught)
 
         with trio.fail_after(30):
@@ -315,7 +311,7 @@ async def test_a_replay_safe_edit_given_up_then_run_again_by_its_owner_is_not_re
             Path(f"{tmp_path / 'hold'}.release").write_text("")  # the held call goes on and ends
             ex = await pool.get("p")
             await until_ended(ex.client, "ses_g:c1")
-            again = await edit.run(args, ToolContext("p", "ses_g", "main", None, "c1", True, rerun=True))
+            again = await edit.run(args, tool_ctx("ses_g", "c1", rerun=True))
             with pytest.raises(ExecutorToolError) as caught:
                 await ex.client.call("edit_file", args, call_id="ses_g:c1")
             assert caught.value.code == "CANCELLED"

@@ -12,6 +12,7 @@ import json
 import struct
 import sys
 import zlib
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -20,12 +21,12 @@ import trio
 
 from events import types as t
 from runtime.executor_client import ExecutorClient, ExecutorToolError
-from runtime.executors import RemoteExecutor
+from runtime.executors import ExecutorPool
 from tools.artifacts import ArtifactStore
-from tools.base import ToolContext, ToolResult, ToolSpec
+from tools.base import ToolResult, ToolSpec
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, running_pool
+from .conftest import ExecutorProcess, remote_pool, tool_ctx
 
 _n = itertools.count()
 
@@ -213,8 +214,8 @@ class CoreTools:
         from tools.base import ToolError
 
         call_id = call_id or f"call_{next(self._n)}"
-        ctx = ToolContext("p1", self.session_id, "main", None, call_id, True,
-                          file_edits=lambda cid: list(self.edits.get(cid, [])), workspace_allowlist=allowlist)
+        ctx = tool_ctx(self.session_id, call_id, "p1", file_edits=lambda cid: list(self.edits.get(cid, [])),
+                       workspace_allowlist=allowlist)
         try:
             result = await self.specs[name].run(args, ctx)
         except ToolError as exc:
@@ -227,12 +228,27 @@ class CoreTools:
         return call_id, result
 
 
+@asynccontextmanager
+async def core_tools(executor: ExecutorProcess, tmp_path: Path, *,
+                     address: str | None = None) -> AsyncIterator[tuple[CoreTools, ExecutorPool]]:
+    """The Core tools over the real pool whose project ``p1`` is served by ``executor`` (reached
+    at ``address``: a relay in front of it), their artifacts in ``tmp_path / "artifacts"``: (the
+    tools, the pool)."""
+    async with remote_pool(executor, tmp_path / "executors", address=address, project="p1") as pool:
+        artifacts = ArtifactStore(tmp_path / "artifacts")
+        yield CoreTools(workspace_tools(pool, artifacts), artifacts), pool
+
+
 @pytest.fixture
 async def core(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[CoreTools]:
-    remote = RemoteExecutor(executor.address, executor.token)
-    async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
-        artifacts = ArtifactStore(tmp_path / "artifacts")
-        yield CoreTools(workspace_tools(pool, artifacts), artifacts)
+    async with core_tools(executor, tmp_path) as (tools, _):
+        yield tools
+
+
+@pytest.fixture
+async def core_and_pool(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[tuple[CoreTools, ExecutorPool]]:
+    async with core_tools(executor, tmp_path) as both:
+        yield both
 
 
 async def test_core_view_image_stores_an_artifact_and_keeps_only_its_id(core: CoreTools, workspace: Path,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -17,13 +16,10 @@ import pytest
 
 from events import types as t
 from proto import executor_pb2 as pb
-from runtime.executors import RemoteExecutor
-from tools.artifacts import ArtifactStore
-from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, running_pool
+from .conftest import ExecutorProcess
 from .relay import Relay
-from .test_tools import CoreTools
+from .test_tools import CoreTools, core_tools
 
 _n = itertools.count()
 
@@ -41,25 +37,17 @@ def _older(reply: pb.ToolReply) -> pb.ToolReply:
     return reply
 
 
-@asynccontextmanager
-async def _core(executor: ExecutorProcess, relay: Relay, tmp_path: Path) -> AsyncIterator[CoreTools]:
-    remote = RemoteExecutor(relay.address, executor.token)
-    async with running_pool(tmp_path / "executors", {"p1": executor.workspace}, remote=remote) as pool:
-        artifacts = ArtifactStore(tmp_path / "artifacts")
-        yield CoreTools(workspace_tools(pool, artifacts), artifacts)
-
-
 @pytest.fixture
 async def relayed(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[tuple[CoreTools, Relay]]:
     with Relay(executor.address) as relay:
-        async with _core(executor, relay, tmp_path) as core:
+        async with core_tools(executor, tmp_path, address=relay.address) as (core, _):
             yield core, relay
 
 
 @pytest.fixture
 async def relayed_older(executor: ExecutorProcess, tmp_path: Path) -> AsyncIterator[tuple[CoreTools, Relay]]:
     with Relay(executor.address, edit_reply=_older) as relay:
-        async with _core(executor, relay, tmp_path) as core:
+        async with core_tools(executor, tmp_path, address=relay.address) as (core, _):
             yield core, relay
 
 
