@@ -21,6 +21,7 @@ import trio
 from events import types as t
 from events.store import EventStore
 from proto import executor_pb2 as pb
+from runtime import executor_client
 from runtime.actor import Abort, GetState, Submit, WaitIdle
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
@@ -30,9 +31,9 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.workspace_tools import workspace_tools
 
-from .conftest import agent_runtime, remote_pool, start_executor, stop_process, tool_ctx, until, wait_path
+from .conftest import (agent_runtime, remote_pool, start_executor, stop_process, temp_files, tool_ctx, until,
+                       until_ended, wait_path)
 from .relay import Relay
-from .test_write_lock_until_call_ended import temp_files, until_ended
 
 EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
                                   "edits": [{"old_string": "a", "new_string": "ab"}]}, call_id="edit1")
@@ -51,9 +52,10 @@ def without_call(reply: pb.StopReply) -> pb.StopReply:
     return reply
 
 
-async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path) -> None:
+async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path, stopped: str = "edit1") -> None:
     """Submit the edit, abort the session once the executor holds it, and let the held call go on
-    once Core has sent its ``Stop`` (the abort waits for the call's end, holding the lock)."""
+    once Core has sent its ``Stop`` by ``<sid>:<stopped>`` (the abort waits for the call's end,
+    holding the lock)."""
     await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
     await wait_path(held, timeout=30)
     answers: list[Any] = []
@@ -63,7 +65,7 @@ async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: P
                 answers.append(await sup.call(sid, Abort()))
 
             nursery.start_soon(abort)
-            await until(lambda: f"{sid}:edit1" in relay.stops)  # (the caller is gone: Core asks)
+            await until(lambda: f"{sid}:{stopped}" in relay.stops)  # (the caller is gone: Core asks)
             Path(f"{hold}.release").write_text("")
     assert answers[0]["aborted"] is True
     await sup.call(sid, WaitIdle())
@@ -164,10 +166,11 @@ async def test_a_stop_answer_carries_the_reply_of_the_editing_call_that_complete
 
 async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as_done(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Core's call gives up at its deadline (shortened here, 120 s otherwise), then waits for the
-    # call's end; the call, past its look, writes: its result is the reply the Stop carries.
+    # Core's call gives up at its deadline (shortened here, 120 s otherwise: the edit's is the only
+    # call the executor gets), then waits for the call's end; the call, past its look, writes:
+    # its result is the reply the Stop carries.
     held = held_at(monkeypatch, tmp_path, "before_publish")
-    monkeypatch.setitem(ExecutorClient.call.__kwdefaults__, "timeout", 1.0)
+    monkeypatch.setattr(executor_client, "CALL_TIMEOUT_S", 1.0)
     executor = start_executor(tmp_path / "remote")
     (executor.workspace / "f.txt").write_text("a\n")
     try:
@@ -214,15 +217,7 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
             async with agent_runtime(tmp_path, ws, script, remote=remote, more_tools=lambda pool: [prog]) as (
                     sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                relay_id = f"{sid}:edit1.1"
-                await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
-                await wait_path(held, timeout=30)
-                with trio.fail_after(30):
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(sup.call, sid, Abort())
-                        await until(lambda: relay_id in relay.stops)
-                        Path(f"{tmp_path / 'hold'}.release").write_text("")
-                await sup.call(sid, WaitIdle())
+                await abort_while_held(sup, sid, relay, tmp_path / "hold", held, stopped="edit1.1")
                 state = await sup.call(sid, GetState())
                 events = await events_of(store, sid)
         kinds = [e.kind for e in events]
