@@ -12,6 +12,7 @@ at an exact point of the edit (``TEST_HOLD_ENV``), a relay in front of it that r
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +230,17 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         assert (ws / "f.txt").read_text() == "ab\n"
     finally:
         stop_process(executor.proc)
+
+
+async def test_a_stop_about_a_call_whose_journal_record_cannot_be_read_is_answered_without_it(
+        executor: Any, client: ExecutorClient, workspace: Path) -> None:
+    (workspace / "unread.txt").write_text("one\n")
+    edit = {"path": "unread.txt", "mode": "edit", "edits": [{"old_string": "one", "new_string": "two"}]}
+    await client.call("edit_file", edit, call_id="ses_u:c1")
+    name = hashlib.sha256(b"ses_u:c1").hexdigest() + ".json"
+    [record] = list(executor.state.rglob(name))
+    record.unlink()
+    record.mkdir()  # (read as a file: EISDIR, an OSError the journal does not translate)
+    reply = await client.stop("ses_u:c1", 5)
+    assert not reply.found and not reply.HasField("call")
+    assert "stopped call could not be read" in executor.stderr.read_text()
