@@ -21,7 +21,7 @@ import trio
 from events import types as t
 from runtime.atomicfile import why_not_written
 from runtime.errors import shortened, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.executor_client import tool_outcome  # (imports tools.executor alone: no cycle)
+from runtime.executor_client import ExecutorToolError, tool_outcome  # (imports tools.executor alone: no cycle)
 from runtime.stop_now import StopNow
 
 from .artifacts import ArtifactError, ArtifactStore
@@ -277,17 +277,31 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             return await ex.client.call(tool, args, call_id=call_id, rerun=rerun)
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
-                done = await pool.call_ended(ex, call_id)
+                done = completed_outcome(tool, call_id, await pool.call_ended(ex, call_id))
                 if done is not None and completed is not None:
-                    await completed(tool_outcome(tool, done))
-            raise
+                    await completed(done)
+            raise  # (whatever the answer held: the cancellation goes on)
         except EXECUTOR_FAILURES as exc:
             if getattr(exc, "code", None) == "EXECUTOR_TIMEOUT":  # (past its deadline: the same)
                 with trio.CancelScope(shield=True):
-                    done = await pool.call_ended(ex, call_id)
+                    done = completed_outcome(tool, call_id, await pool.call_ended(ex, call_id))
                 if done is not None:
-                    return tool_outcome(tool, done)
+                    return done
             raise
+
+    def completed_outcome(tool: str, call_id: str, reply: Any) -> Any:
+        """The outcome of the ``Stop`` answer's completed call ``reply`` (None: none); None too,
+        logged, when the answer cannot be read as one (not ``ok``, its result not JSON): what
+        the caller was doing, a cancellation or a deadline's error, goes on as it would have."""
+        if reply is None:
+            return None
+        try:
+            return tool_outcome(tool, reply)
+        except (ExecutorToolError, ValueError) as exc:
+            log.warning("call %s (%s) completed while its caller had gone, but the executor's answer about it "
+                        "cannot be read (%s): what it changed is not recorded", call_id, tool,
+                        getattr(exc, "message", None) or exc)
+            return None
 
     async def edited_while_aborted(ctx: ToolContext, tool: str, args: dict[str, Any], out: Any) -> None:
         """An edit that completed while its abort waited for its end: its ``file.edited`` (with

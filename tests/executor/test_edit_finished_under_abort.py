@@ -12,6 +12,7 @@ at an exact point of the edit (``TEST_HOLD_ENV``), a relay in front of it that r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,43 @@ async def test_a_stop_about_a_call_whose_journal_record_cannot_be_read_is_answer
     reply = await client.stop("ses_u:c1", 5)
     assert not reply.found and not reply.HasField("call")
     assert "stopped call could not be read" in executor.stderr.read_text()
+
+
+@pytest.mark.parametrize("bad", ["not ok", "not JSON"])
+async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_going_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    executor = start_executor(tmp_path / "remote")
+    (executor.workspace / "f.txt").write_text("a\n")
+
+    def spoiled(reply: pb.StopReply) -> pb.StopReply:
+        if bad == "not ok":
+            reply.call.ok = False
+            reply.call.error_code = "IO_ERROR"
+        else:
+            reply.call.result_json = "{not json"
+        return reply
+
+    taken: list[list[t._Event]] = []
+    ctx = dataclasses.replace(tool_ctx("ses_x", "c1"), cut_events=taken.append)
+    try:
+        with Relay(executor.address, stop_reply=spoiled) as relay:
+            async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+                edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+                results: list[Any] = []
+                with trio.fail_after(30):
+                    async with trio.open_nursery() as nursery:
+                        with trio.CancelScope() as scope:
+                            async def cut_off() -> None:
+                                await wait_path(held, timeout=20)
+                                scope.cancel()
+                                await until(lambda: "ses_x:c1" in relay.stops)
+                                Path(f"{tmp_path / 'hold'}.release").write_text("")
+
+                            nursery.start_soon(cut_off)
+                            results.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
+                                                          ctx))
+        assert scope.cancelled_caught and results == [] and taken == []
+        assert (executor.workspace / "f.txt").read_text() == "b\n"  # (written: only its record is lost)
+    finally:
+        stop_process(executor.proc)
