@@ -350,8 +350,9 @@ class SessionActor:
         # By call id: the output a running command had printed when the abort cut it off (its
         # tool.finished keeps it), handed over by the tool as it is cancelled.
         self._cut_calls: dict[str, d.CutCall | d.CutProgram] = {}
-        # By call id: what a running call the abort cut off did all the same (an edit that completed
-        # while the abort waited for its end: its copies and file.edited), recorded with the abort.
+        # By call id: what a running call cut off did all the same (an edit that completed while the
+        # abort, or a program's time limit, waited for its end: its copies and file.edited), recorded
+        # with the call's tool.finished, by the abort or the call's result (_let_go_cut_events).
         self._cut_events: dict[str, list[t._Event]] = {}
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
@@ -865,7 +866,7 @@ class SessionActor:
             self._aborting = False
             self._cut.clear()
             self._cut_calls.clear()
-            self._cut_events.clear()
+            self._let_go_cut_events()
         self._notify_idle()
         return {"aborted": aborted, "withdrawn": withdrawn}
 
@@ -1419,7 +1420,7 @@ class SessionActor:
             self._cut_events.setdefault(call.call_id, []).extend(events)
 
         self._cut_calls.pop(call.call_id, None)
-        self._cut_events.pop(call.call_id, None)
+        self._let_go_cut_events(call.call_id)
         ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
                           is_main, start_subagent,
                           file_edits=file_edits, call_running=call_running, ask=ask, jobs=self.jobs,
@@ -1449,14 +1450,22 @@ class SessionActor:
             result = self._with_warning(call.name, result, tool_policy)
         # (a skill.loaded waits for the round's last result: held, or recorded with it when this is it)
         events = self._skills.hold(self.state, agent_id, call.call_id, result.events)
+        # What a call the result's own end cut off did all the same (a program's edit that completed
+        # while its time limit cancelled it) is recorded with the result, after it, as an abort does.
+        cut_off = self._cut_events.get(call.call_id, [])
+        cut = [d.Scoped(e, agent_id, task_id) for e in cut_off]
+        if cut:  # (its result says so: the model would make the edit again)
+            result = dataclasses.replace(result, content=d.with_note(result.content, d.applied_edits_note(cut_off),
+                                                                     last=True))
         try:
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
                 is_error=result.is_error, content=result.content, structured_content=result.structured_content,
                 error_code=result.error_code, rerun_after=result.rerun_after), agent_id, task_id)]
-                + [d.Scoped(e, agent_id, task_id) for e in events])
+                + [d.Scoped(e, agent_id, task_id) for e in events] + cut)
             if lease is not None:
                 lease.recorded()
+            self._let_go_cut_events(call.call_id)
         except AppendRejected as exc:
             # The log cannot hold this result (larger than maxEventBytes, say): record that instead
             # of crashing the actor, which would re-run the call (or report it interrupted) and lose
@@ -1469,7 +1478,23 @@ class SessionActor:
                                     f"recorded ({self.deps.store.secrets.cut(exc.message, 300)}); if it "
                                     f"produced output, ask for less "
                                     f"(a smaller range, a filter, a lower max_output_bytes).")],
-                error_code="RESULT_NOT_RECORDED"), agent_id, task_id)])
+                error_code="RESULT_NOT_RECORDED"), agent_id, task_id)] + cut)
+            self._let_go_cut_events(call.call_id)
+
+    def _let_go_cut_events(self, call_id: str | None = None) -> None:
+        """Drop the cut events of ``call_id`` (None: of every call) and the hold on their copies
+        (``ArtifactStore.keep``): they are recorded by now (a named copy is never swept) or will
+        never be (an abort that recorded nothing, a call run again), so no copy stays held
+        unnamed for as long as the daemon runs."""
+        dropped = (list(self._cut_events.values()) if call_id is None
+                   else [self._cut_events.get(call_id, [])])
+        if call_id is None:
+            self._cut_events.clear()
+        else:
+            self._cut_events.pop(call_id, None)
+        if self.deps.artifacts is not None:
+            self.deps.artifacts.let_go([e.artifact_id for events in dropped for e in events
+                                        if isinstance(e, t.ArtifactStored)])
 
     def _with_warning(self, name: str, result: ToolResult, tool_policy: dict[str, Any] | None) -> ToolResult:
         """``result`` with the ``approval: warn`` note of tool ``name``, unless the call was refused."""

@@ -380,6 +380,29 @@ def aborted_call_content(got: CutCall | CutProgram | None) -> tuple[list[t.Conte
     return [t.TextPart(text)], {"aborted": True, **_command_fields(got)}
 
 
+def applied_edits_note(events: Sequence[t._Event]) -> str | None:
+    """The line a cut-off call's result says its completed edits with (``events``: what it did all
+    the same, see ``cut_events`` of :func:`abort_events`), so that the model knows them done and
+    does not make them again; None when it edited nothing."""
+    paths = list(dict.fromkeys(e.path for e in events if isinstance(e, t.FileEdited)))
+    if not paths:
+        return None
+    return (f"[the edit was applied all the same before the call was cut off: {', '.join(paths)} changed; "
+            f"revert_call can undo it]")
+
+
+def with_note(content: list[t.ContentPart], note: str | None, *, last: bool = False) -> list[t.ContentPart]:
+    """``content`` with ``note`` as a line of its first text part (its last line when ``last``, else
+    its first), or as a text part of its own when it has none."""
+    if note is None:
+        return content
+    for i, part in enumerate(content):
+        if isinstance(part, t.TextPart):
+            text = f"{part.text}\n{note}" if last else f"{note}\n{part.text}"
+            return [*content[:i], t.TextPart(text), *content[i + 1:]]
+    return [*content, t.TextPart(note)]
+
+
 # The reason a deletion's abort gives (``run.aborted``, ``task.finished``, a cancelled question's).
 SESSION_DELETED = "session deleted"
 
@@ -427,6 +450,8 @@ def abort_events(state: SessionState, reason: str = "user",
             running = call.call_id == agent.running_call
             content, structured = (aborted_call_content((cut_calls or {}).get(call.call_id)) if running
                                    else ([t.TextPart("Skipped: the run was aborted.")], None))
+            if running:  # (an edit it made all the same is said first: the abort's note would deny it)
+                content = with_note(content, applied_edits_note((cut_events or {}).get(call.call_id, ())))
             out.append(Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name,
                 status="interrupted" if running else "skipped", is_error=True,

@@ -290,13 +290,15 @@ class ExecutorClient:
         return reply
 
     async def call(self, tool: str, arguments: dict[str, Any], *, call_id: str = "",
-                   timeout: float = CALL_TIMEOUT_S, rerun: bool = False) -> ToolOutcome:
+                   timeout: float | None = None, rerun: bool = False) -> ToolOutcome:
         """Run one workspace tool; raises :class:`ExecutorToolError` with the tool's own code.
+        ``timeout``: the call's deadline (None: :data:`CALL_TIMEOUT_S`, read as the call is made).
         ``rerun``: Core runs the call again under ``call_id`` on purpose (``ToolRequest.rerun``);
         the request carries its place in Core's sends (:class:`SendOrder`), made now."""
         req = pb.ToolRequest(tool=tool, call_id=call_id, arguments_json=json.dumps(arguments), rerun=rerun,
                              order=self.order.next())
-        return tool_outcome(tool, await self._unary(self._stub.Call, req, timeout))
+        return tool_outcome(tool, await self._unary(self._stub.Call, req,
+                                                    CALL_TIMEOUT_S if timeout is None else timeout))
 
     async def probe(self, path: str, sha256: str) -> bool:
         reply = await self._unary(self._stub.Probe, pb.ProbeRequest(path=path, sha256=sha256), CONNECT_TIMEOUT_S)

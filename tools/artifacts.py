@@ -325,6 +325,15 @@ class ArtifactStore:
         with self._lock:
             self._kept.update(ids)
 
+    def let_go(self, ids: Iterable[str]) -> None:
+        """Stop holding ``ids`` for good (:meth:`keep`): the event naming them committed, or none
+        ever will. (An id put again under an open lease stays held by it.)"""
+        ids = set(ids)
+        with self._lock:
+            self._kept.difference_update(ids)
+            if self._touched is not None:  # (as a lease's end: a sweep under way leaves them)
+                self._touched.update(ids)
+
     def _hold(self, digest: str) -> None:
         """Hold ``digest`` for the current lease, or for good without one (under _lock)."""
         lease = _LEASE.get()

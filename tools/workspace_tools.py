@@ -21,7 +21,7 @@ import trio
 from events import types as t
 from runtime.atomicfile import why_not_written
 from runtime.errors import shortened, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.executor_client import tool_outcome  # (imports tools.executor alone: no cycle)
+from runtime.executor_client import ExecutorToolError, tool_outcome  # (imports tools.executor alone: no cycle)
 from runtime.stop_now import StopNow
 
 from .artifacts import ArtifactError, ArtifactStore
@@ -260,7 +260,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             if tool not in EDITING_CALLS:
                 return await ex.client.call(tool, args, call_id=call_id)
             return await writing(ex, tool, args, call_id, rerun=rerun,
-                                 completed=lambda out: edited_while_aborted(ctx, tool, args, out))
+                                 completed=lambda out: edited_while_cancelled(ctx, tool, args, out))
 
     async def writing(ex: Any, tool: str, args: dict[str, Any], call_id: str, *, rerun: bool = False,
                       completed: Callable[[Any], Awaitable[None]] | None = None) -> Any:
@@ -277,24 +277,39 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             return await ex.client.call(tool, args, call_id=call_id, rerun=rerun)
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
-                done = await pool.call_ended(ex, call_id)
+                done = completed_outcome(tool, call_id, await pool.call_ended(ex, call_id))
                 if done is not None and completed is not None:
-                    await completed(tool_outcome(tool, done))
-            raise
+                    await completed(done)
+            raise  # (whatever the answer held: the cancellation goes on)
         except EXECUTOR_FAILURES as exc:
             if getattr(exc, "code", None) == "EXECUTOR_TIMEOUT":  # (past its deadline: the same)
                 with trio.CancelScope(shield=True):
-                    done = await pool.call_ended(ex, call_id)
+                    done = completed_outcome(tool, call_id, await pool.call_ended(ex, call_id))
                 if done is not None:
-                    return tool_outcome(tool, done)
+                    return done
             raise
 
-    async def edited_while_aborted(ctx: ToolContext, tool: str, args: dict[str, Any], out: Any) -> None:
-        """An edit that completed while its abort waited for its end: its ``file.edited`` (with
-        the copies revert_call restores from) goes to the abort's record (``ctx.cut_events``),
-        after the call's ``tool.finished``. Nothing is recorded when the copies cannot be stored
-        (no ``file.edited`` without them), and nothing for a ``restore`` (revert_call records
-        its reverts as a whole)."""
+    def completed_outcome(tool: str, call_id: str, reply: Any) -> Any:
+        """The outcome of the ``Stop`` answer's completed call ``reply`` (None: none); None too,
+        logged, when the answer cannot be read as one (not ``ok``, its result not JSON): what
+        the caller was doing, a cancellation or a deadline's error, goes on as it would have."""
+        if reply is None:
+            return None
+        try:
+            return tool_outcome(tool, reply)
+        except (ExecutorToolError, ValueError) as exc:
+            log.warning("call %s (%s) completed while its caller had gone, but the executor's answer about it "
+                        "cannot be read (%s): what it changed is not recorded", call_id, tool,
+                        getattr(exc, "message", None) or exc)
+            return None
+
+    async def edited_while_cancelled(ctx: ToolContext, tool: str, args: dict[str, Any], out: Any) -> None:
+        """An edit that completed while its caller was being cancelled (an abort, a program's
+        time limit): its ``file.edited`` (with the copies revert_call restores from) goes to
+        ``ctx.cut_events``, recorded with whatever records the call's ``tool.finished`` (the
+        abort, the program's result), after it. Nothing is recorded when the copies cannot be
+        stored (no ``file.edited`` without them), and nothing for a ``restore`` (revert_call
+        records its reverts as a whole)."""
         r = out.result
         if tool not in EDITING_TOOLS or ctx.cut_events is None or not r.get("changed"):
             return
@@ -305,10 +320,11 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         try:
             events = await edit_events(ctx, tool, path, written, out.before, out.after)
         except ToolError as exc:
-            log.warning("call %s:%s (%s) was aborted after it changed %s, which is not recorded: %s",
+            log.warning("call %s:%s (%s) was cancelled after it changed %s, which is not recorded: %s",
                         ctx.session_id, ctx.call_id, tool, path, exc.message)
             return
-        # (held until an event names them: the call's lease ends before the abort records them)
+        # (held until an event names them: the call's lease may end before the abort records them;
+        # the session lets them go if it records none)
         artifacts.keep([e.artifact_id for e in events if isinstance(e, t.ArtifactStored)])
         ctx.cut_events(events)
 
@@ -371,20 +387,31 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         return ToolResult.text(body, r, rerun_after=reached.rerun_after)
 
     async def editing(tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        async with locked(ctx, write=True) as ex:
-            reached = await call_locked(ex, ctx, tool, args)
-            ex, out = reached.ex, reached.out
-            r = out.result
-            path = r.get("path", args.get("path", ""))
-            written = None
-            if r.get("changed"):
-                # Which file was written (the path as given may name it through symlinks): "changes
-                # this session" lists it by that, and revert_call restores it. The executor says
-                # so with its result; one that does not is asked before another write may move a link.
-                written = out.written_path if out.written_path is not None else await where_it_leads(ex.client, path)
-                if written is not None and not _recordable(written):
-                    written = None  # (a name that is not UTF-8: the log's text cannot hold it)
-        events = await edit_events(ctx, tool, path, written, out.before, out.after) if r.get("changed") else []
+        out = None
+        try:
+            async with locked(ctx, write=True) as ex:
+                reached = await call_locked(ex, ctx, tool, args)
+                ex, out = reached.ex, reached.out
+                r = out.result
+                path = r.get("path", args.get("path", ""))
+                written = None
+                if r.get("changed"):
+                    # Which file was written (the path as given may name it through symlinks): "changes
+                    # this session" lists it by that, and revert_call restores it. The executor says
+                    # so with its result; one that does not is asked before another write may move a link.
+                    written = (out.written_path if out.written_path is not None
+                               else await where_it_leads(ex.client, path))
+                    if written is not None and not _recordable(written):
+                        written = None  # (a name that is not UTF-8: the log's text cannot hold it)
+            events = await edit_events(ctx, tool, path, written, out.before, out.after) if r.get("changed") else []
+        except trio.Cancelled:
+            # Cancelled once the executor's reply was in (asking resolve, letting the lock go,
+            # storing the copies): the edit is done, and is recorded as one completed while its
+            # caller was being cancelled is (the call itself records it otherwise).
+            if out is not None:
+                with trio.CancelScope(shield=True):
+                    await edited_while_cancelled(ctx, tool, args, out)
+            raise
         summary = (f"{r.get('path')}: {'changed' if r.get('changed') else 'unchanged'}, "
                    f"{r.get('units_applied')} unit(s) applied, {r.get('bytes_written')} bytes written")
         return ToolResult.text(summary, r, events=events, rerun_after=reached.rerun_after)

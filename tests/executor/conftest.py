@@ -235,14 +235,16 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                         more_tools: Callable[[ExecutorPool], list[ToolSpec]] = lambda pool: [],
                         ids: IdGen | None = None, snapshot_every: int = 500, context: Any = None,
                         max_event_bytes: int | None = None, call_end_wait_s: float | None = None,
-                        remote: RemoteExecutor | None = None
+                        remote: RemoteExecutor | None = None, artifacts: ArtifactStore | None = None
                         ) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, ExecutorPool]]:
     """A real supervisor over a log in ``tmp_path / "data"``, its faux model following ``script``,
     with the workspace tools (artifacts in ``data/artifacts``) and ``more_tools(pool)`` run by
     the real pool serving ``ws`` as project ``proj``. All of it stops when the block ends, which
     must come within 60 s. ``max_event_bytes``: the log's bound on one event (its default if None);
     ``call_end_wait_s``: the pool's wait for a given-up write's end (its default if None);
-    ``remote``: the project's executor, serving ``ws`` (None: the pool's own child)."""
+    ``remote``: the project's executor, serving ``ws`` (None: the pool's own child);
+    ``artifacts``: the store of the tools and of the actors' leases, as the daemon's (None: one
+    in ``data/artifacts`` for the tools alone, no leases)."""
     data_dir = tmp_path / "data"
     faux = FauxProvider("faux", script)
     with trio.fail_after(60):
@@ -250,11 +252,11 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                               ) as store:
             async with running_pool(tmp_path / "executors", {"proj": ws}, call_end_wait_s=call_end_wait_s,
                                     remote=remote) as pool:
-                tools = builtin_tools([*workspace_tools(pool, ArtifactStore(data_dir / "artifacts")),
+                tools = builtin_tools([*workspace_tools(pool, artifacts or ArtifactStore(data_dir / "artifacts")),
                                        *more_tools(pool)])
                 async with supervised(store, ProviderCatalog({"faux": faux}), tools,
                                       ids if ids is not None else IdGen(), snapshot_every=snapshot_every,
-                                      context=context) as sup:
+                                      context=context, artifacts=artifacts) as sup:
                     yield sup, store, faux, pool
 
 
@@ -312,6 +314,18 @@ async def until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
 async def wait_path(path: Path, timeout: float = 10.0) -> None:
     """Bounded wait for a file another process creates."""
     await until(path.exists, timeout)
+
+
+def temp_files(ws: Path) -> list[str]:
+    """The names of the temp files an edit leaves in ``ws`` (none once every write ended)."""
+    return [p.name for p in ws.iterdir() if ".lens-" in p.name]
+
+
+async def until_ended(client: Any, call_id: str) -> None:
+    """Bounded poll until no call runs under ``call_id`` on the executor (``Stop`` finds none)."""
+    with trio.fail_after(10):
+        while (await client.stop(call_id, 2)).found:
+            await trio.sleep(0.01)
 
 
 async def run_to_idle(sup: Any, sid: str, request_id: str, message: str) -> Any:

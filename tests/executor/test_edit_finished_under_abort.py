@@ -1,9 +1,11 @@
 """An edit that completes on the executor while its session's abort waits for its end is in the
 session's log: its ``file.edited`` (with the copies ``revert_call`` restores from) is recorded
-with the abort, after the call's ``tool.finished``, which still says the call was aborted. The
-executor's ``Stop`` answer carries the call's reply, from its call journal. An edit the abort
-kept from writing records nothing; an executor built before the answer carried it leaves the
-record as it was (the change is not recorded).
+with the abort, after the call's ``tool.finished``, which still says the call was aborted and
+that the edit was applied. The executor's ``Stop`` answer carries the call's reply, from its call
+journal. An edit the abort kept from writing records nothing; an executor built before the
+answer carried it leaves the record as it was (the change is not recorded). A program's edit cut
+off by the program's own time limit is recorded with the program's result; an edit whose reply
+had reached Core when the abort came is recorded with the abort too.
 
 Everything is real: the session actor and its log, the pool, an executor process over gRPC held
 at an exact point of the edit (``TEST_HOLD_ENV``), a relay in front of it that records the
@@ -12,6 +14,9 @@ at an exact point of the edit (``TEST_HOLD_ENV``), a relay in front of it that r
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +26,21 @@ import trio
 from events import types as t
 from events.store import EventStore
 from proto import executor_pb2 as pb
+from runtime import executor_client
 from runtime.actor import Abort, GetState, Submit, WaitIdle
+from runtime.decide import ABORTED_TEXT
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tests.executor_hold import held_at
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
+from tools.ptc.interpreter import run_program
 from tools.workspace_tools import workspace_tools
 
-from .conftest import agent_runtime, remote_pool, start_executor, stop_process, tool_ctx, until, wait_path
+from .conftest import (agent_runtime, remote_pool, start_executor, stop_process, temp_files, tool_ctx, until,
+                       until_ended, wait_path)
 from .relay import Relay
-from .test_write_lock_until_call_ended import temp_files, until_ended
 
 EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
                                   "edits": [{"old_string": "a", "new_string": "ab"}]}, call_id="edit1")
@@ -51,9 +59,10 @@ def without_call(reply: pb.StopReply) -> pb.StopReply:
     return reply
 
 
-async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path) -> None:
+async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path, stopped: str = "edit1") -> None:
     """Submit the edit, abort the session once the executor holds it, and let the held call go on
-    once Core has sent its ``Stop`` (the abort waits for the call's end, holding the lock)."""
+    once Core has sent its ``Stop`` by ``<sid>:<stopped>`` (the abort waits for the call's end,
+    holding the lock)."""
     await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
     await wait_path(held, timeout=30)
     answers: list[Any] = []
@@ -63,10 +72,17 @@ async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: P
                 answers.append(await sup.call(sid, Abort()))
 
             nursery.start_soon(abort)
-            await until(lambda: f"{sid}:edit1" in relay.stops)  # (the caller is gone: Core asks)
+            await until(lambda: f"{sid}:{stopped}" in relay.stops)  # (the caller is gone: Core asks)
             Path(f"{hold}.release").write_text("")
     assert answers[0]["aborted"] is True
     await sup.call(sid, WaitIdle())
+
+
+def text_of(finished: t.ToolFinished) -> str:
+    return "\n".join(p.text for p in finished.content if isinstance(p, t.TextPart))
+
+
+APPLIED = "[the edit was applied all the same before the call was cut off: f.txt changed; revert_call can undo it]"
 
 
 @pytest.mark.parametrize("older_executor", [False, True])
@@ -88,12 +104,15 @@ async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_
             finished_at = next(i for i, e in enumerate(events)
                                if e.kind == "tool.finished" and e.event.call_id == "edit1")
             finished = events[finished_at].event
-            # The call's result says it was aborted, as before.
+            # The call's result says it was aborted, as before, and that its edit was applied (the
+            # model would make it again otherwise) when that is known.
             assert (finished.status, finished.error_code) == ("interrupted", "ABORTED"), finished
             edited = [e.event for e in events if e.kind == "file.edited"]
             if older_executor:  # (no reply in the answer: nothing known of the change, as before)
                 assert edited == [] and "artifact.stored" not in kinds
+                assert text_of(finished) == ABORTED_TEXT
                 return
+            assert text_of(finished) == f"{APPLIED}\n{ABORTED_TEXT}"
             # Right after the aborted tool.finished, in the abort's write: the two copies, then the edit.
             assert kinds[finished_at + 1:finished_at + 4] == ["artifact.stored", "artifact.stored", "file.edited"]
             seqs = [events[i].seq for i in range(finished_at, finished_at + 4)]
@@ -164,10 +183,11 @@ async def test_a_stop_answer_carries_the_reply_of_the_editing_call_that_complete
 
 async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as_done(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Core's call gives up at its deadline (shortened here, 120 s otherwise), then waits for the
-    # call's end; the call, past its look, writes: its result is the reply the Stop carries.
+    # Core's call gives up at its deadline (shortened here, 120 s otherwise: the edit's is the only
+    # call the executor gets), then waits for the call's end; the call, past its look, writes:
+    # its result is the reply the Stop carries.
     held = held_at(monkeypatch, tmp_path, "before_publish")
-    monkeypatch.setitem(ExecutorClient.call.__kwdefaults__, "timeout", 1.0)
+    monkeypatch.setattr(executor_client, "CALL_TIMEOUT_S", 1.0)
     executor = start_executor(tmp_path / "remote")
     (executor.workspace / "f.txt").write_text("a\n")
     try:
@@ -214,15 +234,7 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
             async with agent_runtime(tmp_path, ws, script, remote=remote, more_tools=lambda pool: [prog]) as (
                     sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                relay_id = f"{sid}:edit1.1"
-                await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
-                await wait_path(held, timeout=30)
-                with trio.fail_after(30):
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(sup.call, sid, Abort())
-                        await until(lambda: relay_id in relay.stops)
-                        Path(f"{tmp_path / 'hold'}.release").write_text("")
-                await sup.call(sid, WaitIdle())
+                await abort_while_held(sup, sid, relay, tmp_path / "hold", held, stopped="edit1.1")
                 state = await sup.call(sid, GetState())
                 events = await events_of(store, sid)
         kinds = [e.kind for e in events]
@@ -232,5 +244,197 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         assert events[at + 3].event.call_id == "edit1"  # (the program's call)
         assert [e.after_sha256 for e in state.file_edits["edit1"]] == [events[at + 3].event.after_sha256]
         assert (ws / "f.txt").read_text() == "ab\n"
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_the_programs_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No abort: the program's time limit (the interpreter's own deadline) cancels its edit_file
+    # while the executor holds it past its look; the edit completes while Core waits for its end.
+    # The program's result (PTC_TIMEOUT) is followed by the copies and the file.edited, in its
+    # write, and says the edit was applied; no copy stays held once it is recorded.
+    async def program(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        assert ctx.call_tool is not None
+        call_tool = ctx.call_tool
+
+        async def call(name: str, arguments: dict[str, Any]) -> Any:
+            return (await call_tool(f"{ctx.call_id}.1", name, arguments)).structured_content
+
+        code = 'edit_file(path="f.txt", mode="edit", edits=[{"old_string": "a", "new_string": "ab"}])'
+        outcome = await run_program(code, call, ["edit_file"], deadline=trio.current_time() + 0.5)
+        assert outcome.error is not None
+        return ToolResult.error(outcome.error.code, outcome.error.message)
+
+    prog = ToolSpec("prog", "runs an edit as a timed program", {"type": "object"}, program, read_only=False)
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "f.txt").write_text("a\n")
+    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
+    script = [FauxTurn(when="please edit", tool_calls=[FauxToolCall("prog", {}, call_id="p1")]), FauxTurn(text="ok")]
+    try:
+        with Relay(executor.address) as relay:
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, script, remote=remote, artifacts=artifacts,
+                                     more_tools=lambda pool: [prog]) as (sup, store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                await wait_path(held, timeout=30)
+                await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)  # (its time limit passed)
+                Path(f"{tmp_path / 'hold'}.release").write_text("")
+                with trio.fail_after(30):
+                    await sup.call(sid, WaitIdle())
+                state = await sup.call(sid, GetState())
+                events = await events_of(store, sid)
+        kinds = [e.kind for e in events]
+        at = next(i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == "p1")
+        finished = events[at].event
+        assert (finished.status, finished.error_code) == ("error", "PTC_TIMEOUT"), finished
+        assert text_of(finished).endswith(f"\n{APPLIED}"), text_of(finished)
+        assert kinds[at + 1:at + 4] == ["artifact.stored", "artifact.stored", "file.edited"]
+        assert events[at + 3].seq == events[at].seq + 3  # (in the result's write)
+        edit = events[at + 3].event
+        assert (edit.call_id, edit.path) == ("p1", "f.txt")
+        assert [e.after_sha256 for e in state.file_edits["p1"]] == [edit.after_sha256]
+        assert (ws / "f.txt").read_text() == "ab\n"
+        assert artifacts.held_for_good() == set()  # (named now: no hold is left behind)
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_the_copies(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The call's lease ends (its task is over) before the abort records the copies: a sweep
+    # then (the daemon sweeps soon after a lease ends unrecorded, as here) finds them named by
+    # nothing, and must leave them; the abort names them, and no hold outlives it.
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "f.txt").write_text("a\n")
+    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
+    swept: list[tuple[list[str], list[str]]] = []
+
+    def sweep() -> None:  # (every artifact, none named yet: only the holds keep them)
+        names = artifacts.leftovers(2 ** 62).artifacts
+        kept, failed = artifacts.remove(names)
+        assert failed == []
+        swept.append((names, kept))
+
+    artifacts.on_orphans(sweep)
+    try:
+        with Relay(executor.address) as relay:
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, artifacts=artifacts) as (
+                    sup, store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                events = await events_of(store, sid)
+        stored = {e.event.artifact_id for e in events if e.kind == "artifact.stored"}
+        edited = [e.event for e in events if e.kind == "file.edited"]
+        assert len(stored) == 2 and [(e.before_artifact_id, e.after_artifact_id) for e in edited] == [
+            (edited[0].before_artifact_id, edited[0].after_artifact_id)] and edited[0].after_artifact_id in stored
+        assert swept and all(set(names) == stored and set(kept) == stored for names, kept in swept), swept
+        assert {artifacts.get(aid) for aid in stored} == {b"a\n", b"ab\n"}  # (still there, whole)
+        assert artifacts.held_for_good() == set()
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_an_edit_whose_reply_had_come_when_the_abort_cut_its_call_off_is_recorded_with_it(
+        tmp_path: Path) -> None:
+    # The executor answered (the file is written) but its reply named no file written, so Core
+    # asks resolve; the abort comes while it does. No Stop is needed: the reply is in Core's
+    # hands, and is recorded as an edit completed under the abort.
+    gate = threading.Event()
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "f.txt").write_text("a\n")
+
+    def no_written_path(reply: pb.ToolReply) -> pb.ToolReply:
+        reply.ClearField("written_path")
+        return reply
+
+    def hold_resolve(request: pb.ToolRequest) -> None:
+        if request.tool == "resolve" and "edit_file" in relay.tools:
+            gate.wait(30)
+
+    try:
+        with Relay(executor.address, edit_reply=no_written_path, before_call=hold_resolve) as relay:
+            remote = RemoteExecutor(relay.address, executor.token)
+            try:
+                async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
+                    sid = await sup.create_session("proj")
+                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                    await until(lambda: relay.tools[-2:] == ["edit_file", "resolve"], timeout=30)
+                    with trio.fail_after(30):
+                        assert (await sup.call(sid, Abort()))["aborted"] is True
+                    events = await events_of(store, sid)
+            finally:
+                gate.set()
+        assert relay.stops == []
+        kinds = [e.kind for e in events]
+        at = next(i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == "edit1")
+        finished = events[at].event
+        assert (finished.status, finished.error_code) == ("interrupted", "ABORTED")
+        assert text_of(finished) == f"{APPLIED}\n{ABORTED_TEXT}"
+        assert kinds[at + 1:at + 4] == ["artifact.stored", "artifact.stored", "file.edited"]
+        edit = events[at + 3].event
+        assert (edit.call_id, edit.path, edit.written_path) == ("edit1", "f.txt", None)
+        assert (ws / "f.txt").read_text() == "ab\n"
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_a_stop_about_a_call_whose_journal_record_cannot_be_read_is_answered_without_it(
+        executor: Any, client: ExecutorClient, workspace: Path) -> None:
+    (workspace / "unread.txt").write_text("one\n")
+    edit = {"path": "unread.txt", "mode": "edit", "edits": [{"old_string": "one", "new_string": "two"}]}
+    await client.call("edit_file", edit, call_id="ses_u:c1")
+    name = hashlib.sha256(b"ses_u:c1").hexdigest() + ".json"
+    [record] = list(executor.state.rglob(name))
+    record.unlink()
+    record.mkdir()  # (read as a file: EISDIR, an OSError the journal does not translate)
+    reply = await client.stop("ses_u:c1", 5)
+    assert not reply.found and not reply.HasField("call")
+    assert "stopped call could not be read" in executor.stderr.read_text()
+
+
+@pytest.mark.parametrize("bad", ["not ok", "not JSON"])
+async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_going_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    executor = start_executor(tmp_path / "remote")
+    (executor.workspace / "f.txt").write_text("a\n")
+
+    def spoiled(reply: pb.StopReply) -> pb.StopReply:
+        if bad == "not ok":
+            reply.call.ok = False
+            reply.call.error_code = "IO_ERROR"
+        else:
+            reply.call.result_json = "{not json"
+        return reply
+
+    taken: list[list[t._Event]] = []
+    ctx = dataclasses.replace(tool_ctx("ses_x", "c1"), cut_events=taken.append)
+    try:
+        with Relay(executor.address, stop_reply=spoiled) as relay:
+            async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+                edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+                results: list[Any] = []
+                with trio.fail_after(30):
+                    async with trio.open_nursery() as nursery:
+                        with trio.CancelScope() as scope:
+                            async def cut_off() -> None:
+                                await wait_path(held, timeout=20)
+                                scope.cancel()
+                                await until(lambda: "ses_x:c1" in relay.stops)
+                                Path(f"{tmp_path / 'hold'}.release").write_text("")
+
+                            nursery.start_soon(cut_off)
+                            results.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
+                                                          ctx))
+        assert scope.cancelled_caught and results == [] and taken == []
+        assert (executor.workspace / "f.txt").read_text() == "b\n"  # (written: only its record is lost)
     finally:
         stop_process(executor.proc)

@@ -30,10 +30,9 @@ from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
 from .conftest import (ExecutorProcess, remote_pool, running_executor, running_pool, start_executor, stop_process,
-                       tool_ctx, until, wait_path)
+                       tool_ctx, until, until_ended, wait_path)
 from .relay import Relay
 from .test_commands import BOUND_S, collect
-from .test_write_lock_until_call_ended import until_ended
 
 REFUSED_EDIT = "a Stop named this call before it came (its caller gave up); nothing was changed"
 REFUSED_RUN = "a Stop named this run_id before the command came; nothing was run"

@@ -26,7 +26,7 @@ from tools.base import ToolContext
 from tools.executor.runs import EditingCalls, StopLatch
 from tools.workspace_tools import workspace_tools
 
-from .conftest import running_pool, tool_ctx, wait_path
+from .conftest import running_pool, temp_files, tool_ctx, until_ended, wait_path
 from .lock_order import second_behind_first
 
 
@@ -79,17 +79,6 @@ async def test_a_given_up_write_holds_the_lock_until_the_executor_ended_it(
     second = results["second"]
     assert not second.is_error, second.content
     assert (ws / "f.txt").read_text() == "c\n"
-
-
-def temp_files(ws: Path) -> list[str]:
-    return [p.name for p in ws.iterdir() if ".lens-" in p.name]
-
-
-async def until_ended(client: Any, call_id: str) -> None:
-    """Bounded poll until no call runs under ``call_id`` on the executor (``Stop`` finds none)."""
-    with trio.fail_after(10):
-        while (await client.stop(call_id, 2)).found:
-            await trio.sleep(0.01)
 
 
 async def test_an_executor_that_does_not_end_a_given_up_write_within_the_bound_is_not_killed(

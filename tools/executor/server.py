@@ -465,11 +465,16 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     def _completed(self, call_id: str) -> pb.ToolReply | None:
         """The reply of the editing call that completed under ``call_id``, from its journal record
         (as a run of it again answers), for a ``Stop`` naming it: the call wrote, though its caller
-        went away. None when none did, or its record cannot be read."""
+        went away. None when none did, or its record cannot be read (logged: the ``Stop`` is
+        answered all the same, without it)."""
         try:
             got = self.ws.recorded(call_id)
         except FileToolError as exc:
             log.warning("the call journal's record of a stopped call could not be read (%s)", exc.code)
+            return None
+        except OSError as exc:  # (a record or its bytes the file system will not give: EIO, EACCES, EISDIR)
+            log.warning("the call journal's record of a stopped call could not be read (%s)",
+                        exc.strerror or type(exc).__name__)
             return None
         return None if got is None else edit_reply(*got)
 

@@ -71,6 +71,13 @@ class _Plan:
 _MAX_WALKS = 3
 
 
+def _as_done(journal: Journal, rec: CallRecord) -> EditOutcome:
+    """The outcome of the call journaled ``done`` as ``rec``, as a run of it again answers.
+    Raises :class:`FileToolError` (``IO_ERROR``) when the journal lost its bytes."""
+    return EditOutcome(dict(rec.structured), journal.blob(rec.before_sha256), journal.blob(rec.after_sha256),
+                       rec.written_path)
+
+
 def _unlinked(dir_fd: int) -> bool:
     """Whether the directory open as ``dir_fd`` was removed (it has no name left)."""
     try:
@@ -296,8 +303,7 @@ class Workspace:
         if rec is None or rec.state != DONE:
             return None
         assert self.journal is not None
-        return rec.tool, EditOutcome(dict(rec.structured), self.journal.blob(rec.before_sha256),
-                                     self.journal.blob(rec.after_sha256), rec.written_path)
+        return rec.tool, _as_done(self.journal, rec)
 
     # ---------------------------------------------------------------- internals
 
@@ -326,8 +332,7 @@ class Workspace:
                         raise FileToolError("CONFLICT", f"{shown}: an interrupted call left the file in an "
                                                         "unknown state; not applied again")
                 if rec.state == DONE:
-                    return EditOutcome(dict(rec.structured), journal.blob(rec.before_sha256),
-                                       journal.blob(rec.after_sha256), rec.written_path)
+                    return _as_done(journal, rec)
         walks = 0
         while True:
             walks += 1
