@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,10 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
+from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, remote_pool, until
+from .conftest import ExecutorProcess, poll_until, remote_pool, start_executor, stop_process, until
 from .relay import Holding, Relay, give_up_held
 from .test_commands import BOUND_S
 from .test_stop_before_its_call import REFUSED_EDIT
@@ -42,14 +44,21 @@ E, F = 0x5EED_0000_0000_0001, 0xF00D_0000_0000_0002  # two Core processes' epoch
 Order = tuple[int, int] | None
 
 
-@pytest.fixture
-def stub(executor: ExecutorProcess) -> Iterator[tuple[pb_grpc.ExecutorStub, tuple[tuple[str, str], ...]]]:
+@contextmanager
+def stub_of(executor: ExecutorProcess) -> Iterator[tuple[pb_grpc.ExecutorStub, tuple[tuple[str, str], ...]]]:
+    """A raw stub of ``executor`` and the metadata its calls carry; its channel closed on leaving."""
     channel = grpc.insecure_channel(executor.address)
     try:
         yield pb_grpc.ExecutorStub(channel), (("authorization", f"Bearer {executor.token}"),
                                               ("lens-protocol", str(PROTOCOL_VERSION)))
     finally:
         channel.close()
+
+
+@pytest.fixture
+def stub(executor: ExecutorProcess) -> Iterator[tuple[pb_grpc.ExecutorStub, tuple[tuple[str, str], ...]]]:
+    with stub_of(executor) as s:
+        yield s
 
 
 def _order(order: Order) -> dict[str, Any]:
@@ -60,18 +69,33 @@ def stop(stub: Any, call_id: str, order: Order) -> None:
     stub[0].Stop(pb.StopRequest(run_id=call_id, **_order(order)), metadata=stub[1], timeout=BOUND_S)
 
 
-def create(stub: Any, workspace: Path, call_id: str, *, rerun: bool, order: Order) -> str:
-    """An ``edit_file`` creating a file named after ``call_id``, sent as Core would with ``rerun``
-    and ``order``: its error code, or "written" (the file checked)."""
-    name = call_id.replace(":", "_") + ".txt"
-    reply = stub[0].Call(pb.ToolRequest(tool="edit_file", call_id=call_id, rerun=rerun, arguments_json=json.dumps(
-        {"path": name, "mode": "create", "content": call_id}), **_order(order)), metadata=stub[1], timeout=BOUND_S)
+def creating(call_id: str, *, rerun: bool, order: Order) -> pb.ToolRequest:
+    """An ``edit_file`` creating a file named after ``call_id`` (:func:`created_name`), sent as
+    Core would with ``rerun`` and ``order``."""
+    return pb.ToolRequest(tool="edit_file", call_id=call_id, rerun=rerun, arguments_json=json.dumps(
+        {"path": created_name(call_id), "mode": "create", "content": call_id}), **_order(order))
+
+
+def created_name(call_id: str) -> str:
+    return call_id.replace(":", "_") + ".txt"
+
+
+def written(reply: pb.ToolReply, workspace: Path, call_id: str, refused: str = REFUSED_EDIT) -> str:
+    """What :func:`creating`'s call did: its error code (nothing written; its message ``refused``),
+    or "written" (the file checked)."""
+    name = created_name(call_id)
     if not reply.ok:
         assert not (workspace / name).exists()  # (refused before anything: nothing written)
-        assert reply.error_message == REFUSED_EDIT
+        assert reply.error_message == refused
         return reply.error_code
     assert (workspace / name).read_text() == call_id
     return "written"
+
+
+def create(stub: Any, workspace: Path, call_id: str, *, rerun: bool, order: Order) -> str:
+    """:func:`creating`'s call sent and answered: its error code, or "written" (:func:`written`)."""
+    reply = stub[0].Call(creating(call_id, rerun=rerun, order=order), metadata=stub[1], timeout=BOUND_S)
+    return written(reply, workspace, call_id)
 
 
 def test_a_marked_send_made_before_a_stop_of_its_epoch_is_refused_and_one_made_after_it_runs(
@@ -104,6 +128,35 @@ def test_a_marked_send_not_ordered_against_the_stop_runs_and_an_unmarked_one_is_
     assert create(stub, workspace, f"{case}m", rerun=True, order=send_order) == "written"
     stop(stub, f"{case}u", stop_order)
     assert create(stub, workspace, f"{case}u", rerun=False, order=send_order) == "CANCELLED"
+
+
+@pytest.mark.parametrize("stop_order, outcome", [
+    ((E, 5), "written"),  # a late Stop, made before the call running: it gave up an earlier send, not this one
+    ((E, 7), "CANCELLED"),  # made after it: it gives this call up
+    ((F, 9), "CANCELLED"),  # another epoch's: not ordered against it, stopped as before
+    (None, "CANCELLED"),  # a Stop from a Core built before the order: as before
+])
+def test_a_stop_reaches_a_running_call_only_when_it_was_not_made_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_order: Order, outcome: str) -> None:
+    # A Stop handled after Core's wait for it ran out, while a re-run Core made after it runs
+    # under the id (received, held before its look whether its caller waits): the Stop stopped
+    # it all the same, and it wrote nothing. Now a running call of the Stop's epoch with a higher
+    # seq is not the Stop's to stop: the Stop answers found false, and the call writes.
+    held = held_at(monkeypatch, tmp_path, "call:edit_file")
+    executor = start_executor(tmp_path / "remote")
+    try:
+        with stub_of(executor) as stub:
+            running = stub[0].Call.future(creating("ses_l:c1", rerun=True, order=(E, 6)), metadata=stub[1],
+                                          timeout=BOUND_S)
+            assert poll_until(held.exists, BOUND_S)
+            reply = stub[0].Stop(pb.StopRequest(run_id="ses_l:c1", **_order(stop_order)), metadata=stub[1],
+                                 timeout=BOUND_S)
+            Path(f"{tmp_path / 'hold'}.release").write_text("")  # the held call goes on
+            assert written(running.result(BOUND_S), executor.workspace, "ses_l:c1", refused=(
+                "ses_l_c1.txt: the caller went away before the edit was written; nothing was changed")) == outcome
+        assert reply.found == (outcome == "CANCELLED")  # (stopped: found, and ended as it wrote nothing)
+    finally:
+        stop_process(executor.proc)
 
 
 async def test_a_rerun_given_up_whose_stop_overtakes_it_is_refused_and_a_later_one_runs(

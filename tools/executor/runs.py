@@ -47,6 +47,14 @@ _NAMED = struct.Struct("<dQQ")
 Order = tuple[int, int]  # a send's place in Core's order: (epoch, seq), see proto SendOrder
 
 
+def made_before(first: Order | None, then: Order | None) -> bool:
+    """Whether the send at ``first`` was made before the one at ``then`` by one Core: both have an
+    order (an epoch, never 0), of one epoch, and ``first``'s seq is lower. False when they are not
+    ordered against each other (another epoch, or either has none)."""
+    return (first is not None and then is not None and first[0] != 0 and first[0] == then[0]
+            and first[1] < then[1])
+
+
 class Stopped(Exception):
     """A call or command arriving under an id a ``Stop`` named before it came: nothing is run.
     ``code`` is ``CANCELLED``, as for a call whose caller went away before it wrote."""
@@ -108,10 +116,10 @@ class StoppedIds:
         the two are not ordered (another epoch, or either has no order) or no ``Stop`` named it."""
         self._forget_old()
         named = self._ids.get(self._key(id_))
-        if named is None or order is None or not order[0]:
+        if named is None:
             return False
         _, epoch, seq = _NAMED.unpack(named)
-        return epoch == order[0] and order[1] < seq
+        return made_before(order, (epoch, seq))
 
     def __len__(self) -> int:
         self._forget_old()
@@ -249,7 +257,8 @@ class EditingCalls:
 
     def __init__(self, stopped: StoppedIds | None = None) -> None:
         self._lock = threading.Lock()
-        self._calls: dict[str, list[StopLatch]] = {}
+        # call id -> the latch of each call running under it, with the order it was sent at
+        self._calls: dict[str, list[tuple[StopLatch, Order | None]]] = {}
         self._stopped = stopped if stopped is not None else StoppedIds()  # (guarded by _lock)
 
     @contextmanager
@@ -266,13 +275,14 @@ class EditingCalls:
             if call_id in self._stopped and (not rerun or self._stopped.sent_before(call_id, order)):
                 raise Stopped("a Stop named this call before it came (its caller gave up); nothing was changed")
             latch = StopLatch()
-            self._calls.setdefault(call_id, []).append(latch)
+            running = (latch, order)
+            self._calls.setdefault(call_id, []).append(running)
         try:
             yield latch
         finally:
             with self._lock:
                 same = self._calls[call_id]
-                same.remove(latch)
+                same.remove(running)
                 if not same:
                     del self._calls[call_id]
             latch.over()
@@ -285,10 +295,12 @@ class EditingCalls:
         have ended (a call that had not yet looked whether its caller waits will find the stop
         there and write nothing: it needs no wait); None when none runs by that id. A call coming
         later under ``call_id`` is refused (:class:`StoppedIds`); ``order``: the ``Stop``'s place
-        in Core's sends (None: not known), against which a re-run's is judged."""
+        in Core's sends (None: not known), against which a re-run's is judged. A call running that
+        Core sent after the ``Stop`` (:func:`made_before`: a re-run made once its wait for this
+        ``Stop`` ran out) is not this ``Stop``'s: it is neither stopped nor waited for."""
         with self._lock:
             self._stopped.remember(call_id, order)
-            latches = list(self._calls.get(call_id, ()))
+            latches = [latch for latch, sent in self._calls.get(call_id, ()) if not made_before(order, sent)]
             for latch in latches:
                 latch.set()
         if not latches:
