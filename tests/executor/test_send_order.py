@@ -35,7 +35,7 @@ from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
 from tests.executor_hold import held_at
 from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, poll_until, remote_pool, start_executor, stop_process, until
+from .conftest import ExecutorProcess, poll_until, remote_pool, running_pool, start_executor, stop_process, until
 from .relay import Holding, Relay, give_up_held
 from .test_commands import BOUND_S
 from .test_stop_before_its_call import REFUSED_EDIT
@@ -198,11 +198,53 @@ async def test_a_rerun_given_up_whose_stop_overtakes_it_is_refused_and_a_later_o
     assert relay.stop_orders[0][0] == relay.stop_orders[1][0] and relay.stop_orders[0][1] < relay.stop_orders[1][1]
 
 
-def test_a_pools_clients_share_one_epoch_and_count_their_sends_in_order() -> None:
+def test_a_send_order_keeps_one_epoch_and_counts_its_sends_from_one() -> None:
     order = SendOrder()
     first, second = order.next(), order.next()
     assert first.epoch == second.epoch != 0 and (first.seq, second.seq) == (1, 2)
     assert SendOrder().epoch != order.epoch  # (random: another process's pool, another epoch)
+
+
+async def test_the_clients_of_a_pools_projects_take_their_sends_from_one_order(
+        executor: ExecutorProcess, tmp_path: Path) -> None:
+    # Two projects on the remote executor: a client each, their sends counted in one sequence of
+    # one epoch, as they reach the executor (each client counting its own, a Stop of one could
+    # not be ordered against a send of the other after a reconnect).
+    sent: list[tuple[int, int]] = []
+
+    def seen(request: pb.ToolRequest) -> None:
+        sent.append((request.order.epoch, request.order.seq))
+
+    ws = executor.workspace
+    with Relay(executor.address, before_call=seen) as relay:
+        async with remote_pool(executor, tmp_path / "executors", address=relay.address,
+                               workspaces={"p": ws, "q": ws}) as pool:
+            p, q = await pool.get("p"), await pool.get("q")
+            assert p.client is not q.client
+            with trio.fail_after(BOUND_S):
+                for ex in (p, q, p, q):
+                    await ex.client.call("read_file", {"path": "."})
+    epoch = sent[0][0]
+    assert epoch != 0 and sent == [(epoch, seq) for seq in range(sent[0][1], sent[0][1] + 4)]
+
+
+async def test_a_respawned_childs_client_goes_on_with_its_pools_order(tmp_path: Path) -> None:
+    # A local child killed and spawned again: the new child's client counts on from the last
+    # send of the one before, in the same epoch, not from 1 in an epoch of its own.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        with trio.fail_after(BOUND_S):
+            first = await pool.get("p")
+            assert first.process is not None
+            await first.client.call("read_file", {"path": "."})  # seq 1
+            first.process.kill()
+            await first.process.wait()
+            again = await pool.get("p")
+            assert again is not first and again.client is not first.client
+            await again.client.call("read_file", {"path": "."})  # seq 2
+        epoch = first.client.order.next().epoch  # (seq 3)
+        assert again.client.order.next() == pb.SendOrder(epoch=epoch, seq=4)
 
 
 def test_stopped_ids_keep_the_last_stops_order_per_id() -> None:
