@@ -36,9 +36,11 @@ MAX_RUN_ID_CHARS = 128
 # 120 s, from its send, which comes before its Stop): a call arriving later than that is past its
 # deadline, and grpc runs it no more. A command's stream is cancelled by Core within seconds of
 # its Stop. The count bounds the memory (an id is kept as a 16-byte digest, whatever its length,
-# with when it was named and its Stop's order packed in 24 bytes): about 760 KiB a registry when
-# full (measured: 761 KiB; the executor has two, about 1.5 MiB), for Stops at more than 30 a
-# second, far past an abort's pace.
+# with when it was named and its Stop's order packed in 24 bytes): about 970 KiB a registry once
+# ids come and go (measured: 968 KiB after 2,000 more than the count and after 30,000 more; its
+# table, rebuilt as the oldest are dropped, is twice the size it had when first full: 761 KiB
+# only while it first fills), 1.25 MiB for a moment while the table is rebuilt; the executor has
+# two, about 1.9 MiB. For Stops at more than 30 a second, far past an abort's pace.
 STOPPED_IDS_MOST = 4096
 STOPPED_IDS_KEEP_S = 120.0
 # What a registry keeps of a Stop: when it was named, and its order (epoch, seq; 0, 0: none).
