@@ -6,7 +6,9 @@ on a respawned child) is not refused for a ``Stop`` that gave up an earlier send
 re-run is itself given up and its ``Stop`` overtakes it, the mark alone let it run (and write
 beside the next write): now a send of the ``Stop``'s epoch whose sequence is below the
 ``Stop``'s is refused ``CANCELLED``, marked or not. Sends of another epoch (another Core
-process) or with no order (a Core built before it) keep the mark's rule, as before.
+process) or with no order (a Core built before it) keep the mark's rule, as before. A ``Stop``
+stops a call running under its id unless Core sent that call after it; a pool's clients all
+take their places from one order.
 
 Everything is real: the module's executor process over gRPC (raw requests with the orders a
 test chooses), and Core's pool and workspace tools behind a relay holding a call on its way.

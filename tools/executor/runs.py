@@ -255,7 +255,7 @@ class EditingCalls:
     """The latches of the editing calls running now, by call id (Core's ``session:call``, not
     bounded by this protocol), for a ``Stop`` naming one. Several calls may run under one id (a
     call sent again while the first still runs): each has its latch, and a ``Stop`` by the id
-    reaches all of them."""
+    reaches all of them but those Core sent after it (:meth:`stop`)."""
 
     def __init__(self, stopped: StoppedIds | None = None) -> None:
         self._lock = threading.Lock()
