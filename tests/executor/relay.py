@@ -34,6 +34,9 @@ import grpc
 import trio
 
 from proto import executor_pb2 as pb
+from runtime.executors import DomainLock
+
+from .conftest import until
 
 PASSED_METADATA = ("authorization", "lens-protocol")
 
@@ -164,11 +167,12 @@ class Holding:
             assert self._go.wait(20)
 
 
-async def give_up_held(run: Callable[[], Awaitable[Any]], holding: Holding) -> None:
+async def give_up_held(run: Callable[[], Awaitable[Any]], holding: Holding, lock: DomainLock | None = None) -> None:
     """Run ``run()`` (a Core tool sending an editing ``Call``), the call held by ``holding`` on
     its way, and cancel it there; once its caller is gone (Core's ``Stop`` by the call's id was
-    answered and the lock let go), let the ``Call`` go on: it reaches the executor after its
-    ``Stop``. Bounded: 20 s."""
+    answered and the lock let go: given ``lock``, its domain's, its write side is taken and let go
+    then, as the domain's next write would), let the ``Call`` go on: it reaches the executor after
+    its ``Stop``. Bounded: 20 s."""
     cancel = trio.CancelScope()
     outcome: list[bool] = []
 
@@ -182,9 +186,11 @@ async def give_up_held(run: Callable[[], Awaitable[Any]], holding: Holding) -> N
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(given_up)
-                while not holding.held.is_set():  # (bounded above: a poll of the relay's thread)
-                    await trio.sleep(0.01)
+                await until(holding.held.is_set, 20)  # (the relay's thread holds it)
                 cancel.cancel()
-        assert outcome == [True]  # (given up: no result)
+            assert outcome == [True]  # (given up: no result)
+            if lock is not None:
+                async with lock.write():  # (let go: the domain's next write may begin)
+                    pass
     finally:
         holding.let_go()

@@ -31,7 +31,7 @@ from tools.workspace_tools import workspace_tools
 
 from .conftest import (ExecutorProcess, remote_pool, running_executor, running_pool, start_executor, stop_process,
                        tool_ctx, until, until_ended, wait_path)
-from .relay import Relay
+from .relay import Holding, Relay, give_up_held
 from .test_commands import BOUND_S, collect
 
 REFUSED_EDIT = "a Stop named this call before it came (its caller gave up); nothing was changed"
@@ -189,49 +189,28 @@ async def test_an_aborted_edit_that_reaches_the_executor_after_its_stop_writes_n
     executor = start_executor(tmp_path / "remote")
     ws = executor.workspace
     (ws / "f.txt").write_text("a\n")
-    let_go = threading.Event()
     replies: list[pb.ToolReply] = []
-
-    def hold(request: pb.ToolRequest) -> None:  # (the relay's thread: the call on its way)
-        if request.tool == "edit_file":
-            held.set()
-            assert let_go.wait(20)
 
     def seen(reply: pb.ToolReply) -> pb.ToolReply:
         replies.append(reply)
         return reply
 
-    held = threading.Event()
+    holding = Holding(lambda request: request.tool == "edit_file")  # (the call on its way)
     try:
-        with Relay(executor.address, before_call=hold, edit_reply=seen) as relay:
+        with Relay(executor.address, before_call=holding, edit_reply=seen) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
                 edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
-                cancel = trio.CancelScope()
-                outcome: list[Any] = []
-
-                async def aborted() -> None:
-                    with cancel:
-                        outcome.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
-                                                      tool_ctx("ses_r", "c1")))
-                    outcome.append(cancel.cancelled_caught)
-
                 with trio.fail_after(20):
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(aborted)
-                        await until(held.is_set)
-                        lock = (await pool.get("p")).lock
-                        cancel.cancel()
-                        await until(lambda: bool(outcome))  # (the Stop answered: the caller is gone)
-                    assert outcome == [True]  # aborted, as before: no result
-                    async with lock.write():  # (let go: the domain's next write may begin)
-                        pass
-                    let_go.set()  # the Call goes on to the executor, after its Stop
+                    # aborted, as before: no result; its lock let go (the domain's next write may
+                    # begin), then the Call goes on to the executor, after its Stop
+                    await give_up_held(lambda: edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
+                                                        tool_ctx("ses_r", "c1")),
+                                       holding, (await pool.get("p")).lock)
                     await until(lambda: bool(replies))
         assert (replies[0].ok, replies[0].error_code) == (False, "CANCELLED")
         assert (ws / "f.txt").read_text() == "a\n"
         assert not any(".lens-" in p.name for p in ws.iterdir())
     finally:
-        let_go.set()
         stop_process(executor.proc)
 
 

@@ -36,15 +36,25 @@ MAX_RUN_ID_CHARS = 128
 # 120 s, from its send, which comes before its Stop): a call arriving later than that is past its
 # deadline, and grpc runs it no more. A command's stream is cancelled by Core within seconds of
 # its Stop. The count bounds the memory (an id is kept as a 16-byte digest, whatever its length,
-# with when it was named and its Stop's order packed in 24 bytes): about 760 KiB a registry when
-# full (measured: 761 KiB; the executor has two, about 1.5 MiB), for Stops at more than 30 a
-# second, far past an abort's pace.
+# with when it was named and its Stop's order packed in 24 bytes): about 970 KiB a registry once
+# ids come and go (measured: 968 KiB after 2,000 more than the count and after 30,000 more; its
+# table, rebuilt as the oldest are dropped, is twice the size it had when first full: 761 KiB
+# only while it first fills), 1.25 MiB for a moment while the table is rebuilt; the executor has
+# two, about 1.9 MiB. For Stops at more than 30 a second, far past an abort's pace.
 STOPPED_IDS_MOST = 4096
 STOPPED_IDS_KEEP_S = 120.0
 # What a registry keeps of a Stop: when it was named, and its order (epoch, seq; 0, 0: none).
 _NAMED = struct.Struct("<dQQ")
 
 Order = tuple[int, int]  # a send's place in Core's order: (epoch, seq), see proto SendOrder
+
+
+def made_before(first: Order | None, then: Order | None) -> bool:
+    """Whether the send at ``first`` was made before the one at ``then`` by one Core: both have an
+    order (an epoch, never 0), of one epoch, and ``first``'s seq is lower. False when they are not
+    ordered against each other (another epoch, or either has none)."""
+    return (first is not None and then is not None and first[0] != 0 and first[0] == then[0]
+            and first[1] < then[1])
 
 
 class Stopped(Exception):
@@ -108,10 +118,10 @@ class StoppedIds:
         the two are not ordered (another epoch, or either has no order) or no ``Stop`` named it."""
         self._forget_old()
         named = self._ids.get(self._key(id_))
-        if named is None or order is None or not order[0]:
+        if named is None:
             return False
         _, epoch, seq = _NAMED.unpack(named)
-        return epoch == order[0] and order[1] < seq
+        return made_before(order, (epoch, seq))
 
     def __len__(self) -> int:
         self._forget_old()
@@ -245,11 +255,12 @@ class EditingCalls:
     """The latches of the editing calls running now, by call id (Core's ``session:call``, not
     bounded by this protocol), for a ``Stop`` naming one. Several calls may run under one id (a
     call sent again while the first still runs): each has its latch, and a ``Stop`` by the id
-    reaches all of them."""
+    reaches all of them but those Core sent after it (:meth:`stop`)."""
 
     def __init__(self, stopped: StoppedIds | None = None) -> None:
         self._lock = threading.Lock()
-        self._calls: dict[str, list[StopLatch]] = {}
+        # call id -> the latch of each call running under it, with the order it was sent at
+        self._calls: dict[str, list[tuple[StopLatch, Order | None]]] = {}
         self._stopped = stopped if stopped is not None else StoppedIds()  # (guarded by _lock)
 
     @contextmanager
@@ -266,13 +277,14 @@ class EditingCalls:
             if call_id in self._stopped and (not rerun or self._stopped.sent_before(call_id, order)):
                 raise Stopped("a Stop named this call before it came (its caller gave up); nothing was changed")
             latch = StopLatch()
-            self._calls.setdefault(call_id, []).append(latch)
+            running = (latch, order)
+            self._calls.setdefault(call_id, []).append(running)
         try:
             yield latch
         finally:
             with self._lock:
                 same = self._calls[call_id]
-                same.remove(latch)
+                same.remove(running)
                 if not same:
                     del self._calls[call_id]
             latch.over()
@@ -285,10 +297,12 @@ class EditingCalls:
         have ended (a call that had not yet looked whether its caller waits will find the stop
         there and write nothing: it needs no wait); None when none runs by that id. A call coming
         later under ``call_id`` is refused (:class:`StoppedIds`); ``order``: the ``Stop``'s place
-        in Core's sends (None: not known), against which a re-run's is judged."""
+        in Core's sends (None: not known), against which a re-run's is judged. A call running that
+        Core sent after the ``Stop`` (:func:`made_before`: a re-run made once its wait for this
+        ``Stop`` ran out) is not this ``Stop``'s: it is neither stopped nor waited for."""
         with self._lock:
             self._stopped.remember(call_id, order)
-            latches = list(self._calls.get(call_id, ()))
+            latches = [latch for latch, sent in self._calls.get(call_id, ()) if not made_before(order, sent)]
             for latch in latches:
                 latch.set()
         if not latches:
