@@ -45,6 +45,15 @@ LOST_GRACE_S = 2.0
 IDLE_STOP_S = 600.0
 
 
+async def exit_awaited(proc: trio.Process) -> None:
+    """Wait up to :data:`LOST_GRACE_S` for ``proc`` to exit, if it runs: a child a call found
+    unreachable, or whose output ended, closes its socket a moment before its exit status can be
+    collected."""
+    if proc.returncode is None:
+        with trio.move_on_after(LOST_GRACE_S):
+            await proc.wait()
+
+
 def ended_how(returncode: int | None) -> str:
     """A child's end as an operator reads it: ``killed by SIGKILL``, ``exit status 1``."""
     if returncode is None:
@@ -254,10 +263,9 @@ class ExecutorPool:
         """The project's executor, connected and version-checked (spawning it if needed)."""
         ex = self._executors.get(project_id)
         if ex is not None and ex.process is not None and ex.client.lost and ex.process.returncode is None:
-            # A call found the child unreachable: its socket closes a moment before its exit status
-            # can be collected, so give a dying child a short while before trusting it again.
-            with trio.move_on_after(LOST_GRACE_S):
-                await ex.process.wait()
+            # A call found the child unreachable: give a dying child a short while before trusting
+            # it again.
+            await exit_awaited(ex.process)
             ex.client.lost = False
         if ex is not None and (ex.process is None or ex.process.returncode is None):
             ex.client.used = trio.current_time()  # (handed out: about to be used)
@@ -295,11 +303,9 @@ class ExecutorPool:
         still holds it for the new child: no other call of the domain ran in between."""
         if ex.process is None or ex.process in self._ended_by_pool:
             return None  # (remote, or stopped by the pool itself: no death to make up for)
+        await exit_awaited(ex.process)
         if ex.process.returncode is None:
-            with trio.move_on_after(LOST_GRACE_S):
-                await ex.process.wait()
-            if ex.process.returncode is None:
-                return None
+            return None
         again = await self.get(ex.project_id)
         return again if again is not ex and again.lock is ex.lock else None
 
@@ -355,13 +361,12 @@ class ExecutorPool:
         return None
 
     async def _dead(self, ex: Executor) -> bool:
-        """Whether ``ex`` is a local child that has exited, waiting up to :data:`LOST_GRACE_S` for
-        one a call found unreachable (its socket closes a moment before its exit)."""
+        """Whether ``ex`` is a local child that has exited, waited for (:func:`exit_awaited`) when
+        a call found it unreachable."""
         if ex.process is None or ex.gone is None:
             return False
-        if ex.process.returncode is None and ex.client.lost:
-            with trio.move_on_after(LOST_GRACE_S):
-                await ex.process.wait()
+        if ex.client.lost:
+            await exit_awaited(ex.process)
         return ex.process.returncode is not None
 
     def _check_apart(self, project_id: str, workspace: Path) -> None:
@@ -497,8 +502,7 @@ class ExecutorPool:
         exit status can be collected). A child that exits with a status failed by itself, and one
         the pool stopped (its shutdown: the SIGTERM, and the SIGKILL when that did not end it), was
         not killed: neither is started again."""
-        with trio.move_on_after(LOST_GRACE_S):
-            await proc.wait()
+        await exit_awaited(proc)
         return proc.returncode is not None and proc.returncode < 0 and proc not in self._ended_by_pool
 
     def _end(self, proc: trio.Process) -> None:
