@@ -321,7 +321,8 @@ class ExecutorPool:
         groups it left (:meth:`_reap`), so that none of them runs on beside the domain's next
         write; a child known dead is not asked.
         Past :attr:`call_end_wait_s`, or when the executor cannot be asked (any other failure of
-        the ``Stop``: gone, built before it, a closed channel), or at the daemon's stop now, a
+        the ``Stop``: gone, built before it, a closed channel; a live child is then not waited
+        for), or at the daemon's stop now, a
         warning is logged and the wait ends: the executor is never stopped for it (a slow write, a
         large file on a slow disk, would lose its executor, its temp file and every background
         job of the workspace), so the domain's next write may then run beside the call, as it did
@@ -332,7 +333,7 @@ class ExecutorPool:
         caller to record what it changed; None otherwise (it wrote nothing, it was not confirmed
         ended, an executor built before ``call`` was sent)."""
         why = f"did not say it ended within {self.call_end_wait_s:g} s"
-        dead = False
+        dead = unreachable = False
         with self.stop_now.grace(self.call_end_wait_s) as waiting:  # (the daemon's stop now ends it at once)
             try:
                 if ex.process is None or ex.process.returncode is None:  # (a child known dead is not asked)
@@ -343,16 +344,17 @@ class ExecutorPool:
                 pass  # (the Stop's deadline is the bound: not answered within it)
             except Exception as exc:  # (not confirmed, whatever failed: a closed channel's ValueError too)
                 why = f"could not be asked whether it ended ({getattr(exc, 'message', None) or exc!r})"
-            if await self._dead(ex):
+                unreachable = isinstance(exc, ExecutorUnavailable) and exc.status == "UNAVAILABLE"
+            if await self._dead(ex, unreachable):
                 dead = True
                 assert ex.process is not None and ex.gone is not None
-                await ex.gone.wait()
-                log.info("%s was given up as the executor of project %s died (pid %d, %s): the commands it left "
-                         "were ended before the workspace's next write", what or f"call {call_id}", ex.project_id,
-                         ex.process.pid, ended_how(ex.process.returncode))
+                why = f"died under it, and the commands it left were not ended within {self.call_end_wait_s:g} s"
+                if not ex.gone.is_set():  # (set: a checkpoint would be cut by a stop now, the commands ended)
+                    await ex.gone.wait()
+                log.info("%s was given up as the executor of project %s died (pid %d, %s): the commands it "
+                         "left were ended before the workspace's next write", what or f"call {call_id}",
+                         ex.project_id, ex.process.pid, ended_how(ex.process.returncode))
                 return None
-        if dead:
-            why = f"died under it, and the commands it left were not ended within {self.call_end_wait_s:g} s"
         if waiting.cancelled_caught and self.stop_now.is_set() and trio.current_time() < waiting.deadline:
             why = ("died under it, and the daemon's stop ended the wait for the commands it left to be ended"
                    if dead else "had not said it ended when the daemon's stop ended the wait for it")
@@ -360,12 +362,13 @@ class ExecutorPool:
                     "beside it", what or f"call {call_id}", ex.project_id, why)
         return None
 
-    async def _dead(self, ex: Executor) -> bool:
+    async def _dead(self, ex: Executor, unreachable: bool) -> bool:
         """Whether ``ex`` is a local child that has exited, waited for (:func:`exit_awaited`) when
-        a call found it unreachable."""
+        its ``Stop`` found it ``unreachable``: a child whose ``Stop`` failed otherwise (a closed
+        channel) is not, whatever an earlier call found."""
         if ex.process is None or ex.gone is None:
             return False
-        if ex.client.lost:
+        if unreachable:
             await exit_awaited(ex.process)
         return ex.process.returncode is not None
 
