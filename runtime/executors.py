@@ -237,6 +237,9 @@ class ExecutorPool:
         # their end by a signal is the pool's doing, never a death from outside (see _killed).
         self._ended_by_pool: weakref.WeakSet[trio.Process] = weakref.WeakSet()
         self._starting: set[trio.Process] = set()  # spawned, their ready line not read yet
+        # The children whose command groups _reap could not all end (a group that outlived its
+        # SIGKILL past call_end_wait_s, a kill refused, their records unreadable): see call_ended.
+        self._left_running: weakref.WeakSet[trio.Process] = weakref.WeakSet()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -318,11 +321,11 @@ class ExecutorPool:
         warning (default ``call <call_id>``).
         A local child that died (exited, or unreachable as a dying child is: its ``Stop`` then
         fails) cannot end its commands: the wait is for the pool to have reaped it and ended the
-        groups it left (:meth:`_reap`), so that none of them runs on beside the domain's next
-        write; a child known dead is not asked.
-        Past :attr:`call_end_wait_s`, or when the executor cannot be asked (any other failure of
-        the ``Stop``: gone, built before it, a closed channel; a live child is then not waited
-        for), or at the daemon's stop now, a
+        groups it left (:meth:`_reap`: killed, and waited for until none of their processes runs),
+        so that none of them runs on beside the domain's next write; a child known dead is not
+        asked. Past :attr:`call_end_wait_s`, or when the executor cannot be asked (any other
+        failure of the ``Stop``: gone, built before it, a closed channel; a live child is then
+        not waited for), or when the reap could not end the groups, or at the daemon's stop now, a
         warning is logged and the wait ends: the executor is never stopped for it (a slow write, a
         large file on a slow disk, would lose its executor, its temp file and every background
         job of the workspace), so the domain's next write may then run beside the call, as it did
@@ -351,10 +354,13 @@ class ExecutorPool:
                 why = f"died under it, and the commands it left were not ended within {self.call_end_wait_s:g} s"
                 if not ex.gone.is_set():  # (set: a checkpoint would be cut by a stop now, the commands ended)
                     await ex.gone.wait()
-                log.info("%s was given up as the executor of project %s died (pid %d, %s): the commands it "
-                         "left were ended before the workspace's next write", what or f"call {call_id}",
-                         ex.project_id, ex.process.pid, ended_how(ex.process.returncode))
-                return None
+                if ex.process in self._left_running:  # (the reap failed, or a group outlived its SIGKILL)
+                    why = "died under it, and the commands it left could not all be ended"
+                else:
+                    log.info("%s was given up as the executor of project %s died (pid %d, %s): the commands it "
+                             "left were ended before the workspace's next write", what or f"call {call_id}",
+                             ex.project_id, ex.process.pid, ended_how(ex.process.returncode))
+                    return None
         if waiting.cancelled_caught and self.stop_now.is_set() and trio.current_time() < waiting.deadline:
             why = ("died under it, and the daemon's stop ended the wait for the commands it left to be ended"
                    if dead else "had not said it ended when the daemon's stop ended the wait for it")
@@ -575,10 +581,13 @@ class ExecutorPool:
                 if proc.returncode is not None:
                     # A child that did not end its commands itself (killed outright, or still
                     # waiting out their SIGTERM grace when we had to kill it) left their groups
-                    # named in its state: end them now, not when a later executor starts there.
+                    # named in its state: end them now, not when a later executor starts there, and
+                    # wait (within call_end_wait_s) until they have gone.
                     try:
-                        await trio.to_thread.run_sync(GroupRegistry(state).reap)
+                        if not await trio.to_thread.run_sync(GroupRegistry(state).end_left, self.call_end_wait_s):
+                            self._left_running.add(proc)
                     except OSError as exc:
+                        self._left_running.add(proc)
                         log.warning("cannot end the commands executor %d left running: %s", proc.pid, exc)
                 gone.set()
 

@@ -245,16 +245,18 @@ async def test_a_command_refused_for_the_executors_slots_is_sent_again_and_never
 
 # A command whose background writer (in the command's group, deaf to SIGTERM) outlives its
 # executor: it rewrites ``<name>.beat`` every 10 ms; its pid is in ``<name>.writer``, the group's
-# in ``<name>.pid``. The second write says whether the writer still ran when it began.
+# in ``<name>.pid``. The second write says whether the writer still ran when it began (a writer
+# killed and ended but not yet waited for by its parent is a zombie: it runs no more; the pool's
+# reap returns only once no process of the group runs, so a killed writer is never still ending).
 OUTLIVING = ("echo $$ > {name}.pid; (trap '' TERM; while :; do echo > {name}.beat; sleep 0.01; done) & "
              "echo $! > {name}.writer; wait")
 WRITER_SEEN = ("s=$(cut -d' ' -f3 /proc/$(cat {name}.writer)/stat 2>/dev/null); "
-               "if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo beside; else echo after; fi")
+               "if [ -n \"$s\" ] && [ \"$s\" != Z ] && [ \"$s\" != X ]; then echo beside; else echo after; fi")
 
 
 async def executor_dies_under_a_command(tmp_path: Path, *, call_end_wait_s: float | None = None,
-                                        while_unreaped: Callable[[ExecutorPool], Awaitable[None]] | None = None
-                                        ) -> Behind:
+                                        while_unreaped: Callable[[ExecutorPool], Awaitable[None]] | None = None,
+                                        before_reap: Callable[[], None] | None = None) -> Behind:
     """Run OUTLIVING on project "p"'s local child, kill that child outright once the writer runs
     and a second write (WRITER_SEEN, project "q" on the same workspace: its own child, which reaps
     nothing of p's) waits for the lock. The test holds the dead child's standard output open,
@@ -262,7 +264,8 @@ async def executor_dies_under_a_command(tmp_path: Path, *, call_end_wait_s: floa
     waits until the test lets it go, so the order is seen, not raced. It is let go once the
     second write has run (the lock let go before the reap), or once the first has found its child
     dead and still holds the lock; ``while_unreaped(pool)`` then runs first, and the output is
-    let go after the second write has run."""
+    let go after the second write has run; ``before_reap()`` runs just before it is let go
+    otherwise."""
     name = f"died{next(_n)}"
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -293,6 +296,8 @@ async def executor_dies_under_a_command(tmp_path: Path, *, call_end_wait_s: floa
                 if while_unreaped is not None and not second_ran.is_set():
                     await while_unreaped(pool)
                     await until(second_ran.is_set)
+                elif before_reap is not None:
+                    before_reap()
                 os.close(held.pop())
 
             async def second() -> ToolResult:
@@ -437,3 +442,22 @@ async def test_a_live_local_executor_that_cannot_be_asked_is_not_waited_for(
     assert len(messages) == 1, messages
     assert "the executor of project p could not be asked whether it ended (ValueError(" in messages[0], messages
 
+
+async def test_a_dead_executors_groups_that_cannot_be_ended_are_warned_of(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The dead child's records of its groups cannot be read when the pool reaps it (their
+    # directory replaced by a file): the reap ends nothing, and the log says so, not that the
+    # commands were ended; the command's writer runs on beside the next write.
+    def records_unreadable() -> None:
+        [record] = (tmp_path / "executors").glob("*/commands/[0-9]*")  # (p's command: the one running)
+        record.parent.rename(record.parent.with_name("moved"))
+        record.parent.write_text("")
+
+    with caplog.at_level(logging.INFO, logger="lens.executors"):
+        first, second, took = await executor_dies_under_a_command(tmp_path, before_reap=records_unreadable)
+    assert isinstance(first, ToolError) and first.code == "EXECUTOR_UNAVAILABLE", first
+    assert not second.is_error and said(second).startswith("beside\n"), second.content
+    messages = [m for m in warned(caplog) if "ses_c:c1" in m]
+    assert messages == ["the command of call ses_c:c1 was given up, and the executor of project p died under it, "
+                        "and the commands it left could not all be ended: the workspace's next write may run "
+                        "beside it"], messages
