@@ -45,6 +45,15 @@ LOST_GRACE_S = 2.0
 IDLE_STOP_S = 600.0
 
 
+async def exit_awaited(proc: trio.Process) -> None:
+    """Wait up to :data:`LOST_GRACE_S` for ``proc`` to exit, if it runs: a child a call found
+    unreachable, or whose output ended, closes its socket a moment before its exit status can be
+    collected."""
+    if proc.returncode is None:
+        with trio.move_on_after(LOST_GRACE_S):
+            await proc.wait()
+
+
 def ended_how(returncode: int | None) -> str:
     """A child's end as an operator reads it: ``killed by SIGKILL``, ``exit status 1``."""
     if returncode is None:
@@ -228,6 +237,9 @@ class ExecutorPool:
         # their end by a signal is the pool's doing, never a death from outside (see _killed).
         self._ended_by_pool: weakref.WeakSet[trio.Process] = weakref.WeakSet()
         self._starting: set[trio.Process] = set()  # spawned, their ready line not read yet
+        # The children whose command groups _reap could not all end (a group that outlived its
+        # SIGKILL past call_end_wait_s, a kill refused, their records unreadable): see call_ended.
+        self._left_running: weakref.WeakSet[trio.Process] = weakref.WeakSet()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -254,10 +266,9 @@ class ExecutorPool:
         """The project's executor, connected and version-checked (spawning it if needed)."""
         ex = self._executors.get(project_id)
         if ex is not None and ex.process is not None and ex.client.lost and ex.process.returncode is None:
-            # A call found the child unreachable: its socket closes a moment before its exit status
-            # can be collected, so give a dying child a short while before trusting it again.
-            with trio.move_on_after(LOST_GRACE_S):
-                await ex.process.wait()
+            # A call found the child unreachable: give a dying child a short while before trusting
+            # it again.
+            await exit_awaited(ex.process)
             ex.client.lost = False
         if ex is not None and (ex.process is None or ex.process.returncode is None):
             ex.client.used = trio.current_time()  # (handed out: about to be used)
@@ -295,11 +306,9 @@ class ExecutorPool:
         still holds it for the new child: no other call of the domain ran in between."""
         if ex.process is None or ex.process in self._ended_by_pool:
             return None  # (remote, or stopped by the pool itself: no death to make up for)
+        await exit_awaited(ex.process)
         if ex.process.returncode is None:
-            with trio.move_on_after(LOST_GRACE_S):
-                await ex.process.wait()
-            if ex.process.returncode is None:
-                return None
+            return None
         again = await self.get(ex.project_id)
         return again if again is not ex and again.lock is ex.lock else None
 
@@ -312,10 +321,11 @@ class ExecutorPool:
         warning (default ``call <call_id>``).
         A local child that died (exited, or unreachable as a dying child is: its ``Stop`` then
         fails) cannot end its commands: the wait is for the pool to have reaped it and ended the
-        groups it left (:meth:`_reap`), so that none of them runs on beside the domain's next
-        write; a child known dead is not asked.
-        Past :attr:`call_end_wait_s`, or when the executor cannot be asked (any other failure of
-        the ``Stop``: gone, built before it, a closed channel), or at the daemon's stop now, a
+        groups it left (:meth:`_reap`: killed, and waited for until none of their processes runs),
+        so that none of them runs on beside the domain's next write; a child known dead is not
+        asked. Past :attr:`call_end_wait_s`, or when the executor cannot be asked (any other
+        failure of the ``Stop``: gone, built before it, a closed channel; a live child is then
+        not waited for), or when the reap could not end the groups, or at the daemon's stop now, a
         warning is logged and the wait ends: the executor is never stopped for it (a slow write, a
         large file on a slow disk, would lose its executor, its temp file and every background
         job of the workspace), so the domain's next write may then run beside the call, as it did
@@ -326,7 +336,7 @@ class ExecutorPool:
         caller to record what it changed; None otherwise (it wrote nothing, it was not confirmed
         ended, an executor built before ``call`` was sent)."""
         why = f"did not say it ended within {self.call_end_wait_s:g} s"
-        dead = False
+        dead = unreachable = False
         with self.stop_now.grace(self.call_end_wait_s) as waiting:  # (the daemon's stop now ends it at once)
             try:
                 if ex.process is None or ex.process.returncode is None:  # (a child known dead is not asked)
@@ -337,16 +347,20 @@ class ExecutorPool:
                 pass  # (the Stop's deadline is the bound: not answered within it)
             except Exception as exc:  # (not confirmed, whatever failed: a closed channel's ValueError too)
                 why = f"could not be asked whether it ended ({getattr(exc, 'message', None) or exc!r})"
-            if await self._dead(ex):
+                unreachable = isinstance(exc, ExecutorUnavailable) and exc.status == "UNAVAILABLE"
+            if await self._dead(ex, unreachable):
                 dead = True
                 assert ex.process is not None and ex.gone is not None
-                await ex.gone.wait()
-                log.info("%s was given up as the executor of project %s died (pid %d, %s): the commands it left "
-                         "were ended before the workspace's next write", what or f"call {call_id}", ex.project_id,
-                         ex.process.pid, ended_how(ex.process.returncode))
-                return None
-        if dead:
-            why = f"died under it, and the commands it left were not ended within {self.call_end_wait_s:g} s"
+                why = f"died under it, and the commands it left were not ended within {self.call_end_wait_s:g} s"
+                if not ex.gone.is_set():  # (set: a checkpoint would be cut by a stop now, the commands ended)
+                    await ex.gone.wait()
+                if ex.process in self._left_running:  # (the reap failed, or a group outlived its SIGKILL)
+                    why = "died under it, and the commands it left could not all be ended"
+                else:
+                    log.info("%s was given up as the executor of project %s died (pid %d, %s): the commands it "
+                             "left were ended before the workspace's next write", what or f"call {call_id}",
+                             ex.project_id, ex.process.pid, ended_how(ex.process.returncode))
+                    return None
         if waiting.cancelled_caught and self.stop_now.is_set() and trio.current_time() < waiting.deadline:
             why = ("died under it, and the daemon's stop ended the wait for the commands it left to be ended"
                    if dead else "had not said it ended when the daemon's stop ended the wait for it")
@@ -354,14 +368,14 @@ class ExecutorPool:
                     "beside it", what or f"call {call_id}", ex.project_id, why)
         return None
 
-    async def _dead(self, ex: Executor) -> bool:
-        """Whether ``ex`` is a local child that has exited, waiting up to :data:`LOST_GRACE_S` for
-        one a call found unreachable (its socket closes a moment before its exit)."""
+    async def _dead(self, ex: Executor, unreachable: bool) -> bool:
+        """Whether ``ex`` is a local child that has exited, waited for (:func:`exit_awaited`) when
+        its ``Stop`` found it ``unreachable``: a child whose ``Stop`` failed otherwise (a closed
+        channel) is not, whatever an earlier call found."""
         if ex.process is None or ex.gone is None:
             return False
-        if ex.process.returncode is None and ex.client.lost:
-            with trio.move_on_after(LOST_GRACE_S):
-                await ex.process.wait()
+        if unreachable:
+            await exit_awaited(ex.process)
         return ex.process.returncode is not None
 
     def _check_apart(self, project_id: str, workspace: Path) -> None:
@@ -497,8 +511,7 @@ class ExecutorPool:
         exit status can be collected). A child that exits with a status failed by itself, and one
         the pool stopped (its shutdown: the SIGTERM, and the SIGKILL when that did not end it), was
         not killed: neither is started again."""
-        with trio.move_on_after(LOST_GRACE_S):
-            await proc.wait()
+        await exit_awaited(proc)
         return proc.returncode is not None and proc.returncode < 0 and proc not in self._ended_by_pool
 
     def _end(self, proc: trio.Process) -> None:
@@ -568,10 +581,13 @@ class ExecutorPool:
                 if proc.returncode is not None:
                     # A child that did not end its commands itself (killed outright, or still
                     # waiting out their SIGTERM grace when we had to kill it) left their groups
-                    # named in its state: end them now, not when a later executor starts there.
+                    # named in its state: end them now, not when a later executor starts there, and
+                    # wait (within call_end_wait_s) until they have gone.
                     try:
-                        await trio.to_thread.run_sync(GroupRegistry(state).reap)
+                        if not await trio.to_thread.run_sync(GroupRegistry(state).end_left, self.call_end_wait_s):
+                            self._left_running.add(proc)
                     except OSError as exc:
+                        self._left_running.add(proc)
                         log.warning("cannot end the commands executor %d left running: %s", proc.pid, exc)
                 gone.set()
 

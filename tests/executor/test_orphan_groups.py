@@ -189,3 +189,24 @@ async def test_an_entry_that_cannot_be_read_or_removed_does_not_keep_the_executo
         pass  # (it started and answered the handshake)
     assert "cannot" in ex.output() and "12345" in ex.output()  # (said, as a warning)
     assert sorted(p.name for p in commands.iterdir()) == ["12345"]
+
+
+def test_end_left_returns_once_no_process_of_the_groups_runs(tmp_path: Path, live_group: int,
+                                                            gone_executor: tuple[int, str]) -> None:
+    # SIGKILL is sent, not done: the pool says a dead executor's commands were ended only once
+    # end_left returns, so none of their processes may run then. The killed process stays a
+    # zombie until this test's fixture waits for it: it runs nothing, and counts as ended.
+    owner, owner_start = gone_executor
+    write_record(tmp_path, live_group, f"{_boot_id()} {_start_time(live_group)} {owner} {owner_start}")
+    assert GroupRegistry(tmp_path).end_left(BOUND_S) is True
+    assert group_members(live_group) == []
+    assert list((tmp_path / "commands").iterdir()) == []
+
+
+def test_end_left_says_when_a_record_cannot_be_read(tmp_path: Path) -> None:
+    # A record that cannot be read (a directory in its place) may name a group still running:
+    # not "ended", though nothing was killed.
+    (tmp_path / "commands" / "12345").mkdir(parents=True)
+    groups = GroupRegistry(tmp_path)
+    assert groups.end_left(BOUND_S) is False
+    assert groups.reap() == []  # (reap's answer, the groups it signalled, is as before)

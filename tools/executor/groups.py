@@ -10,7 +10,8 @@ would run on unowned. So while a command runs, a small file names its group::
 and it is removed when the command has ended. An executor starting over the same state
 directory kills every group still named there whose executor is gone
 (:meth:`GroupRegistry.reap`): SIGKILL to the whole group, since nobody waits for its output any
-more. Start times are field 22 of ``/proc/<pid>/stat``. The boot id and the leader's start time
+more. The pool, reaping a local executor that died, also waits (bounded) until no process of those
+groups runs (:meth:`GroupRegistry.end_left`). Start times are field 22 of ``/proc/<pid>/stat``. The boot id and the leader's start time
 make sure a group id the kernel has since given to another process is left alone: after a
 reboot nothing is killed, and a live leader with another start time is someone else. (While any
 member of a group lives, Linux never hands its id to a new process, so a group whose leader has
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 log = logging.getLogger("lens.executor.groups")
@@ -38,15 +40,38 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def _start_time(pid: int) -> str | None:
-    """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), or ``None`` if no such process."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (the state) on, or ``None`` if no such
+    process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may hold spaces: split after its last ")".
-    fields = stat[stat.rindex(")") + 2:].split()
-    return fields[19] if len(fields) > 19 else None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), or ``None`` if no such process."""
+    fields = _stat(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
+
+
+def _runs(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs: a zombie (killed, not yet waited for by
+    its parent) runs nothing, but keeps the group's id in use."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            fields = _stat(int(entry.name)) if entry.name.isdigit() else None
+            if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                return True
+    return False
 
 
 def _forget(path: Path) -> None:
@@ -84,10 +109,29 @@ class GroupRegistry:
 
     def reap(self) -> list[int]:
         """Kill the groups an earlier executor left named here; return the ids signalled."""
+        return self._kill_left()[0]
+
+    def end_left(self, within: float) -> bool:
+        """Kill the groups an earlier executor left named here (:meth:`reap`) and wait, up to
+        ``within`` seconds, until none of their processes runs (SIGKILL is sent, not yet done);
+        True when every group so ended, False when a kill was refused, a record could not be read,
+        or a group still ran at the bound."""
+        killed, failed = self._kill_left()
+        until = time.monotonic() + within
+        while killed := [pgid for pgid in killed if _runs(pgid)]:
+            if time.monotonic() >= until:
+                log.warning("command process group(s) %s still ran %g s after their SIGKILL", killed, within)
+                return False
+            time.sleep(0.005)
+        return not failed
+
+    def _kill_left(self) -> tuple[list[int], bool]:
+        """The groups signalled by :meth:`reap`, and whether any named here could not be."""
         if self.directory is None:
-            return []
+            return [], False
         boot = _boot_id()
         killed: list[int] = []
+        failed = False
         for path in sorted(self.directory.iterdir()):
             keep = False
             try:
@@ -107,8 +151,10 @@ class GroupRegistry:
             except (ProcessLookupError, ValueError):
                 pass  # the group ended by itself (or the record is unreadable)
             except PermissionError:
+                failed = True
                 log.warning("cannot kill process group %s left by an earlier executor", path.name)
             except OSError as exc:
+                failed = True
                 log.warning("cannot read %s: %s", path, exc)
             finally:
                 if not keep:
@@ -116,4 +162,4 @@ class GroupRegistry:
         if killed:
             log.warning("killed %d command process group(s) left running by an earlier executor: %s",
                         len(killed), killed)
-        return killed
+        return killed, failed
