@@ -106,6 +106,17 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
     return ExecutorProcess(proc, f"127.0.0.1:{port}", token, workspace, state, out, err)
 
 
+@contextmanager
+def other_version_executor(root: Path, version: int) -> Iterator[ExecutorProcess]:
+    """A real executor process over ``root`` speaking ``version`` (:func:`start_executor`, test
+    hooks off), stopped when the block ends."""
+    ex = start_executor(root, test_hooks=False, protocol_version=version)
+    try:
+        yield ex
+    finally:
+        stop_process(ex.proc)
+
+
 @asynccontextmanager
 async def said_hello(ex: ExecutorProcess) -> AsyncIterator[ExecutorClient]:
     """An :class:`ExecutorClient` of ``ex`` that has said hello (the handshake, bounded by its own
