@@ -235,6 +235,12 @@ async def remote_pool(executor: ExecutorProcess, state_root: Path, *, address: s
         yield pool
 
 
+def tools_by_name(pool: ExecutorPool, store_dir: Path) -> dict[str, ToolSpec]:
+    """The workspace tools over ``pool`` by name, as a test runs them by hand; their artifacts in
+    one store over ``store_dir``."""
+    return {s.name: s for s in workspace_tools(pool, ArtifactStore(store_dir))}
+
+
 def tool_ctx(session_id: str, call_id: str, project: str = "p", **more: Any) -> ToolContext:
     """A call's context as a test runs a tool of ``project`` by hand: the ids and ``more`` of
     :class:`ToolContext`'s fields (none: no cut output kept, no edits known)."""
