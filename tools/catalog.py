@@ -31,7 +31,7 @@ import msgspec
 
 from .base import ToolRegistry, ToolResult, ToolSpec
 from .catalog_config import LocalPtcConfig, ToolPolicy, ToolsConfig
-from .catalog_names import ListedTools, ToolNames
+from .catalog_names import CatalogNames, ListedTools
 from .catalog_policy import (PATH_ARGUMENTS, POLICY_DEFAULTS, POLICY_FIELDS, same_json, stored_policy_map,
                              within_allowlist)
 
@@ -133,7 +133,7 @@ class ToolCatalog:
         self.config = config or ToolsConfig()
         self.ptc = ptc if ptc is not None and ptc.enabled else None
         self.mcp_listed = mcp_listed
-        self.names = ToolNames(registry, mcp_listed)
+        self.names = CatalogNames(registry, mcp_listed)
 
     # ---------------------------------------------------------------- context plane
 

@@ -23,7 +23,7 @@ class ListedTools(Protocol):
         ...
 
 
-class ToolNames:
+class CatalogNames:
     """The names table over one registry and the MCP servers' last listings."""
 
     def __init__(self, registry: ToolRegistry, mcp_listed: ListedTools | None = None) -> None:

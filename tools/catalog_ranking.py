@@ -89,7 +89,7 @@ def score(query: str, spec: ToolSpec, offered: Mapping[str, str] | None = None) 
 
 def named(query: str, spec: ToolSpec, offered_as: Mapping[str, str] | None = None) -> int:
     """The bonus of a query that is ``spec``'s name (or the name it is offered under, from
-    ``offered_as``, :meth:`tools.catalog_names.ToolNames.offered_names`; else its digest alias): 11 exactly as
+    ``offered_as``, :meth:`tools.catalog_names.CatalogNames.offered_names`; else its digest alias): 11 exactly as
     written, 10 in another case, else 0."""
     asked = query.strip()
     offered = (offered_as or {}).get(spec.name) or alias_for(spec.name)

@@ -13,12 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
-import trio
 
 from tests.procfs import read_proc
 from tools.executor import PROTOCOL_VERSION
 
-from ..executor.test_contract import other_version_executor
+from ..executor.conftest import other_version_executor
 from .conftest import DaemonFactory, error_of, finished, run_tool, serving, wait_until
 
 

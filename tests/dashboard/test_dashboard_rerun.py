@@ -50,8 +50,8 @@ def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def a_session_with_a_file(driver: Any, daemon: Daemon, tmp_path: Path, client: str) -> tuple[str, Path, str]:
-    """A strong credential for ``client``, a workspace holding ``f.txt`` ("a"), and a new session
-    of its project opened in the page: (token, workspace, session id)."""
+    """A strong credential for ``client`` and a new session of its project opened in the page, then
+    ``f.txt`` ("a") written in the project's workspace: (token, workspace, session id)."""
     token, session_id = open_session(driver, daemon, tmp_path, client)
     workspace = tmp_path / "workspace"
     (workspace / "f.txt").write_text("a\n")

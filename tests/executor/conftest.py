@@ -106,6 +106,17 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
     return ExecutorProcess(proc, f"127.0.0.1:{port}", token, workspace, state, out, err)
 
 
+@contextmanager
+def other_version_executor(root: Path, version: int) -> Iterator[ExecutorProcess]:
+    """A real executor process over ``root`` speaking ``version`` (:func:`start_executor`, test
+    hooks off), stopped when the block ends."""
+    ex = start_executor(root, test_hooks=False, protocol_version=version)
+    try:
+        yield ex
+    finally:
+        stop_process(ex.proc)
+
+
 @asynccontextmanager
 async def said_hello(ex: ExecutorProcess) -> AsyncIterator[ExecutorClient]:
     """An :class:`ExecutorClient` of ``ex`` that has said hello (the handshake, bounded by its own
@@ -222,6 +233,12 @@ async def remote_pool(executor: ExecutorProcess, state_root: Path, *, address: s
     async with running_pool(state_root, workspaces if workspaces is not None else {project: executor.workspace},
                             remote=remote, **kw) as pool:
         yield pool
+
+
+def tools_by_name(pool: ExecutorPool, store_dir: Path) -> dict[str, ToolSpec]:
+    """The workspace tools over ``pool`` by name, as a test runs them by hand; their artifacts in
+    one store over ``store_dir``."""
+    return {s.name: s for s in workspace_tools(pool, ArtifactStore(store_dir))}
 
 
 def tool_ctx(session_id: str, call_id: str, project: str = "p", **more: Any) -> ToolContext:

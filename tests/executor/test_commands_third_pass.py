@@ -16,14 +16,12 @@ import trio
 
 from runtime.executor_client import ExecutorClient
 from runtime.executors import Executor
-from tools.artifacts import ArtifactStore
 from tests.procfs import read_proc
 from tools.base import ToolError, ToolSpec
 from tools.executor.commands import Chunk, Exit, _shell_alive, run_command
-from tools.workspace_tools import workspace_tools
 
-from .conftest import (ExecutorProcess, poll_until, reaping, remote_pool, start_executor, stop_process, tool_ctx, until,
-                       wait_group_gone)
+from .conftest import (ExecutorProcess, poll_until, reaping, remote_pool, start_executor, stop_process, tool_ctx,
+                       tools_by_name, until, wait_group_gone)
 from .test_commands import BOUND_S, collect
 from .test_tools import CoreTools, core, sub  # noqa: F401  (fixtures)
 
@@ -174,7 +172,7 @@ async def _remote_tools(tmp_path: Path) -> AsyncIterator[tuple[ExecutorProcess, 
     remote = start_executor(tmp_path / "remote")
     try:
         async with remote_pool(remote, tmp_path / "executors") as pool:
-            tools = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+            tools = tools_by_name(pool, tmp_path / "artifacts")
             yield remote, tools, await pool.get("p")
     finally:
         stop_process(remote.proc)

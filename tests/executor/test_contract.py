@@ -6,9 +6,7 @@ import os
 import secrets
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import pytest
@@ -23,7 +21,7 @@ from tools.executor.server import TOKEN_ENV
 
 from tests.cli.lens_script import executor_serve
 
-from .conftest import ExecutorProcess, remote_pool, start_executor, stop_process
+from .conftest import ExecutorProcess, other_version_executor, remote_pool, start_executor, stop_process
 
 
 async def test_hello_reports_the_protocol_and_the_workspace(client: ExecutorClient, executor: ExecutorProcess) -> None:
@@ -70,16 +68,6 @@ async def test_an_older_protocol_in_the_hello_request_is_refused_naming_both(exe
         assert "speaks 8" in message and "caller 7" in message
     finally:
         channel.close()
-
-
-@contextmanager
-def other_version_executor(tmp_path: Path, version: int) -> Iterator[ExecutorProcess]:
-    """A real executor process speaking ``version``, stopped when the block ends."""
-    ex = start_executor(tmp_path, test_hooks=False, protocol_version=version)
-    try:
-        yield ex
-    finally:
-        stop_process(ex.proc)
 
 
 @pytest.mark.parametrize("version", [7, 9])

@@ -36,10 +36,9 @@ from tests.executor_hold import held_at
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
-from tools.workspace_tools import workspace_tools
 
-from .conftest import (agent_runtime, remote_pool, start_executor, stop_process, temp_files, tool_ctx, until,
-                       until_ended, wait_path)
+from .conftest import (agent_runtime, remote_pool, start_executor, stop_process, temp_files, tool_ctx,
+                       tools_by_name, until, until_ended, wait_path)
 from .relay import Relay
 
 EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
@@ -193,7 +192,7 @@ async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as
     try:
         with Relay(executor.address) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
-                edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+                edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
                 results: list[Any] = []
                 with trio.fail_after(30):
                     async with trio.open_nursery() as nursery:
@@ -420,7 +419,7 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
     try:
         with Relay(executor.address, stop_reply=spoiled) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
-                edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+                edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
                 results: list[Any] = []
                 with trio.fail_after(30):
                     async with trio.open_nursery() as nursery:

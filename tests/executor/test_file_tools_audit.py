@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.executor_client import ExecutorClient, ExecutorToolError
+from runtime.executor_client import ExecutorClient
 
 from .test_tools import fails, sub  # noqa: F401  (sub is a fixture)
 

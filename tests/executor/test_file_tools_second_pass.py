@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from events import types as t
-from runtime.executor_client import ExecutorClient, ExecutorToolError
+from runtime.executor_client import ExecutorClient
 from tools.executor.commands import MAX_OUTPUT, MAX_TIMEOUT_MS
 
 from tests.daemon.conftest import Daemon, daemon, daemon_factory, run_tool  # noqa: F401  (fixtures)

@@ -16,13 +16,11 @@ import pytest
 import trio
 
 from runtime.executors import ExecutorPool
-from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolError
 from tools.jobs import job_tool
 from tools.skills import workspace_reader
-from tools.workspace_tools import workspace_tools
 
-from .conftest import running_pool, tool_ctx
+from .conftest import running_pool, tool_ctx, tools_by_name
 
 BOUND_S = 30.0
 
@@ -41,7 +39,7 @@ async def pool(tmp_path: Path) -> AsyncIterator[ExecutorPool]:
 
 
 def _callers(pool: ExecutorPool, tmp_path: Path) -> dict[str, Callable[[], Awaitable[Any]]]:
-    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+    specs = tools_by_name(pool, tmp_path / "artifacts")
     job = job_tool(pool)
     return {
         "skill read": lambda: workspace_reader(pool, "p", "c1")({"path": "SKILL.md"}),
@@ -100,7 +98,7 @@ async def test_an_unknown_project_keeps_its_code(pool: ExecutorPool) -> None:
 
 
 async def test_a_tool_refusal_from_the_executor_keeps_its_code(pool: ExecutorPool, tmp_path: Path) -> None:
-    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+    specs = tools_by_name(pool, tmp_path / "artifacts")
     with trio.fail_after(BOUND_S), pytest.raises(ToolError) as caught:
         await specs["read_file"].run({"path": "missing.txt"}, ctx("c6"))
     assert caught.value.code == "NOT_FOUND", caught.value

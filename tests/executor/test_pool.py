@@ -18,14 +18,12 @@ import trio.testing
 
 from runtime.executor_client import ExecutorUnavailable
 from runtime.executors import DomainLock, ExecutorPool, ProjectUnknown
-from tools.artifacts import ArtifactStore
 from tools.base import ToolError, ToolResult
 from tools.executor import PROTOCOL_VERSION
-from tools.workspace_tools import workspace_tools
 
 from ..procfs import alive, read_proc
 from .conftest import (ExecutorProcess, group_members, kill_group, remote_pool, running_executor, running_pool, tool_ctx,
-                       wait_group_gone)
+                       tools_by_name, wait_group_gone)
 
 BOUND_S = 30.0
 
@@ -66,7 +64,7 @@ async def test_a_spawned_child_keeps_its_token_out_of_argv(local: tuple[Executor
 async def test_executor_killed_mid_command_fails_clearly_and_the_next_call_respawns(
         local: tuple[ExecutorPool, Path]) -> None:
     pool, ws = local
-    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(ws.parent / "artifacts"))}
+    specs = tools_by_name(pool, ws.parent / "artifacts")
     ex = await pool.get("p")
     assert ex.process is not None
     first_pid = ex.process.pid
@@ -302,7 +300,7 @@ async def test_real_commands_are_serialized_and_a_read_waits_for_a_write(executo
     ws = executor.workspace
     names = [f"lock{i}_{os.getpid()}_{time.monotonic_ns()}" for i in range(3)]
     async with remote_pool(executor, tmp_path / "executors") as pool:
-        specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+        specs = tools_by_name(pool, tmp_path / "artifacts")
         read_done: list[int] = []
         with trio.fail_after(BOUND_S):
             async with trio.open_nursery() as nursery:
@@ -345,7 +343,7 @@ async def test_command_output_that_is_not_utf8_stays_within_the_cap_as_text(loca
     # Each invalid byte becomes U+FFFD (three bytes) in the text result: 16 MiB of 0xFF made a
     # 48 MiB result the log refused. The text is capped at max_output_bytes too, and says so.
     pool, _ = local
-    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+    specs = tools_by_name(pool, tmp_path / "artifacts")
     with trio.fail_after(BOUND_S):
         res = await specs["run_command"].run(
             {"command": "head -c 3000 /dev/zero | tr '\\0' '\\377'", "max_output_bytes": 1000}, ctx("u1"))
@@ -366,7 +364,7 @@ async def test_a_command_is_at_most_16_kib_as_a_jobs_is(local: tuple[ExecutorPoo
     # run_command had no limit of its own (only the registry's 16 MiB on a call's arguments): a
     # command of megabytes went to the shell, where a job's is refused past 16 KiB.
     pool, ws = local
-    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+    specs = tools_by_name(pool, tmp_path / "artifacts")
     head = "touch ran; echo ok #"
     edge = head + "é" * ((16 * 1024 - len(head)) // 2)  # (UTF-8 bytes are counted, not characters)
     assert len(edge.encode()) == 16 * 1024
@@ -398,7 +396,7 @@ async def test_commands_never_see_the_credentials_in_the_daemons_environment(tmp
     ws = tmp_path / "ws"
     ws.mkdir()
     async with running_pool(tmp_path / "executors", {"p": ws}, hidden_env=hidden) as pool:
-        specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+        specs = tools_by_name(pool, tmp_path / "artifacts")
         with trio.fail_after(BOUND_S):
             res = await specs["run_command"].run({"command": "env"}, ctx("e1"))
             # the executor's own environment, as any command of its user can read it: the token
@@ -566,7 +564,7 @@ async def test_the_allowlist_judges_a_path_leading_to_a_name_that_is_not_utf8(lo
     (Path(os.fsdecode(root + b"/\xfe")) / "f.txt").write_text("outside\n")
     os.symlink(b"\xff", root + b"/src/in")
     os.symlink(b"../\xfe", root + b"/src/out")
-    specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+    specs = tools_by_name(pool, tmp_path / "artifacts")
     allowed = dataclasses.replace(ctx("u1"), workspace_allowlist=["src"])
     with trio.fail_after(BOUND_S):
         res = await specs["read_file"].run({"path": "src/in/f.txt"}, allowed)

@@ -26,10 +26,9 @@ from runtime.providers.faux import FauxToolCall, FauxTurn
 from tools.artifacts import ArtifactStore
 from tools.base import ToolError
 from tests.executor_hold import held_at
-from tools.workspace_tools import workspace_tools
 
-from .conftest import (agent_runtime, kill_group, remote_pool, run_to_idle, running_executor, running_pool, tool_ctx,
-                       wait_group_gone, wait_path)
+from .conftest import (agent_runtime, kill_group, remote_pool, run_to_idle, running_pool, start_executor, stop_process,
+                       tool_ctx, tools_by_name, wait_group_gone, wait_path)
 
 BIG = "".join(f"line {i:06d} of a file written whole or not at all\n" for i in range(60_000))  # ~3 MiB
 
@@ -136,9 +135,10 @@ async def test_a_command_whose_executor_dies_under_it_is_not_run_again(tmp_path:
 async def test_a_call_of_a_remote_executor_that_died_is_not_run_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     held = held_at(monkeypatch, tmp_path, "before_reply")
-    async with running_executor(tmp_path / "remote") as (remote, _):
+    remote = start_executor(tmp_path / "remote")
+    try:
         async with remote_pool(remote, tmp_path / "executors") as pool:
-            edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+            edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
             killed: list[int] = []
             with trio.fail_after(60):
                 async with trio.open_nursery() as nursery:
@@ -149,6 +149,8 @@ async def test_a_call_of_a_remote_executor_that_died_is_not_run_again(
         assert killed == [remote.proc.pid]
         assert err.value.code == "EXECUTOR_UNAVAILABLE"
         assert (remote.workspace / "r.txt").read_text() == "once\n"  # written, then killed before replying
+    finally:
+        stop_process(remote.proc)
 
 
 async def test_no_other_write_runs_between_the_death_and_the_second_run(
@@ -160,7 +162,7 @@ async def test_no_other_write_runs_between_the_death_and_the_second_run(
     ws.mkdir()
     (ws / "f.txt").write_text("old\n")
     async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
-        specs = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}
+        specs = tools_by_name(pool, tmp_path / "artifacts")
         results: dict[str, Any] = {}
 
         async def run(name: str, args: dict[str, Any]) -> None:
@@ -214,7 +216,7 @@ async def test_a_child_killed_while_the_pool_starts_it_is_started_once_more(
     ws = tmp_path / "ws"
     ws.mkdir()
     async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
-        command = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
+        command = tools_by_name(pool, tmp_path / "artifacts")["run_command"]
         killed: list[int] = []
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
@@ -247,7 +249,7 @@ async def test_a_second_child_killed_while_it_starts_ends_the_call(
             killed.append(pid)
 
     async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
-        command = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
+        command = tools_by_name(pool, tmp_path / "artifacts")["run_command"]
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(kill_each_held)

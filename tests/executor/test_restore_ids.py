@@ -19,15 +19,13 @@ from events import types as t
 from events.ids import is_id
 from proto import executor_pb2 as pb
 from runtime.actor import recordable_call_id
-from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
-from tools.artifacts import ArtifactStore
-from tools.workspace_tools import restore_call_id, workspace_tools
+from tools.workspace_tools import restore_call_id
 
-from .conftest import agent_runtime, run_to_idle, running_pool, start_executor, stop_process, until
+from .conftest import agent_runtime, run_to_idle, start_executor, stop_process, until
 from .relay import Holding, Relay, give_up_held
 from .test_rerun import events_of
-from .test_tools import CoreTools
+from .test_tools import core_tools
 
 EDIT_B = {"path": "b.txt", "mode": "rewrite", "content": "edited\n"}
 EDIT_A = {"path": "a.txt", "mode": "rewrite", "content": "edited\n"}
@@ -87,10 +85,7 @@ async def test_a_given_up_restore_or_edit_does_not_refuse_the_call_named_like_it
     holding = Holding(lambda request: request.call_id.startswith(f"{core.session_id}:c1"))
     try:
         with Relay(executor.address, before_call=holding, edit_reply=seen) as relay:
-            async with running_pool(tmp_path / "executors", {"p1": ws},
-                                    remote=RemoteExecutor(relay.address, executor.token)) as pool:
-                artifacts = ArtifactStore(tmp_path / "artifacts")
-                core = CoreTools(workspace_tools(pool, artifacts), artifacts)
+            async with core_tools(executor, tmp_path, address=relay.address) as (core, _):
                 with trio.fail_after(30):
                     _, edited = await core.run("edit_file", EDIT_A, call_id="c0")
                     assert not edited.is_error, edited.content

@@ -30,14 +30,12 @@ import trio
 from proto import executor_pb2 as pb
 from proto import executor_pb2_grpc as pb_grpc
 from runtime.executor_client import SendOrder
-from tools.artifacts import ArtifactStore
-from tools.base import ToolContext
 from tools.executor import PROTOCOL_VERSION
 from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
 from tests.executor_hold import held_at
-from tools.workspace_tools import workspace_tools
 
-from .conftest import ExecutorProcess, poll_until, remote_pool, running_pool, start_executor, stop_process, until
+from .conftest import (ExecutorProcess, poll_until, remote_pool, running_pool, start_executor, stop_process, tool_ctx,
+                       tools_by_name, until)
 from .relay import Holding, Relay, give_up_held
 from .test_commands import BOUND_S
 from .test_stop_before_its_call import REFUSED_EDIT
@@ -178,10 +176,10 @@ async def test_a_rerun_given_up_whose_stop_overtakes_it_is_refused_and_a_later_o
     holding = Holding(lambda request: request.tool == "edit_file")
     with Relay(executor.address, before_call=holding, edit_reply=seen) as relay:
         async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
-            edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+            edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
 
             def run(rerun: bool) -> Any:
-                return edit.run(args, ToolContext("p", "ses_q", "main", None, "c1", True, rerun=rerun))
+                return edit.run(args, tool_ctx("ses_q", "c1", rerun=rerun))
 
             with trio.fail_after(30):
                 await give_up_held(lambda: run(False), holding)

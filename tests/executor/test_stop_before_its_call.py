@@ -22,15 +22,13 @@ import trio
 from events import types as t
 from proto import executor_pb2 as pb
 from runtime.executor_client import CALL_TIMEOUT_S, ExecutorClient, ExecutorToolError
-from tools.artifacts import ArtifactStore
 from tools.executor.commands import run_command
 from tools.executor.runs import STOPPED_IDS_KEEP_S, STOPPED_IDS_MOST, StoppedIds
 from tools.executor.server import TEST_HOOKS_ENV, TEST_STOPPED_IDS_ENV, TOKEN_ENV
 from tests.executor_hold import held_at
-from tools.workspace_tools import workspace_tools
 
 from .conftest import (ExecutorProcess, remote_pool, running_executor, running_pool, start_executor, stop_process,
-                       tool_ctx, until, until_ended, wait_path)
+                       tool_ctx, tools_by_name, until, until_ended, wait_path)
 from .relay import Holding, Relay, give_up_held
 from .test_commands import BOUND_S, collect
 
@@ -199,7 +197,7 @@ async def test_an_aborted_edit_that_reaches_the_executor_after_its_stop_writes_n
     try:
         with Relay(executor.address, before_call=holding, edit_reply=seen) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
-                edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+                edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
                 with trio.fail_after(20):
                     # aborted, as before: no result; its lock let go (the domain's next write may
                     # begin), then the Call goes on to the executor, after its Stop
@@ -229,7 +227,7 @@ async def test_an_aborted_command_that_reaches_the_executor_after_its_stop_never
     try:
         with Relay(executor.address, before_run=hold) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
-                run = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["run_command"]
+                run = tools_by_name(pool, tmp_path / "artifacts")["run_command"]
                 cut: list[Any] = []
                 context = tool_ctx("ses_r", "c2", cut_output=lambda text, was_cut, end: cut.append((text, end)))
                 cancel = trio.CancelScope()
@@ -270,7 +268,7 @@ async def test_a_replay_safe_edit_given_up_then_run_again_by_its_owner_is_not_re
     (ws / "f.txt").write_text("a\n")
     args = {"path": "f.txt", "mode": "edit", "edits": [{"old_string": "a", "new_string": "ab"}]}
     async with running_pool(tmp_path / "executors", {"p": ws}, call_end_wait_s=0.3) as pool:
-        edit = {s.name: s for s in workspace_tools(pool, ArtifactStore(tmp_path / "artifacts"))}["edit_file"]
+        edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
         cancel = trio.CancelScope()
         outcome: list[Any] = []
 

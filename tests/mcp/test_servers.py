@@ -21,7 +21,7 @@ import trio
 from runtime.config import parse_config
 from runtime.mcp_config import McpServerConfig
 from runtime.providers.names import alias_for
-from tools.catalog_names import ToolNames
+from tools.catalog_names import CatalogNames
 from tools.mcp.client import MAX_ANSWERS_QUEUED
 
 from ..procfs import alive
@@ -704,7 +704,7 @@ async def test_a_server_restarting_with_no_tools_takes_its_names_out_of_the_name
     cfg = McpServerConfig(command=sys.executable, args=["-c", DOTTED_THEN_NONE, str(tmp_path / "started"), SERVER],
                           max_restarts=1)
     r = await start({"t": cfg})
-    names = ToolNames(r.registry, r.servers)
+    names = CatalogNames(r.registry, r.servers)
     dotted = "mcp__t__some.tool"
     alias = alias_for(dotted)
     assert alias != dotted and names.ids_for([alias]) == [dotted]

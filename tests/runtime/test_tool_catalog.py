@@ -17,7 +17,7 @@ from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.capability_search import MAX_LIMIT, MAX_QUERY_CHARS, capability_search_tool
 from tools.catalog import CAPABILITY_SEARCH, ToolCatalog, describe
 from tools.catalog_config import ToolsConfig
-from tools.catalog_names import ToolNames
+from tools.catalog_names import CatalogNames
 from tools.catalog_policy import PolicyError, parse_policy_map
 from tools.catalog_ranking import rank, score
 from tools.registry import builtin_tools
@@ -598,12 +598,12 @@ def test_the_names_table_is_kept_without_looking_at_every_name_until_a_tool_is_a
     # comparing it, on each request and each name a model gives that is no tool id: the
     # registry's version says so now; a change of the set still makes the table again.
     looked: list[int] = []
-    known_names = ToolNames.known_names
+    known_names = CatalogNames.known_names
 
-    def counted(self: ToolNames) -> set[str]:  # (the real set, counted)
+    def counted(self: CatalogNames) -> set[str]:  # (the real set, counted)
         looked.append(1)
         return known_names(self)
-    monkeypatch.setattr(ToolNames, "known_names", counted)
+    monkeypatch.setattr(CatalogNames, "known_names", counted)
     dotted = "mcp__srv__some.tool"
     alias = alias_for(dotted)
     cat = catalog([spec(dotted), spec("read_file")])

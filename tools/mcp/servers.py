@@ -284,7 +284,7 @@ class McpServers:
         """Enter the server's usable tools into the registry; the others go to ``skippedTools``
         with the reason. A tool named as another tool's digest alias (F-MOD-3) is entered too: its
         name is its own, and the other tool is offered under a further alias
-        (:meth:`tools.catalog_names.ToolNames.offered_names`)."""
+        (:meth:`tools.catalog_names.CatalogNames.offered_names`)."""
         s.tools, s.skipped = [], []
         seen: set[str] = set()
         untold = 0  # tools left out past MAX_SKIPPED (a page of a million tools made an inventory of as many)
