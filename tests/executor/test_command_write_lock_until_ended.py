@@ -370,7 +370,8 @@ async def test_a_stop_past_its_own_deadline_reads_as_the_bound_passing(
     # The Stop's own gRPC deadline and Core's scope are the same bound, on two clocks: which
     # passed first was a race. Here trio's clock stands still while the relay holds the Stop, so
     # Core's scope cannot end the wait: the Stop's DEADLINE_EXCEEDED does, and reads as the bound
-    # passing, not as an executor that "could not be asked".
+    # passing, not as an executor that "could not be asked". (Were no deadline sent, nothing on
+    # trio's clock would end the wait: the relay's hold, bounded in real time, fails it then.)
     mock_clock.rate = 1.0  # (the pool starts on real time)
     with caplog.at_level(logging.WARNING, logger="lens.executors"), Relay(executor.address, hold_stop=True) as relay:
         async with remote_pool(executor, tmp_path / "executors", address=relay.address,
@@ -381,6 +382,7 @@ async def test_a_stop_past_its_own_deadline_reads_as_the_bound_passing(
                 assert await pool.call_ended(ex, "held") is None
             finally:
                 mock_clock.rate = 1.0
+    assert not relay.held_past  # (the Stop's own deadline ended it, not the relay's bound)
     assert relay.stops == ["held"]
     messages = [m for m in warned(caplog) if "call held" in m]
     assert messages == ["call held was given up, and the executor of project p did not say it ended within 0.3 s: "
