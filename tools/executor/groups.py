@@ -28,6 +28,8 @@ import signal
 import time
 from pathlib import Path
 
+from tools.reaper import live_members, stat
+
 log = logging.getLogger("lens.executor.groups")
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -40,20 +42,9 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` from field 3 (the state) on, or ``None`` if no such
-    process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces: split after its last ")".
-    return stat[stat.rindex(")") + 2:].split()
-
-
 def _start_time(pid: int) -> str | None:
     """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), or ``None`` if no such process."""
-    fields = _stat(pid)
+    fields = stat(pid)
     return fields[19] if fields is not None and len(fields) > 19 else None
 
 
@@ -66,12 +57,19 @@ def _runs(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            fields = _stat(int(entry.name)) if entry.name.isdigit() else None
-            if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-                return True
-    return False
+    return bool(live_members((pgid,)))
+
+
+def wait_ended(pgids: list[int], within: float) -> bool:
+    """Wait, up to ``within`` seconds, until no process of the groups ``pgids`` runs; False (and
+    a warning) if one still ran at the bound."""
+    until = time.monotonic() + within
+    while pgids := [pgid for pgid in pgids if _runs(pgid)]:
+        if time.monotonic() >= until:
+            log.warning("command process group(s) %s still ran %g s after their SIGKILL", pgids, within)
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _forget(path: Path) -> None:
@@ -117,13 +115,7 @@ class GroupRegistry:
         True when every group so ended, False when a kill was refused, a record could not be read,
         or a group still ran at the bound."""
         killed, failed = self._kill_left()
-        until = time.monotonic() + within
-        while killed := [pgid for pgid in killed if _runs(pgid)]:
-            if time.monotonic() >= until:
-                log.warning("command process group(s) %s still ran %g s after their SIGKILL", killed, within)
-                return False
-            time.sleep(0.005)
-        return not failed
+        return wait_ended(killed, within) and not failed
 
     def _kill_left(self) -> tuple[list[int], bool]:
         """The groups signalled by :meth:`reap`, and whether any named here could not be."""
