@@ -413,7 +413,9 @@ async def test_a_local_executor_known_dead_is_not_asked(tmp_path: Path, caplog: 
         assert pool.send_order.next().seq == sent + 1  # (no Stop took a place in between)
     messages = [m for m in warned(caplog) if "run1" in m]
     assert messages == [f"call run1 was given up as the executor of project p died (pid {ex.process.pid}, killed by "
-                        f"SIGKILL): the commands it left were ended before the workspace's next write"], messages
+                        f"SIGKILL): the process groups of the commands it left were ended before the workspace's "
+                        f"next write (a process that left its group runs on until its command's reaper ends "
+                        f"it)"], messages
 
 
 async def test_a_live_local_executor_that_cannot_be_asked_is_not_waited_for(

@@ -246,6 +246,14 @@ def test_wait_ended_returns_once_no_process_of_the_groups_runs(zombie_beside_a_m
     assert zombie(pgid)
 
 
+def test_wait_ended_stops_waiting_when_told(live_group: int) -> None:
+    # The daemon's stop now: the pool's reap waits in a thread, which only a flag can stop.
+    began = time.monotonic()
+    assert wait_ended([live_group], BOUND_S, stopped=lambda: True) is False
+    assert time.monotonic() - began < BOUND_S / 4  # (not the bound)
+    assert group_members(live_group) == [live_group]
+
+
 def test_wait_ended_says_when_a_group_still_runs_at_its_bound(live_group: int) -> None:
     began = time.monotonic()
     assert wait_ended([live_group], 0.2) is False

@@ -27,6 +27,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable
 
 from tools.reaper import live_members, stat
 
@@ -60,11 +61,15 @@ def _runs(pgid: int) -> bool:
     return bool(live_members((pgid,)))
 
 
-def wait_ended(pgids: list[int], within: float) -> bool:
+def wait_ended(pgids: list[int], within: float, stopped: Callable[[], bool] = lambda: False) -> bool:
     """Wait, up to ``within`` seconds, until no process of the groups ``pgids`` runs; False (and
-    a warning) if one still ran at the bound."""
+    a warning) if one still ran at the bound, or once ``stopped()`` says to wait no more (the
+    daemon's stop now: a thread cannot be cancelled)."""
     until = time.monotonic() + within
     while pgids := [pgid for pgid in pgids if _runs(pgid)]:
+        if stopped():
+            log.warning("command process group(s) %s still ran when the wait for them was stopped", pgids)
+            return False
         if time.monotonic() >= until:
             log.warning("command process group(s) %s still ran %g s after their SIGKILL", pgids, within)
             return False
@@ -109,13 +114,14 @@ class GroupRegistry:
         """Kill the groups an earlier executor left named here; return the ids signalled."""
         return self._kill_left()[0]
 
-    def end_left(self, within: float) -> bool:
+    def end_left(self, within: float, stopped: Callable[[], bool] = lambda: False) -> bool:
         """Kill the groups an earlier executor left named here (:meth:`reap`) and wait, up to
-        ``within`` seconds, until none of their processes runs (SIGKILL is sent, not yet done);
-        True when every group so ended, False when a kill was refused, a record could not be read,
-        or a group still ran at the bound."""
+        ``within`` seconds (or until ``stopped()``), until none of their processes runs (SIGKILL
+        is sent, not yet done); True when every group so ended, False when a kill was refused, a
+        record could not be read, or a group still ran at the bound or the stop. A process that
+        left its group (``setsid``) is not one of them: its command's reaper ends it."""
         killed, failed = self._kill_left()
-        return wait_ended(killed, within) and not failed
+        return wait_ended(killed, within, stopped) and not failed
 
     def _kill_left(self) -> tuple[list[int], bool]:
         """The groups signalled by :meth:`reap`, and whether any named here could not be."""
