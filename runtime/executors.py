@@ -280,6 +280,11 @@ class ExecutorPool:
                 return ex
             if ex is not None:
                 ex.client.close()
+                if ex.gone is not None:
+                    # (its reap ends the groups it left, and call_ended reads how that went: the
+                    # replacement's own reap at its start would take their records first)
+                    with self.stop_now.grace(self.call_end_wait_s):
+                        await ex.gone.wait()
             workspace = await self.workspace_of(project_id)
             if workspace is None:
                 raise ProjectUnknown(f"no project {project_id!r}")
