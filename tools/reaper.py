@@ -59,7 +59,8 @@ def _subreaper() -> bool:
 
 def stat(pid: int | str) -> list[str] | None:
     """The fields of ``/proc/<pid>/stat`` from field 3 (the state) on, or ``None`` if no such
-    process: the one reader of that file, here and in :mod:`tools.executor.groups`."""
+    process: the one reader of that file, here and for the executor (:mod:`tools.executor.groups`,
+    :mod:`tools.executor.commands`) and the MCP client (:mod:`tools.mcp.escaped`)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
