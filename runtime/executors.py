@@ -280,6 +280,11 @@ class ExecutorPool:
                 return ex
             if ex is not None:
                 ex.client.close()
+                if ex.gone is not None:
+                    # (its reap ends the groups it left, and call_ended reads how that went: the
+                    # replacement's own reap at its start would take their records first)
+                    with self.stop_now.grace(self.call_end_wait_s):
+                        await ex.gone.wait()
             workspace = await self.workspace_of(project_id)
             if workspace is None:
                 raise ProjectUnknown(f"no project {project_id!r}")
@@ -357,9 +362,11 @@ class ExecutorPool:
                 if ex.process in self._left_running:  # (the reap failed, or a group outlived its SIGKILL)
                     why = "died under it, and the commands it left could not all be ended"
                 else:
-                    log.info("%s was given up as the executor of project %s died (pid %d, %s): the commands it "
-                             "left were ended before the workspace's next write", what or f"call {call_id}",
-                             ex.project_id, ex.process.pid, ended_how(ex.process.returncode))
+                    log.info("%s was given up as the executor of project %s died (pid %d, %s): the process groups "
+                             "of the commands it left were ended before the workspace's next write (a process "
+                             "that left its group runs on until its command's reaper ends it)",
+                             what or f"call {call_id}", ex.project_id, ex.process.pid,
+                             ended_how(ex.process.returncode))
                     return None
         if waiting.cancelled_caught and self.stop_now.is_set() and trio.current_time() < waiting.deadline:
             why = ("died under it, and the daemon's stop ended the wait for the commands it left to be ended"
@@ -584,7 +591,9 @@ class ExecutorPool:
                     # named in its state: end them now, not when a later executor starts there, and
                     # wait (within call_end_wait_s) until they have gone.
                     try:
-                        if not await trio.to_thread.run_sync(GroupRegistry(state).end_left, self.call_end_wait_s):
+                        # (the thread cannot be cancelled: the daemon's stop now ends its wait by the flag)
+                        if not await trio.to_thread.run_sync(GroupRegistry(state).end_left, self.call_end_wait_s,
+                                                             self.stop_now.is_set):
                             self._left_running.add(proc)
                     except OSError as exc:
                         self._left_running.add(proc)

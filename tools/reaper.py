@@ -57,27 +57,44 @@ def _subreaper() -> bool:
         return False
 
 
-def _procs() -> list[tuple[int, int, int, str]]:
+def stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (the state) on, or ``None`` if no such
+    process: the one reader of that file, here and for the executor (:mod:`tools.executor.groups`,
+    :mod:`tools.executor.commands`) and the MCP client (:mod:`tools.mcp.escaped`)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold anything: split after its last ")".
+    return raw[raw.rfind(b")") + 2:].decode("ascii", "replace").split()
+
+
+def procs() -> list[tuple[int, int, int, str]]:
     """``(pid, ppid, pgrp, state)`` of every process, from ``/proc/<pid>/stat``."""
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        fields = raw[raw.rfind(b")") + 2:].split()  # (the command name may hold anything)
-        if len(fields) > 2:
-            found.append((int(entry), int(fields[1]), int(fields[2]), fields[0].decode()))
+        fields = stat(entry) if entry.isdigit() else None
+        if fields is not None and len(fields) > 2:
+            found.append((int(entry), int(fields[1]), int(fields[2]), fields[0]))
     return found
+
+
+def running(state: str) -> bool:
+    """Whether a process in ``state`` runs: a zombie (Z: exited, not yet waited for) or one
+    dead (X) does not."""
+    return state not in ("Z", "X")
+
+
+def live_members(groups: tuple[int, ...]) -> list[int]:
+    """The processes of ``groups`` that still run."""
+    return [pid for pid, _, pgrp, state in procs() if pgrp in groups and running(state)]
 
 
 def _leftovers(me: int, groups: tuple[int, ...]) -> list[int]:
     """Live processes that are this one's children or members of ``groups`` (itself left out)."""
-    return [pid for pid, ppid, pgrp, state in _procs()
-            if pid != me and (ppid == me or pgrp in groups) and state not in ("Z", "X")]
+    return [pid for pid, ppid, pgrp, state in procs()
+            if pid != me and (ppid == me or pgrp in groups) and running(state)]
 
 
 def _reap_ended() -> None:
@@ -164,8 +181,8 @@ def main(argv: list[str]) -> int:
     me = os.getpid()
 
     def pass_on(sig: int, _frame: object) -> None:
-        for pid, ppid, _, state in _procs():
-            if ppid == me and state not in ("Z", "X"):
+        for pid, ppid, _, state in procs():
+            if ppid == me and running(state):
                 try:
                     os.kill(pid, sig)
                 except (ProcessLookupError, PermissionError):

@@ -16,7 +16,9 @@ has been passed on, before the command's exit: ``"unavailable"`` fails it as a c
 does (grpc UNAVAILABLE), ``"end"`` ends it as if all was sent; the executor's call is cancelled
 either way, as Core leaving it would. ``stops`` lists the run id of each ``Stop`` Core sent, in
 order; while ``hold_stop`` is set, a ``Stop`` is held there, never passed on nor answered, until
-Core leaves it (an executor that does not answer); ``stop_orders`` lists each ``Stop``'s
+Core leaves it (an executor that does not answer), or at most :data:`HOLD_BOUND_S` of real time:
+then it fails ABORTED and ``held_past`` is set, so a Core that sent no deadline (a test whose
+trio clock stands still cannot end the wait) fails the test rather than hanging it. ``stop_orders`` lists each ``Stop``'s
 ``order`` (None when it has none). ``stop_reply`` may rewrite a ``Stop``'s reply on its way back
 (an executor built before one of its fields). :class:`Holding` is a ``before_call`` that holds a
 chosen ``Call`` on its way while a test gives its caller up (:func:`give_up_held`).
@@ -39,6 +41,9 @@ from runtime.executors import DomainLock
 from .conftest import until
 
 PASSED_METADATA = ("authorization", "lens-protocol")
+# Real time a held Stop waits for Core to leave it: far past any bound the tests set for Core
+# (5 s at most), short of the executor tests' BOUND_S (15 s).
+HOLD_BOUND_S = 10.0
 
 
 class Relay(grpc.GenericRpcHandler):
@@ -62,6 +67,7 @@ class Relay(grpc.GenericRpcHandler):
         self.stop_reply = stop_reply
         self.stops: list[str] = []
         self.stop_orders: list[tuple[int, int] | None] = []
+        self.held_past = False
         self._runs = 0
         self.tools: list[str] = []
         self.run_failures: list[str] = []
@@ -118,7 +124,11 @@ class Relay(grpc.GenericRpcHandler):
                 self.stops.append(stop.run_id)
                 self.stop_orders.append((stop.order.epoch, stop.order.seq) if stop.HasField("order") else None)
                 if self.hold_stop:
+                    until = time.monotonic() + HOLD_BOUND_S
                     while context.is_active():  # (held: never answered while Core waits)
+                        if time.monotonic() >= until:
+                            self.held_past = True
+                            context.abort(grpc.StatusCode.ABORTED, f"held past the relay's {HOLD_BOUND_S:g} s")
                         time.sleep(0.05)
                     return pb.StopReply().SerializeToString()
             request = pb.ToolRequest.FromString(raw) if method.endswith("/Call") else None

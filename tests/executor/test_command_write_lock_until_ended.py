@@ -370,7 +370,8 @@ async def test_a_stop_past_its_own_deadline_reads_as_the_bound_passing(
     # The Stop's own gRPC deadline and Core's scope are the same bound, on two clocks: which
     # passed first was a race. Here trio's clock stands still while the relay holds the Stop, so
     # Core's scope cannot end the wait: the Stop's DEADLINE_EXCEEDED does, and reads as the bound
-    # passing, not as an executor that "could not be asked".
+    # passing, not as an executor that "could not be asked". (Were no deadline sent, nothing on
+    # trio's clock would end the wait: the relay's hold, bounded in real time, fails it then.)
     mock_clock.rate = 1.0  # (the pool starts on real time)
     with caplog.at_level(logging.WARNING, logger="lens.executors"), Relay(executor.address, hold_stop=True) as relay:
         async with remote_pool(executor, tmp_path / "executors", address=relay.address,
@@ -381,6 +382,7 @@ async def test_a_stop_past_its_own_deadline_reads_as_the_bound_passing(
                 assert await pool.call_ended(ex, "held") is None
             finally:
                 mock_clock.rate = 1.0
+    assert not relay.held_past  # (the Stop's own deadline ended it, not the relay's bound)
     assert relay.stops == ["held"]
     messages = [m for m in warned(caplog) if "call held" in m]
     assert messages == ["call held was given up, and the executor of project p did not say it ended within 0.3 s: "
@@ -411,7 +413,9 @@ async def test_a_local_executor_known_dead_is_not_asked(tmp_path: Path, caplog: 
         assert pool.send_order.next().seq == sent + 1  # (no Stop took a place in between)
     messages = [m for m in warned(caplog) if "run1" in m]
     assert messages == [f"call run1 was given up as the executor of project p died (pid {ex.process.pid}, killed by "
-                        f"SIGKILL): the commands it left were ended before the workspace's next write"], messages
+                        f"SIGKILL): the process groups of the commands it left were ended before the workspace's "
+                        f"next write (a process that left its group runs on until its command's reaper ends "
+                        f"it)"], messages
 
 
 async def test_a_live_local_executor_that_cannot_be_asked_is_not_waited_for(
@@ -443,21 +447,36 @@ async def test_a_live_local_executor_that_cannot_be_asked_is_not_waited_for(
     assert "the executor of project p could not be asked whether it ended (ValueError(" in messages[0], messages
 
 
-async def test_a_dead_executors_groups_that_cannot_be_ended_are_warned_of(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # The dead child's records of its groups cannot be read when the pool reaps it (their
-    # directory replaced by a file): the reap ends nothing, and the log says so, not that the
-    # commands were ended; the command's writer runs on beside the next write.
-    def records_unreadable() -> None:
-        [record] = (tmp_path / "executors").glob("*/commands/[0-9]*")  # (p's command: the one running)
-        record.parent.rename(record.parent.with_name("moved"))
-        record.parent.write_text("")
+def records_dir_a_file(tmp_path: Path) -> None:
+    """The dead child's ``commands/`` replaced by a file: the registry cannot be opened at all
+    (its ``mkdir`` fails), the pool's reap fails with the OSError."""
+    [record] = (tmp_path / "executors").glob("*/commands/[0-9]*")  # (p's command: the one running)
+    record.parent.rename(record.parent.with_name("moved"))
+    record.parent.write_text("")
 
+
+def record_unreadable(tmp_path: Path) -> None:
+    """The running command's record replaced by a directory: the registry opens, but that record
+    cannot be read (nor removed), so its group is not killed and the reap says it failed."""
+    [record] = (tmp_path / "executors").glob("*/commands/[0-9]*")
+    record.rename(record.with_name("moved"))
+    record.mkdir()
+
+
+@pytest.mark.parametrize(("spoil", "cause"), [(records_dir_a_file, "cannot end the commands executor"),
+                                              (record_unreadable, "cannot read")])
+async def test_a_dead_executors_groups_the_reap_cannot_end_are_warned_of(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, spoil: Callable[[Path], None], cause: str) -> None:
+    # The reap of the dead child cannot end its groups: its state's commands directory cannot be
+    # opened (an OSError out of the registry), or the running command's record cannot be read
+    # (end_left says it failed). Either way it ends nothing, and the log says so, not that the
+    # commands were ended; the command's writer runs on beside the next write.
     with caplog.at_level(logging.INFO, logger="lens.executors"):
-        first, second, took = await executor_dies_under_a_command(tmp_path, before_reap=records_unreadable)
+        first, second, took = await executor_dies_under_a_command(tmp_path, before_reap=lambda: spoil(tmp_path))
     assert isinstance(first, ToolError) and first.code == "EXECUTOR_UNAVAILABLE", first
     assert not second.is_error and said(second).startswith("beside\n"), second.content
     messages = [m for m in warned(caplog) if "ses_c:c1" in m]
     assert messages == ["the command of call ses_c:c1 was given up, and the executor of project p died under it, "
                         "and the commands it left could not all be ended: the workspace's next write may run "
                         "beside it"], messages
+    assert any(r.getMessage().startswith(cause) for r in caplog.records), caplog.records  # (the path taken)

@@ -11,15 +11,20 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
+from tests.procfs import read_proc
 from tools.executor.commands import run_command
-from tools.executor.groups import GroupRegistry, _boot_id, _start_time
+from tools.executor.groups import GroupRegistry, _boot_id, _start_time, wait_ended
+from tools.reaper import live_members
 
-from .conftest import group_members, kill_group, running_executor, start_executor, stop_process, wait_group_gone
+from .conftest import (group_members, kill_group, poll_until, running_executor, start_executor, stop_process,
+                       wait_group_gone)
 
 BOUND_S = 20.0
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (its packages, for a child interpreter)
@@ -191,16 +196,69 @@ async def test_an_entry_that_cannot_be_read_or_removed_does_not_keep_the_executo
     assert sorted(p.name for p in commands.iterdir()) == ["12345"]
 
 
-def test_end_left_returns_once_no_process_of_the_groups_runs(tmp_path: Path, live_group: int,
+def test_end_left_kills_the_groups_and_forgets_their_records(tmp_path: Path, live_group: int,
                                                             gone_executor: tuple[int, str]) -> None:
-    # SIGKILL is sent, not done: the pool says a dead executor's commands were ended only once
-    # end_left returns, so none of their processes may run then. The killed process stays a
-    # zombie until this test's fixture waits for it: it runs nothing, and counts as ended.
+    # The whole of end_left: the group killed, its record gone, True. (Its wait for what the
+    # kill has not yet ended is shown by wait_ended's tests below: a killed sleep is gone before
+    # /proc is read.) The killed process stays a zombie until this test's fixture waits for it:
+    # it runs nothing, and counts as ended.
     owner, owner_start = gone_executor
     write_record(tmp_path, live_group, f"{_boot_id()} {_start_time(live_group)} {owner} {owner_start}")
     assert GroupRegistry(tmp_path).end_left(BOUND_S) is True
     assert group_members(live_group) == []
     assert list((tmp_path / "commands").iterdir()) == []
+
+
+def zombie(pid: int) -> bool:
+    proc = read_proc(pid)
+    return proc is not None and proc.state == "Z"
+
+
+@pytest.fixture
+def zombie_beside_a_member() -> Iterator[tuple[int, int]]:
+    """A group whose leader has exited, unwaited for (a zombie), beside a member that runs on
+    for a moment, then ends by itself: ``(pgid, member pid)``."""
+    leader = subprocess.Popen(["sh", "-c", "sleep 0.5 & echo $!"], start_new_session=True, stdout=subprocess.PIPE)
+    try:
+        assert leader.stdout is not None
+        member = int(leader.stdout.readline())
+        assert poll_until(lambda: zombie(leader.pid), BOUND_S)
+        yield leader.pid, member
+    finally:
+        kill_group(leader.pid)
+        leader.wait(timeout=BOUND_S)
+        leader.stdout.close()
+
+
+def test_the_live_members_of_a_group_leave_out_its_zombie(zombie_beside_a_member: tuple[int, int]) -> None:
+    pgid, member = zombie_beside_a_member
+    assert live_members((pgid,)) == [member]
+
+
+def test_wait_ended_returns_once_no_process_of_the_groups_runs(zombie_beside_a_member: tuple[int, int]) -> None:
+    # SIGKILL is sent, not done: the pool says a dead executor's commands were ended only once
+    # end_left's wait returns, so none of their processes may run then. Here the member runs on
+    # by itself: the wait returns once it has ended, the zombie leader counted as ended.
+    pgid, member = zombie_beside_a_member
+    assert live_members((pgid,)) == [member]  # (it runs as the wait begins)
+    assert wait_ended([pgid], BOUND_S) is True
+    assert live_members((pgid,)) == []
+    assert zombie(pgid)
+
+
+def test_wait_ended_stops_waiting_when_told(live_group: int) -> None:
+    # The daemon's stop now: the pool's reap waits in a thread, which only a flag can stop.
+    began = time.monotonic()
+    assert wait_ended([live_group], BOUND_S, stopped=lambda: True) is False
+    assert time.monotonic() - began < BOUND_S / 4  # (not the bound)
+    assert group_members(live_group) == [live_group]
+
+
+def test_wait_ended_says_when_a_group_still_runs_at_its_bound(live_group: int) -> None:
+    began = time.monotonic()
+    assert wait_ended([live_group], 0.2) is False
+    assert 0.2 <= time.monotonic() - began < BOUND_S
+    assert group_members(live_group) == [live_group]
 
 
 def test_end_left_says_when_a_record_cannot_be_read(tmp_path: Path) -> None:

@@ -651,3 +651,30 @@ async def test_a_child_started_while_the_pool_stops_is_ended_not_left_running(tm
     assert "the executor pool is stopping" in caught.value.message, caught.value.message
     assert len(spawned) == 1 and spawned[0].returncode is not None  # ended and reaped, not left behind
     assert _gone(spawned[0].pid)
+
+
+async def test_a_dead_childs_reap_is_waited_for_before_its_replacement_starts(tmp_path: Path) -> None:
+    # The replacement's own reap at its start, over the same state, could take the dead child's
+    # records of its groups first: the pool's reap then found none, and call_ended said the
+    # commands were ended. get waits (within call_end_wait_s) for the dead child's reap, which
+    # cannot finish here while its standard output is held open.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with running_pool(tmp_path / "executors", {"p": ws}, call_end_wait_s=0.5) as pool:
+        ex = await pool.get("p")
+        assert ex.process is not None and ex.gone is not None
+        held = os.open(f"/proc/{ex.process.pid}/fd/1", os.O_WRONLY)
+        try:
+            ex.process.kill()
+            with trio.fail_after(BOUND_S):
+                await ex.process.wait()
+            began = trio.current_time()
+            with trio.fail_after(BOUND_S):
+                again = await pool.get("p")
+            assert trio.current_time() - began >= 0.5  # (the bound: the reap could not finish)
+            assert not ex.gone.is_set()
+        finally:
+            os.close(held)
+        with trio.fail_after(BOUND_S):
+            await ex.gone.wait()
+        assert again is not ex and again.process is not None and again.process.returncode is None

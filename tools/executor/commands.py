@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
+from tools.reaper import stat
+
 from .groups import GroupRegistry
 from .runs import StopLatch
 
@@ -115,13 +117,8 @@ def _shell_alive(pid: int, reaper: int) -> bool:
     that is no zombie and whose parent is the shell's, the reaper (pid ``reaper``), which reaps
     it as soon as it exits. (Once the shell is reaped and its group empty — ``setsid … & exit
     0`` — its pid may be reused by any other process: one not the reaper's child is not it.)"""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(b")") + 2:].split()  # (the command name may hold spaces and ")")
-    return len(fields) > 1 and fields[0] != b"Z" and fields[1] == str(reaper).encode()
+    fields = stat(pid)
+    return fields is not None and len(fields) > 1 and fields[0] != "Z" and fields[1] == str(reaper)
 
 
 class CommandNotStarted(Exception):

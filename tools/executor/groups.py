@@ -27,6 +27,9 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable
+
+from tools.reaper import live_members, stat
 
 log = logging.getLogger("lens.executor.groups")
 
@@ -40,20 +43,9 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` from field 3 (the state) on, or ``None`` if no such
-    process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces: split after its last ")".
-    return stat[stat.rindex(")") + 2:].split()
-
-
 def _start_time(pid: int) -> str | None:
     """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), or ``None`` if no such process."""
-    fields = _stat(pid)
+    fields = stat(pid)
     return fields[19] if fields is not None and len(fields) > 19 else None
 
 
@@ -66,12 +58,23 @@ def _runs(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            fields = _stat(int(entry.name)) if entry.name.isdigit() else None
-            if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-                return True
-    return False
+    return bool(live_members((pgid,)))
+
+
+def wait_ended(pgids: list[int], within: float, stopped: Callable[[], bool] = lambda: False) -> bool:
+    """Wait, up to ``within`` seconds, until no process of the groups ``pgids`` runs; False (and
+    a warning) if one still ran at the bound, or once ``stopped()`` says to wait no more (the
+    daemon's stop now: a thread cannot be cancelled)."""
+    until = time.monotonic() + within
+    while pgids := [pgid for pgid in pgids if _runs(pgid)]:
+        if stopped():
+            log.warning("command process group(s) %s still ran when the wait for them was stopped", pgids)
+            return False
+        if time.monotonic() >= until:
+            log.warning("command process group(s) %s still ran %g s after their SIGKILL", pgids, within)
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _forget(path: Path) -> None:
@@ -111,19 +114,14 @@ class GroupRegistry:
         """Kill the groups an earlier executor left named here; return the ids signalled."""
         return self._kill_left()[0]
 
-    def end_left(self, within: float) -> bool:
+    def end_left(self, within: float, stopped: Callable[[], bool] = lambda: False) -> bool:
         """Kill the groups an earlier executor left named here (:meth:`reap`) and wait, up to
-        ``within`` seconds, until none of their processes runs (SIGKILL is sent, not yet done);
-        True when every group so ended, False when a kill was refused, a record could not be read,
-        or a group still ran at the bound."""
+        ``within`` seconds (or until ``stopped()``), until none of their processes runs (SIGKILL
+        is sent, not yet done); True when every group so ended, False when a kill was refused, a
+        record could not be read, or a group still ran at the bound or the stop. A process that
+        left its group (``setsid``) is not one of them: its command's reaper ends it."""
         killed, failed = self._kill_left()
-        until = time.monotonic() + within
-        while killed := [pgid for pgid in killed if _runs(pgid)]:
-            if time.monotonic() >= until:
-                log.warning("command process group(s) %s still ran %g s after their SIGKILL", killed, within)
-                return False
-            time.sleep(0.005)
-        return not failed
+        return wait_ended(killed, within, stopped) and not failed
 
     def _kill_left(self) -> tuple[list[int], bool]:
         """The groups signalled by :meth:`reap`, and whether any named here could not be."""

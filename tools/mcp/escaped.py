@@ -25,6 +25,8 @@ import signal
 
 import trio
 
+from tools.reaper import stat
+
 
 class Escaped:
     """Open pidfds of a server's descendants outside its group; :meth:`close` when done."""
@@ -90,16 +92,10 @@ def _unreaped(pidfd: int) -> bool:
 
 def _stat(pid: str) -> tuple[int, int, str] | None:
     """``(ppid, pgrp, start time)`` of a process, from ``/proc/<pid>/stat``; ``None`` if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
+    fields = stat(pid)
+    if fields is None or len(fields) < 20:
         return None
-    # The command name (field 2) is in parentheses and may hold anything: split after its last ")".
-    fields = raw[raw.rfind(b")") + 2:].split()
-    if len(fields) < 20:
-        return None
-    return int(fields[1]), int(fields[2]), fields[19].decode()
+    return int(fields[1]), int(fields[2]), fields[19]
 
 
 def _start_time(pid: int) -> str | None:
