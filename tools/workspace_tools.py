@@ -291,7 +291,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
 
     def completed_outcome(tool: str, call_id: str, reply: Any) -> Any:
         """The outcome of the ``Stop`` answer's completed call ``reply`` (None: none); None too,
-        logged, when the answer cannot be read as one (not ``ok``, its result not JSON): what
+        logged, when the answer cannot be read as one (not ``ok``, its result not a JSON object): what
         the caller was doing, a cancellation or a deadline's error, goes on as it would have."""
         if reply is None:
             return None

@@ -400,9 +400,11 @@ async def test_a_stop_about_a_call_whose_journal_record_cannot_be_read_is_answer
     assert "stopped call could not be read" in executor.stderr.read_text()
 
 
-@pytest.mark.parametrize("bad", ["not ok", "not JSON"])
+@pytest.mark.parametrize("bad", ["not ok", "not JSON", "not an object"])
 async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_going_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, bad: str) -> None:
+    """A completed call the answer cannot give (not ``ok``, its result not JSON or JSON but not an
+    object) is logged as not recorded; the cancellation goes on, the caller's actor alive."""
     held = held_at(monkeypatch, tmp_path, "before_publish")
     executor = start_executor(tmp_path / "remote")
     (executor.workspace / "f.txt").write_text("a\n")
@@ -412,7 +414,7 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
             reply.call.ok = False
             reply.call.error_code = "IO_ERROR"
         else:
-            reply.call.result_json = "{not json"
+            reply.call.result_json = "{not json" if bad == "not JSON" else "[]"
         return reply
 
     taken: list[list[t._Event]] = []
@@ -436,5 +438,16 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
                                                           ctx))
         assert scope.cancelled_caught and results == [] and taken == []
         assert (executor.workspace / "f.txt").read_text() == "b\n"  # (written: only its record is lost)
+        assert "completed while its caller had gone, but the executor's answer about it cannot be read" in caplog.text
     finally:
         stop_process(executor.proc)
+
+
+@pytest.mark.parametrize("tool", ["restore", "edit_file", "read_file"])
+@pytest.mark.parametrize("result_json", ["[]", "null", "3", '"changed"'])
+def test_a_reply_whose_result_is_json_but_not_an_object_is_refused_with_a_code(tool: str, result_json: str) -> None:
+    """Every tool's result is a JSON object: another (a ``restore``'s ``[]`` too, which the
+    outcome asks ``removed`` of) is the executor's error, not an AttributeError."""
+    with pytest.raises(ExecutorToolError) as caught:
+        executor_client.tool_outcome(tool, pb.ToolReply(ok=True, result_json=result_json))
+    assert caught.value.code == "EXECUTOR_ERROR" and "is not a JSON object" in str(caught.value)
