@@ -1454,9 +1454,8 @@ class SessionActor:
         # while its time limit cancelled it) is recorded with the result, after it, as an abort does.
         cut_off = self._cut_events.get(call.call_id, [])
         cut = [d.Scoped(e, agent_id, task_id) for e in cut_off]
-        if cut:  # (its result says so: the model would make the edit again)
-            result = dataclasses.replace(result, content=d.with_note(result.content, d.applied_edits_note(cut_off),
-                                                                     last=True))
+        applied = d.applied_edits_note(cut_off)  # (its result says so: the model would make the edit again)
+        result = dataclasses.replace(result, content=d.with_note(result.content, applied, last=True))
         try:
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
@@ -1474,10 +1473,11 @@ class SessionActor:
                         self.session_id, call.call_id, call.name, exc.message)
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error", is_error=True,
-                content=[t.TextPart(f"RESULT_NOT_RECORDED: {call.name} ran, but its result could not be "
-                                    f"recorded ({self.deps.store.secrets.cut(exc.message, 300)}); if it "
-                                    f"produced output, ask for less "
-                                    f"(a smaller range, a filter, a lower max_output_bytes).")],
+                content=d.with_note([t.TextPart(f"RESULT_NOT_RECORDED: {call.name} ran, but its result could not be "
+                                                f"recorded ({self.deps.store.secrets.cut(exc.message, 300)}); if it "
+                                                f"produced output, ask for less "
+                                                f"(a smaller range, a filter, a lower max_output_bytes).")],
+                                    applied, last=True),
                 error_code="RESULT_NOT_RECORDED"), agent_id, task_id)] + cut)
             self._let_go_cut_events(call.call_id)
 

@@ -12,6 +12,7 @@ from typing import Any, Literal, Mapping, Sequence, Union
 from events import types as t
 from projections.session_state import EMPTY_ANSWER, MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
 
+from .errors import shortened
 from .providers.base import CONTENT_FILTER, INCOMPLETE, MESSAGE_LIMIT, OUTPUT_LIMIT, REFUSAL
 
 # --------------------------------------------------------------------------- loop steps
@@ -380,15 +381,22 @@ def aborted_call_content(got: CutCall | CutProgram | None) -> tuple[list[t.Conte
     return [t.TextPart(text)], {"aborted": True, **_command_fields(got)}
 
 
+# Characters of the paths an applied-edits note lists, cut past them: the note is one more copy of
+# paths the record it joins holds already (a long one, or a program's many, must not push the
+# abort's or the result's record past the log's event size limit).
+NOTE_PATHS_MAX = 300
+
+
 def applied_edits_note(events: Sequence[t._Event]) -> str | None:
     """The line a cut-off call's result says its completed edits with (``events``: what it did all
     the same, see ``cut_events`` of :func:`abort_events`), so that the model knows them done and
-    does not make them again; None when it edited nothing."""
+    does not make them again; None when it edited nothing. Its list of paths is cut past
+    :data:`NOTE_PATHS_MAX` characters."""
     paths = list(dict.fromkeys(e.path for e in events if isinstance(e, t.FileEdited)))
     if not paths:
         return None
-    return (f"[the edit was applied all the same before the call was cut off: {', '.join(paths)} changed; "
-            f"revert_call can undo it]")
+    return (f"[the edit was applied all the same before the call was cut off: "
+            f"{shortened(', '.join(paths), NOTE_PATHS_MAX)} changed; revert_call can undo it]")
 
 
 def with_note(content: list[t.ContentPart], note: str | None, *, last: bool = False) -> list[t.ContentPart]:

@@ -248,12 +248,14 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         stop_process(executor.proc)
 
 
+@pytest.mark.parametrize("result_fits", [True, False])
 async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_the_programs_result(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, result_fits: bool) -> None:
     # No abort: the program's time limit (the interpreter's own deadline) cancels its edit_file
     # while the executor holds it past its look; the edit completes while Core waits for its end.
     # The program's result (PTC_TIMEOUT) is followed by the copies and the file.edited, in its
-    # write, and says the edit was applied; no copy stays held once it is recorded.
+    # write, and says the edit was applied; no copy stays held once it is recorded. A result the
+    # log cannot hold (past maxEventBytes) is recorded as RESULT_NOT_RECORDED, which says so too.
     async def program(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         assert ctx.call_tool is not None
         call_tool = ctx.call_tool
@@ -264,7 +266,7 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         code = 'edit_file(path="f.txt", mode="edit", edits=[{"old_string": "a", "new_string": "ab"}])'
         outcome = await run_program(code, call, ["edit_file"], deadline=trio.current_time() + 0.5)
         assert outcome.error is not None
-        return ToolResult.error(outcome.error.code, outcome.error.message)
+        return ToolResult.error(outcome.error.code, outcome.error.message + ("" if result_fits else "x" * 70_000))
 
     prog = ToolSpec("prog", "runs an edit as a timed program", {"type": "object"}, program, read_only=False)
     held = held_at(monkeypatch, tmp_path, "before_publish")
@@ -277,7 +279,8 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, script, remote=remote, artifacts=artifacts,
-                                     more_tools=lambda pool: [prog]) as (sup, store, _faux, _pool):
+                                     more_tools=lambda pool: [prog], max_event_bytes=65536) as (
+                    sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
                 await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
                 await wait_path(held, timeout=30)
@@ -290,7 +293,8 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         kinds = [e.kind for e in events]
         at = next(i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == "p1")
         finished = events[at].event
-        assert (finished.status, finished.error_code) == ("error", "PTC_TIMEOUT"), finished
+        assert (finished.status, finished.error_code) == (
+            "error", "PTC_TIMEOUT" if result_fits else "RESULT_NOT_RECORDED"), finished
         assert text_of(finished).endswith(f"\n{APPLIED}"), text_of(finished)
         assert kinds[at + 1:at + 4] == ["artifact.stored", "artifact.stored", "file.edited"]
         assert events[at + 3].seq == events[at].seq + 3  # (in the result's write)
