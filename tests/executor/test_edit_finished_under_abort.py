@@ -33,6 +33,7 @@ from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tests.executor_hold import held_at
+from tests.unwritable import unwritable
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
@@ -134,6 +135,36 @@ async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_
             reverted = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "revert1"]
             assert len(reverted) == 1 and not reverted[0].is_error, reverted
             assert (ws / "f.txt").read_text() == "a\n"
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_applied_and_not_undoable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The copies revert_call restores from cannot be stored (the artifacts' directory refuses new
+    # files, as a full disk does): no file.edited without them, but the result still says the
+    # edit was applied, and that revert_call cannot undo it, as a call not cut off says.
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "f.txt").write_text("a\n")
+    artifacts_dir = tmp_path / "data" / "artifacts"
+    artifacts_dir.mkdir(parents=True)
+    try:
+        with Relay(executor.address) as relay, unwritable(artifacts_dir):
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                events = await events_of(store, sid)
+        assert (ws / "f.txt").read_text() == "ab\n"
+        [finished] = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
+        assert (finished.status, finished.error_code) == ("interrupted", "ABORTED"), finished
+        assert text_of(finished) == (
+            "[the edit was applied all the same before the call was cut off: f.txt changed, but the copies "
+            "revert_call restores from could not be stored; revert_call cannot undo it]\n" + ABORTED_TEXT)
+        assert [e for e in events if e.kind in ("file.edited", "artifact.stored")] == []
+        assert list(artifacts_dir.iterdir()) == []
     finally:
         stop_process(executor.proc)
 
@@ -421,8 +452,8 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
             reply.call.result_json = "{not json" if bad == "not JSON" else "[]"
         return reply
 
-    taken: list[list[t._Event]] = []
-    ctx = dataclasses.replace(tool_ctx("ses_x", "c1"), cut_events=taken.append)
+    taken: list[list[Any]] = []
+    ctx = dataclasses.replace(tool_ctx("ses_x", "c1"), cut_events=lambda *handed: taken.append(list(handed)))
     try:
         with Relay(executor.address, stop_reply=spoiled) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
