@@ -279,14 +279,22 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         stop_process(executor.proc)
 
 
+# The program's time limit, passed by a jump of the clock (shorter than every other bound the
+# jump passes over: the runtime's 60 s, the call's own deadline).
+TIME_LIMIT_S = 10.0
+
+
 @pytest.mark.parametrize("result_fits", [True, False])
 async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_the_programs_result(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, result_fits: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_clock: trio.testing.MockClock, result_fits: bool) -> None:
     # No abort: the program's time limit (the interpreter's own deadline) cancels its edit_file
     # while the executor holds it past its look; the edit completes while Core waits for its end.
     # The program's result (PTC_TIMEOUT) is followed by the copies and the file.edited, in its
     # write, and says the edit was applied; no copy stays held once it is recorded. A result the
     # log cannot hold (past maxEventBytes) is recorded as RESULT_NOT_RECORDED, which says so too.
+    # The limit is passed once the executor holds the edit (the clock jumped to it), not on a
+    # real-time bound the edit might not reach the hold within on a loaded machine.
+    mock_clock.rate = 1.0  # (the pool, the executor's waits: real time)
     async def program(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         assert ctx.call_tool is not None
         call_tool = ctx.call_tool
@@ -295,7 +303,7 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
             return (await call_tool(f"{ctx.call_id}.1", name, arguments)).structured_content
 
         code = 'edit_file(path="f.txt", mode="edit", edits=[{"old_string": "a", "new_string": "ab"}])'
-        outcome = await run_program(code, call, ["edit_file"], deadline=trio.current_time() + 0.5)
+        outcome = await run_program(code, call, ["edit_file"], deadline=trio.current_time() + TIME_LIMIT_S)
         assert outcome.error is not None
         return ToolResult.error(outcome.error.code, outcome.error.message + ("" if result_fits else "x" * 70_000))
 
@@ -315,7 +323,8 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
                 sid = await sup.create_session("proj")
                 await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
                 await wait_path(held, timeout=30)
-                await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)  # (its time limit passed)
+                mock_clock.jump(TIME_LIMIT_S)  # (its time limit passes now)
+                await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)
                 Path(f"{tmp_path / 'hold'}.release").write_text("")
                 with trio.fail_after(30):
                     await sup.call(sid, WaitIdle())
