@@ -24,8 +24,8 @@ id (:meth:`release_named`: a named artifact is never removed), so the ids held f
 those whose event has not been folded yet, not every such id since the start; one whose event
 never comes stays held, and its file waits for the next start. :meth:`keep` holds ids whose
 event comes after their lease ended, one hold per keep (two sessions' copies may be the same
-bytes), each ended by its own :meth:`let_go` or by the log naming the id. :meth:`remove` never takes an id
-held, nor one put or released since the sweep's :meth:`sweeping` began (its event may have
+bytes), each ended by its own :meth:`let_go` or by the log naming the id. :meth:`remove` never
+takes an id held, nor one put or released since the sweep's :meth:`sweeping` began (its event may have
 committed after the sweep read the log's position).
 
 **Reads.** ``get`` holds the whole artifact (images sent to a model, an edit's copies, a job's
@@ -320,10 +320,10 @@ class ArtifactStore:
         nothing any more. The live sweep calls it with what its projections found named, which
         is what keeps the set of ids held for good from growing for as long as the daemon runs.
         (Ids held by an open lease are counted apart and stay held until it ends.)"""
-        named = set(named)
+        gone = set(named)
         with self._lock:
-            self._kept.difference_update(named)
-            for digest in named & self._kept_for.keys():
+            self._kept.difference_update(gone)
+            for digest in gone & self._kept_for.keys():
                 del self._kept_for[digest]
 
     def keep(self, ids: Iterable[str]) -> None:
