@@ -353,7 +353,7 @@ class SessionActor:
         # By call id: what a running call cut off did all the same (an edit that completed while the
         # abort, or a program's time limit, waited for its end: its copies and file.edited), recorded
         # with the call's tool.finished, by the abort or the call's result (_let_go_cut_events).
-        self._cut_events: dict[str, list[t._Event]] = {}
+        self._cut_events: dict[str, d.CutEdits] = {}
         self._idle_waiters: list[Envelope] = []
         self._answered: dict[str, trio.Event] = {}
         # /skill: inputs whose check (a workspace read) is pending: request id -> the callers to
@@ -1384,8 +1384,8 @@ class SessionActor:
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
                               allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=sub_cut,
-                              cut_events=lambda events: cut_events([_under_call(e, sub_id, call.call_id)
-                                                                    for e in events]),
+                              cut_events=lambda events, unrecorded: cut_events(
+                                  [_under_call(e, sub_id, call.call_id) for e in events], unrecorded),
                               recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id)
             try:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
@@ -1416,8 +1416,10 @@ class SessionActor:
                 fitting, truncated or fitting != text,
                 *((ended.exit_code, ended.signal, ended.stopped) if ended is not None else ()))
 
-        def cut_events(events: list[t._Event]) -> None:
-            self._cut_events.setdefault(call.call_id, []).extend(events)
+        def cut_events(events: list[t._Event], unrecorded: list[str]) -> None:
+            cut = self._cut_events.setdefault(call.call_id, d.CutEdits())
+            cut.events.extend(events)
+            cut.unrecorded.extend(unrecorded)
 
         self._cut_calls.pop(call.call_id, None)
         self._let_go_cut_events(call.call_id)
@@ -1452,11 +1454,10 @@ class SessionActor:
         events = self._skills.hold(self.state, agent_id, call.call_id, result.events)
         # What a call the result's own end cut off did all the same (a program's edit that completed
         # while its time limit cancelled it) is recorded with the result, after it, as an abort does.
-        cut_off = self._cut_events.get(call.call_id, [])
-        cut = [d.Scoped(e, agent_id, task_id) for e in cut_off]
-        if cut:  # (its result says so: the model would make the edit again)
-            result = dataclasses.replace(result, content=d.with_note(result.content, d.applied_edits_note(cut_off),
-                                                                     last=True))
+        cut_off = self._cut_events.get(call.call_id)
+        cut = [d.Scoped(e, agent_id, task_id) for e in (cut_off.events if cut_off is not None else ())]
+        applied = d.applied_edits_note(cut_off)  # (its result says so: the model would make the edit again)
+        result = dataclasses.replace(result, content=d.with_note(result.content, applied, last=True))
         try:
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error" if result.is_error else "ok",
@@ -1474,10 +1475,11 @@ class SessionActor:
                         self.session_id, call.call_id, call.name, exc.message)
             await self._emit([d.Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name, status="error", is_error=True,
-                content=[t.TextPart(f"RESULT_NOT_RECORDED: {call.name} ran, but its result could not be "
-                                    f"recorded ({self.deps.store.secrets.cut(exc.message, 300)}); if it "
-                                    f"produced output, ask for less "
-                                    f"(a smaller range, a filter, a lower max_output_bytes).")],
+                content=d.with_note([t.TextPart(f"RESULT_NOT_RECORDED: {call.name} ran, but its result could not be "
+                                                f"recorded ({self.deps.store.secrets.cut(exc.message, 300)}); if it "
+                                                f"produced output, ask for less "
+                                                f"(a smaller range, a filter, a lower max_output_bytes).")],
+                                    applied, last=True),
                 error_code="RESULT_NOT_RECORDED"), agent_id, task_id)] + cut)
             self._let_go_cut_events(call.call_id)
 
@@ -1487,13 +1489,13 @@ class SessionActor:
         never be (an abort that recorded nothing, a call run again), so no copy stays held
         unnamed for as long as the daemon runs."""
         dropped = (list(self._cut_events.values()) if call_id is None
-                   else [self._cut_events.get(call_id, [])])
+                   else [self._cut_events.get(call_id, d.CutEdits())])
         if call_id is None:
             self._cut_events.clear()
         else:
             self._cut_events.pop(call_id, None)
         if self.deps.artifacts is not None:
-            self.deps.artifacts.let_go([e.artifact_id for events in dropped for e in events
+            self.deps.artifacts.let_go([e.artifact_id for cut in dropped for e in cut.events
                                         if isinstance(e, t.ArtifactStored)])
 
     def _with_warning(self, name: str, result: ToolResult, tool_policy: dict[str, Any] | None) -> ToolResult:

@@ -6,12 +6,13 @@ these with its folded :class:`SessionState` and performs the effects they name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence, Union
 
 from events import types as t
 from projections.session_state import EMPTY_ANSWER, MAIN_AGENT, AgentState, QueuedInput, SessionState, SkillDue
 
+from .errors import shortened
 from .providers.base import CONTENT_FILTER, INCOMPLETE, MESSAGE_LIMIT, OUTPUT_LIMIT, REFUSAL
 
 # --------------------------------------------------------------------------- loop steps
@@ -380,15 +381,41 @@ def aborted_call_content(got: CutCall | CutProgram | None) -> tuple[list[t.Conte
     return [t.TextPart(text)], {"aborted": True, **_command_fields(got)}
 
 
-def applied_edits_note(events: Sequence[t._Event]) -> str | None:
-    """The line a cut-off call's result says its completed edits with (``events``: what it did all
-    the same, see ``cut_events`` of :func:`abort_events`), so that the model knows them done and
-    does not make them again; None when it edited nothing."""
-    paths = list(dict.fromkeys(e.path for e in events if isinstance(e, t.FileEdited)))
-    if not paths:
+# Characters of the paths an applied-edits note lists, cut past them: the note is one more copy of
+# paths the record it joins holds already (a long one, or a program's many, must not push the
+# abort's or the result's record past the log's event size limit).
+NOTE_PATHS_MAX = 300
+
+
+@dataclass
+class CutEdits:
+    """What a call cut off (an abort, a program's time limit) did all the same, handed over by
+    its tool as it is cancelled: ``events``, an edit that completed on the executor (its
+    ``artifact.stored`` copies and ``file.edited``), recorded right after the call's
+    ``tool.finished``; ``unrecorded``, the paths of completed edits whose copies could not be
+    stored (a full disk: no ``file.edited`` without them), which the note alone says."""
+    events: list[t._Event] = field(default_factory=list)
+    unrecorded: list[str] = field(default_factory=list)
+
+
+def applied_edits_note(cut: CutEdits | None) -> str | None:
+    """The line a cut-off call's result says its completed edits with (``cut``: what it did all the
+    same), so that the model knows them done and does not make them again, and whether
+    revert_call can undo them; None when it edited nothing. Each list of paths is cut past
+    :data:`NOTE_PATHS_MAX` characters."""
+    if cut is None:
         return None
-    return (f"[the edit was applied all the same before the call was cut off: {', '.join(paths)} changed; "
-            f"revert_call can undo it]")
+    recorded = list(dict.fromkeys(e.path for e in cut.events if isinstance(e, t.FileEdited)))
+    unrecorded = [p for p in dict.fromkeys(cut.unrecorded) if p not in recorded]
+    said: list[str] = []
+    if recorded:
+        said.append(f"{shortened(', '.join(recorded), NOTE_PATHS_MAX)} changed; revert_call can undo it")
+    if unrecorded:  # (the words of an edit's ARTIFACT_WRITE_FAILED)
+        said.append(f"{shortened(', '.join(unrecorded), NOTE_PATHS_MAX)} changed, but the copies revert_call "
+                    f"restores from could not be stored; revert_call cannot undo it")
+    if not said:
+        return None
+    return f"[the edit was applied all the same before the call was cut off: {'; '.join(said)}]"
 
 
 def with_note(content: list[t.ContentPart], note: str | None, *, last: bool = False) -> list[t.ContentPart]:
@@ -411,7 +438,7 @@ def abort_events(state: SessionState, reason: str = "user",
                  skill_loads: dict[str, tuple[tuple[SkillDue, ...], list[t._Event]]] | None = None,
                  cut: Mapping[str, CutRequest] | None = None,
                  cut_calls: Mapping[str, CutCall | CutProgram] | None = None, *,
-                 deleted: bool = False, cut_events: Mapping[str, Sequence[t._Event]] | None = None) -> list[Scoped]:
+                 deleted: bool = False, cut_events: Mapping[str, CutEdits] | None = None) -> list[Scoped]:
     """Events that stop the current run and withdraw everything queued.
 
     ``deleted``: the abort is a deletion's; its queued inputs are withdrawn ``session_deleted``
@@ -434,9 +461,9 @@ def abort_events(state: SessionState, reason: str = "user",
     the abort's note (:func:`aborted_call_content`), as a timed-out command's result keeps its
     output.
 
-    ``cut_events``: by call id, what a running call the abort cut off did all the same (an edit
-    that completed while the abort waited for its end: its ``artifact.stored`` copies and
-    ``file.edited``), recorded right after its ``tool.finished``, as a result's events are."""
+    ``cut_events``: by call id, what a running call the abort cut off did all the same
+    (:class:`CutEdits`: an edit that completed while the abort waited for its end), its events
+    recorded right after its ``tool.finished``, as a result's events are."""
     out: list[Scoped] = []
     task = state.running_task
     # Subagents end first, then the main agent: a subagent's call (the parent's) is settled after
@@ -451,14 +478,15 @@ def abort_events(state: SessionState, reason: str = "user",
             content, structured = (aborted_call_content((cut_calls or {}).get(call.call_id)) if running
                                    else ([t.TextPart("Skipped: the run was aborted.")], None))
             if running:  # (an edit it made all the same is said first: the abort's note would deny it)
-                content = with_note(content, applied_edits_note((cut_events or {}).get(call.call_id, ())))
+                content = with_note(content, applied_edits_note((cut_events or {}).get(call.call_id)))
             out.append(Scoped(t.ToolFinished(
                 call_id=call.call_id, name=call.name,
                 status="interrupted" if running else "skipped", is_error=True,
                 content=content, structured_content=structured,
                 error_code="ABORTED"), agent.agent_id, tid))
             if running:
-                out.extend(Scoped(e, agent.agent_id, tid) for e in (cut_events or {}).get(call.call_id, ()))
+                done = (cut_events or {}).get(call.call_id, CutEdits())
+                out.extend(Scoped(e, agent.agent_id, tid) for e in done.events)
         due, loads = (skill_loads or {}).get(agent.agent_id, ((), []))
         if agent.skills_due and tuple(agent.skills_due) == due and (task is not None or agent.agent_id != MAIN_AGENT):
             out.extend(Scoped(e, agent.agent_id, tid) for e in loads)

@@ -186,10 +186,14 @@ class ToolOutcome:
 def tool_outcome(tool: str, reply: pb.ToolReply) -> ToolOutcome:
     """A ``Call``'s reply for ``tool`` as its outcome (a ``Stop``'s ``call`` too: the reply of an
     editing call that completed after its caller had gone). Raises :class:`ExecutorToolError`
-    with the tool's own code for a reply not ``ok``."""
+    with the tool's own code for a reply not ``ok``, ``EXECUTOR_ERROR`` for a result that is JSON
+    but not an object (every tool's result is one); ``ValueError`` for one not JSON."""
     if not reply.ok:
         raise ExecutorToolError(translated_code(reply.error_code), reply.error_message)
     result = json.loads(reply.result_json or "{}")
+    if not isinstance(result, dict):
+        raise ExecutorToolError("EXECUTOR_ERROR", f"the executor's result for {tool} is not a JSON object "
+                                                  f"(a {type(result).__name__})")
     editing = tool in ("edit_file", "patch_file", "restore")
     removed = tool == "restore" and bool(result.get("removed"))
     return ToolOutcome(result, reply.before if reply.has_before else None,

@@ -22,8 +22,10 @@ append given up on after a bound and possibly still committed), holds its id for
 may come at any time, so nothing but that event can end the hold. The live sweep ends it once the log names the
 id (:meth:`release_named`: a named artifact is never removed), so the ids held for good are only
 those whose event has not been folded yet, not every such id since the start; one whose event
-never comes stays held, and its file waits for the next start. :meth:`remove` never takes an id
-held, nor one put or released since the sweep's :meth:`sweeping` began (its event may have
+never comes stays held, and its file waits for the next start. :meth:`keep` holds ids whose
+event comes after their lease ended, one hold per keep (two sessions' copies may be the same
+bytes), each ended by its own :meth:`let_go` or by the log naming the id. :meth:`remove` never
+takes an id held, nor one put or released since the sweep's :meth:`sweeping` began (its event may have
 committed after the sweep read the log's position).
 
 **Reads.** ``get`` holds the whole artifact (images sent to a model, an edit's copies, a job's
@@ -236,10 +238,13 @@ class ArtifactStore:
         self._lock = threading.Lock()
         self._provisional: set[str] = set()
         # Ids in flight (see the module's docstring), all under _lock: held by open leases (a
-        # count each), held for good (put outside a lease), and put or released since a sweep
-        # began (None when no sweep runs).
+        # count each), held for good (put outside a lease), kept for an event to come (keep, a
+        # count each: each let go by its own let_go, so that one holder letting go of bytes
+        # another holds too leaves them held), and put or released since a sweep began (None
+        # when no sweep runs).
         self._held: Counter[str] = Counter()
         self._kept: set[str] = set()
+        self._kept_for: Counter[str] = Counter()
         self._touched: set[str] | None = None
         self._orphan_listeners: list[Callable[[], None]] = []
         # Verdicts by id (see the module's docstring): the identity of the file judged, and None
@@ -301,13 +306,13 @@ class ArtifactStore:
     def in_flight(self) -> set[str]:
         """The ids held now (by leases, or for good)."""
         with self._lock:
-            return set(self._held) | self._kept
+            return set(self._held) | self._kept | set(self._kept_for)
 
     def held_for_good(self) -> set[str]:
-        """The ids held for good now: put outside a lease or after it ended, and not yet found
-        named."""
+        """The ids held for good now: put outside a lease or after it ended, or kept
+        (:meth:`keep`), and not yet found named (nor let go)."""
         with self._lock:
-            return set(self._kept)
+            return self._kept | set(self._kept_for)
 
     def release_named(self, named: Iterable[str]) -> None:
         """Stop holding for good the ids of ``named``, ids some event in the log names: a named
@@ -315,22 +320,31 @@ class ArtifactStore:
         nothing any more. The live sweep calls it with what its projections found named, which
         is what keeps the set of ids held for good from growing for as long as the daemon runs.
         (Ids held by an open lease are counted apart and stay held until it ends.)"""
+        gone = set(named)
         with self._lock:
-            self._kept.difference_update(named)
+            self._kept.difference_update(gone)
+            for digest in gone & self._kept_for.keys():
+                del self._kept_for[digest]
 
     def keep(self, ids: Iterable[str]) -> None:
         """Hold ``ids`` for good, as if put outside a lease: bytes an event will name after the
         lease they were put in has ended (an edit that completed while its abort waited, whose
-        ``file.edited`` the abort records once the call's task, and its lease, are over)."""
+        ``file.edited`` the abort records once the call's task, and its lease, are over). One
+        hold per id given (twice given, twice held), until :meth:`let_go` is given it as often."""
         with self._lock:
-            self._kept.update(ids)
+            self._kept_for.update(ids)
 
     def let_go(self, ids: Iterable[str]) -> None:
-        """Stop holding ``ids`` for good (:meth:`keep`): the event naming them committed, or none
-        ever will. (An id put again under an open lease stays held by it.)"""
-        ids = set(ids)
+        """Let go of one :meth:`keep` hold per id given (the event naming them committed, or none
+        ever will); holds no keep took are left (those of other keeps, of a put outside a lease,
+        of an open lease), and an id with none left is not counted below nothing."""
+        ids = list(ids)
         with self._lock:
-            self._kept.difference_update(ids)
+            for digest in ids:
+                if self._kept_for[digest] <= 1:
+                    self._kept_for.pop(digest, None)
+                else:
+                    self._kept_for[digest] -= 1
             if self._touched is not None:  # (as a lease's end: a sweep under way leaves them)
                 self._touched.update(ids)
 
@@ -422,7 +436,8 @@ class ArtifactStore:
         kept: list[str] = []
         with self._lock:
             for name in names:
-                if name in self._held or name in self._kept or (self._touched is not None and name in self._touched):
+                if (name in self._held or name in self._kept or name in self._kept_for
+                        or (self._touched is not None and name in self._touched)):
                     kept.append(name)
                     continue
                 self._provisional.discard(name)

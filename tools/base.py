@@ -90,12 +90,13 @@ class ToolContext:
     # printed, and a ``tools.ptc.tool.ProgramCut`` (its calls and the command it was in) in
     # place of the end. Provided by the actor; None: nothing is kept.
     cut_output: Callable[[str, bool, Any], None] | None = None
-    # Takes the events of what a call cut off (by an abort, a program's time limit) did all the
-    # same: an edit that completed on the executor while its caller was being cancelled hands it
-    # its ``artifact.stored`` copies and ``file.edited``, which whatever records the call's
-    # ``tool.finished`` (the abort, the program's result) records after it, in the same write.
-    # Provided by the actor; None: nothing is kept.
-    cut_events: Callable[[list[t._Event]], None] | None = None
+    # Takes what a call cut off (by an abort, a program's time limit) did all the same: an edit
+    # that completed on the executor while its caller was being cancelled hands it its
+    # ``artifact.stored`` copies and ``file.edited``, which whatever records the call's
+    # ``tool.finished`` (the abort, the program's result) records after it, in the same write;
+    # and the paths of such edits whose copies could not be stored (no event: the result says
+    # them changed, not undoable). Provided by the actor; None: nothing is kept.
+    cut_events: Callable[[list[t._Event], list[str]], None] | None = None
     # The log's check of an event it is to record (its codec's ``pack_checked``: raises
     # ``AppendRejected``), so that a tool can tell what the log could never hold (the ``skill``
     # tool: instructions past ``log.maxEventBytes``). Provided by the actor; None: not checked.

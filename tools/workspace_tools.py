@@ -291,7 +291,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
 
     def completed_outcome(tool: str, call_id: str, reply: Any) -> Any:
         """The outcome of the ``Stop`` answer's completed call ``reply`` (None: none); None too,
-        logged, when the answer cannot be read as one (not ``ok``, its result not JSON): what
+        logged, when the answer cannot be read as one (not ``ok``, its result not a JSON object): what
         the caller was doing, a cancellation or a deadline's error, goes on as it would have."""
         if reply is None:
             return None
@@ -307,9 +307,10 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         """An edit that completed while its caller was being cancelled (an abort, a program's
         time limit): its ``file.edited`` (with the copies revert_call restores from) goes to
         ``ctx.cut_events``, recorded with whatever records the call's ``tool.finished`` (the
-        abort, the program's result), after it. Nothing is recorded when the copies cannot be
-        stored (no ``file.edited`` without them), and nothing for a ``restore`` (revert_call
-        records its reverts as a whole)."""
+        abort, the program's result), after it. When the copies cannot be stored (no
+        ``file.edited`` without them) its path alone goes, for the result to say the file
+        changed and cannot be undone; nothing for a ``restore`` (revert_call records its reverts
+        as a whole)."""
         r = out.result
         if tool not in EDITING_TOOLS or ctx.cut_events is None or not r.get("changed"):
             return
@@ -322,11 +323,12 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         except ToolError as exc:
             log.warning("call %s:%s (%s) was cancelled after it changed %s, which is not recorded: %s",
                         ctx.session_id, ctx.call_id, tool, path, exc.message)
+            ctx.cut_events([], [path])
             return
         # (held until an event names them: the call's lease may end before the abort records them;
         # the session lets them go if it records none)
         artifacts.keep([e.artifact_id for e in events if isinstance(e, t.ArtifactStored)])
-        ctx.cut_events(events)
+        ctx.cut_events(events, [])
 
     async def store(data: bytes) -> str:
         """``data`` put in the artifact store, off the event loop (it writes and fsyncs a file).

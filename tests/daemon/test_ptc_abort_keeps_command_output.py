@@ -103,9 +103,9 @@ async def test_a_program_aborted_in_another_call_keeps_what_it_printed_and_its_c
     # (then.txt is made once the first edit's result came back to the program, so Core has it;
     # made.txt alone is there before its call returns, and an abort then cut that call short)
     await _abort_once_printed(d, token, sid, ws, "then.txt")
-    [body] = finished(await d.events(token, sid))
+    events = await d.events(token, sid)
+    [body] = finished(events)
     assert (body["status"], body["error_code"]) == ("interrupted", "ABORTED"), body
-    assert body["content"][0]["text"] == f"so far\n\n{ABORTED_TEXT}", body
     calls = body["structured_content"]["calls"]
     assert calls[0] == {"call_id": f"{cid}.1", "name": "edit_file", "ok": True}, calls
     # (the abort may come before the second edit returned, or before the program reached its
@@ -115,6 +115,21 @@ async def test_a_program_aborted_in_another_call_keeps_what_it_printed_and_its_c
                          [{"call_id": f"{cid}.2", "name": "edit_file", "ok": True}],
                          [{"call_id": f"{cid}.2", "name": "edit_file", "ok": True},
                           {"call_id": f"{cid}.3", "name": "sleep_milliseconds", **aborted}]), calls
+    kinds = [(e["kind"], e["body"].get("path")) for e in events if e["kind"] in ("tool.finished", "file.edited")]
+    edited_then = [i for i, k in enumerate(kinds) if k == ("file.edited", "then.txt")]
+    cut_after_writing = calls[1] == {"call_id": f"{cid}.2", "name": "edit_file", **aborted} and bool(edited_then)
+    if cut_after_writing:
+        # The abort cut ``.2`` after the executor completed it: its edit is recorded after the
+        # cut result, which says so first.
+        assert kinds == [("file.edited", "made.txt"), ("tool.finished", None), ("file.edited", "then.txt")], kinds
+        assert body["content"][0]["text"] == (
+            "[the edit was applied all the same before the call was cut off: then.txt changed; "
+            f"revert_call can undo it]\nso far\n\n{ABORTED_TEXT}"), body
+    else:
+        # Cut before its result, recorded nothing; or returned, its edit recorded as it returned.
+        assert kinds == [("file.edited", "made.txt"), *([("file.edited", "then.txt")] if calls[1]["ok"] else []),
+                         ("tool.finished", None)], kinds
+        assert body["content"][0]["text"] == f"so far\n\n{ABORTED_TEXT}", body
 
 
 async def test_an_aborted_programs_command_output_past_the_log_s_event_limit_is_cut_to_fit(

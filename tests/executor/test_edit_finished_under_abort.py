@@ -33,6 +33,7 @@ from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from tests.executor_hold import held_at
+from tests.unwritable import unwritable
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
@@ -133,6 +134,36 @@ async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_
             reverted = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "revert1"]
             assert len(reverted) == 1 and not reverted[0].is_error, reverted
             assert (ws / "f.txt").read_text() == "a\n"
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_applied_and_not_undoable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The copies revert_call restores from cannot be stored (the artifacts' directory refuses new
+    # files, as a full disk does): no file.edited without them, but the result still says the
+    # edit was applied, and that revert_call cannot undo it, as a call not cut off says.
+    held = held_at(monkeypatch, tmp_path, "before_publish")
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "f.txt").write_text("a\n")
+    artifacts_dir = tmp_path / "data" / "artifacts"
+    artifacts_dir.mkdir(parents=True)
+    try:
+        with Relay(executor.address) as relay, unwritable(artifacts_dir):
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                events = await events_of(store, sid)
+        assert (ws / "f.txt").read_text() == "ab\n"
+        [finished] = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
+        assert (finished.status, finished.error_code) == ("interrupted", "ABORTED"), finished
+        assert text_of(finished) == (
+            "[the edit was applied all the same before the call was cut off: f.txt changed, but the copies "
+            "revert_call restores from could not be stored; revert_call cannot undo it]\n" + ABORTED_TEXT)
+        assert [e for e in events if e.kind in ("file.edited", "artifact.stored")] == []
+        assert list(artifacts_dir.iterdir()) == []
     finally:
         stop_process(executor.proc)
 
@@ -247,12 +278,22 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         stop_process(executor.proc)
 
 
+# The program's time limit, passed by a jump of the clock (shorter than every other bound the
+# jump passes over: the runtime's 60 s, the call's own deadline).
+TIME_LIMIT_S = 10.0
+
+
+@pytest.mark.parametrize("result_fits", [True, False])
 async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_the_programs_result(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_clock: trio.testing.MockClock, result_fits: bool) -> None:
     # No abort: the program's time limit (the interpreter's own deadline) cancels its edit_file
     # while the executor holds it past its look; the edit completes while Core waits for its end.
     # The program's result (PTC_TIMEOUT) is followed by the copies and the file.edited, in its
-    # write, and says the edit was applied; no copy stays held once it is recorded.
+    # write, and says the edit was applied; no copy stays held once it is recorded. A result the
+    # log cannot hold (past maxEventBytes) is recorded as RESULT_NOT_RECORDED, which says so too.
+    # The limit is passed once the executor holds the edit (the clock jumped to it), not on a
+    # real-time bound the edit might not reach the hold within on a loaded machine.
+    mock_clock.rate = 1.0  # (the pool, the executor's waits: real time)
     async def program(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         assert ctx.call_tool is not None
         call_tool = ctx.call_tool
@@ -261,9 +302,9 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
             return (await call_tool(f"{ctx.call_id}.1", name, arguments)).structured_content
 
         code = 'edit_file(path="f.txt", mode="edit", edits=[{"old_string": "a", "new_string": "ab"}])'
-        outcome = await run_program(code, call, ["edit_file"], deadline=trio.current_time() + 0.5)
+        outcome = await run_program(code, call, ["edit_file"], deadline=trio.current_time() + TIME_LIMIT_S)
         assert outcome.error is not None
-        return ToolResult.error(outcome.error.code, outcome.error.message)
+        return ToolResult.error(outcome.error.code, outcome.error.message + ("" if result_fits else "x" * 70_000))
 
     prog = ToolSpec("prog", "runs an edit as a timed program", {"type": "object"}, program, read_only=False)
     held = held_at(monkeypatch, tmp_path, "before_publish")
@@ -276,11 +317,13 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, script, remote=remote, artifacts=artifacts,
-                                     more_tools=lambda pool: [prog]) as (sup, store, _faux, _pool):
+                                     more_tools=lambda pool: [prog], max_event_bytes=65536) as (
+                    sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
                 await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
                 await wait_path(held, timeout=30)
-                await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)  # (its time limit passed)
+                mock_clock.jump(TIME_LIMIT_S)  # (its time limit passes now)
+                await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)
                 Path(f"{tmp_path / 'hold'}.release").write_text("")
                 with trio.fail_after(30):
                     await sup.call(sid, WaitIdle())
@@ -289,7 +332,8 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         kinds = [e.kind for e in events]
         at = next(i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == "p1")
         finished = events[at].event
-        assert (finished.status, finished.error_code) == ("error", "PTC_TIMEOUT"), finished
+        assert (finished.status, finished.error_code) == (
+            "error", "PTC_TIMEOUT" if result_fits else "RESULT_NOT_RECORDED"), finished
         assert text_of(finished).endswith(f"\n{APPLIED}"), text_of(finished)
         assert kinds[at + 1:at + 4] == ["artifact.stored", "artifact.stored", "file.edited"]
         assert events[at + 3].seq == events[at].seq + 3  # (in the result's write)
@@ -399,9 +443,11 @@ async def test_a_stop_about_a_call_whose_journal_record_cannot_be_read_is_answer
     assert "stopped call could not be read" in executor.stderr.read_text()
 
 
-@pytest.mark.parametrize("bad", ["not ok", "not JSON"])
+@pytest.mark.parametrize("bad", ["not ok", "not JSON", "not an object"])
 async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_going_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, bad: str) -> None:
+    """A completed call the answer cannot give (not ``ok``, its result not JSON or JSON but not an
+    object) is logged as not recorded; the cancellation goes on, the caller's actor alive."""
     held = held_at(monkeypatch, tmp_path, "before_publish")
     executor = start_executor(tmp_path / "remote")
     (executor.workspace / "f.txt").write_text("a\n")
@@ -411,11 +457,11 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
             reply.call.ok = False
             reply.call.error_code = "IO_ERROR"
         else:
-            reply.call.result_json = "{not json"
+            reply.call.result_json = "{not json" if bad == "not JSON" else "[]"
         return reply
 
-    taken: list[list[t._Event]] = []
-    ctx = dataclasses.replace(tool_ctx("ses_x", "c1"), cut_events=taken.append)
+    taken: list[list[Any]] = []
+    ctx = dataclasses.replace(tool_ctx("ses_x", "c1"), cut_events=lambda *handed: taken.append(list(handed)))
     try:
         with Relay(executor.address, stop_reply=spoiled) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
@@ -435,5 +481,16 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
                                                           ctx))
         assert scope.cancelled_caught and results == [] and taken == []
         assert (executor.workspace / "f.txt").read_text() == "b\n"  # (written: only its record is lost)
+        assert "completed while its caller had gone, but the executor's answer about it cannot be read" in caplog.text
     finally:
         stop_process(executor.proc)
+
+
+@pytest.mark.parametrize("tool", ["restore", "edit_file", "read_file"])
+@pytest.mark.parametrize("result_json", ["[]", "null", "3", '"changed"'])
+def test_a_reply_whose_result_is_json_but_not_an_object_is_refused_with_a_code(tool: str, result_json: str) -> None:
+    """Every tool's result is a JSON object: another (a ``restore``'s ``[]`` too, which the
+    outcome asks ``removed`` of) is the executor's error, not an AttributeError."""
+    with pytest.raises(ExecutorToolError) as caught:
+        executor_client.tool_outcome(tool, pb.ToolReply(ok=True, result_json=result_json))
+    assert caught.value.code == "EXECUTOR_ERROR" and "is not a JSON object" in str(caught.value)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.decide import ABORTED_TEXT, CutCall, CutProgram, aborted_call_content
+from events.types import FileEdited
+from runtime.decide import (ABORTED_TEXT, NOTE_PATHS_MAX, CutCall, CutEdits, CutProgram, aborted_call_content,
+                            applied_edits_note)
 
 
 @pytest.mark.parametrize("cut, note, structured", [
@@ -47,3 +49,34 @@ def test_an_aborted_program_s_result_keeps_what_it_and_its_cut_command_printed()
 def test_an_aborted_program_s_result_says_what_was_not_printed(cut: CutProgram, text: str) -> None:
     [part], _ = aborted_call_content(cut)
     assert part.text == text
+
+
+def _edited(*paths: str) -> CutEdits:
+    return CutEdits([FileEdited(call_id="c1", path=p) for p in paths])
+
+
+def test_the_applied_edits_note_names_each_path_once() -> None:
+    assert applied_edits_note(_edited("a.txt", "b.txt", "a.txt")) == (
+        "[the edit was applied all the same before the call was cut off: a.txt, b.txt changed; "
+        "revert_call can undo it]")
+    assert applied_edits_note(CutEdits()) is None and applied_edits_note(None) is None
+
+
+@pytest.mark.parametrize("length", [NOTE_PATHS_MAX, NOTE_PATHS_MAX + 1, 4096])
+def test_the_applied_edits_note_cuts_its_paths_past_their_limit(length: int) -> None:
+    # (the note is one more copy of the paths in the record of the result it joins: a long one,
+    # or many, must not push that record past the log's event size limit)
+    path = "d/" * ((length - 1) // 2) + "f" * (1 + (length - 1) % 2)
+    assert len(path) == length
+    note = applied_edits_note(_edited(path))
+    assert note is not None
+    listed = note.removeprefix("[the edit was applied all the same before the call was cut off: ").removesuffix(
+        " changed; revert_call can undo it]")
+    assert listed == (path if length <= NOTE_PATHS_MAX else path[:NOTE_PATHS_MAX] + "…"), len(listed)
+
+
+def test_the_applied_edits_note_says_which_edits_revert_call_cannot_undo() -> None:
+    # (their copies could not be stored: a full disk; no file.edited names them)
+    assert applied_edits_note(CutEdits(_edited("a.txt").events, ["b.txt", "a.txt", "b.txt"])) == (
+        "[the edit was applied all the same before the call was cut off: a.txt changed; revert_call can undo it; "
+        "b.txt changed, but the copies revert_call restores from could not be stored; revert_call cannot undo it]")
