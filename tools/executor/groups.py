@@ -10,12 +10,13 @@ would run on unowned. So while a command runs, a small file names its group::
 and it is removed when the command has ended. An executor starting over the same state
 directory kills every group still named there whose executor is gone
 (:meth:`GroupRegistry.reap`): SIGKILL to the whole group, since nobody waits for its output any
-more. The pool, reaping a local executor that died, also waits (bounded) until no process of those
-groups runs (:meth:`GroupRegistry.end_left`). Start times are field 22 of ``/proc/<pid>/stat``. The boot id and the leader's start time
-make sure a group id the kernel has since given to another process is left alone: after a
-reboot nothing is killed, and a live leader with another start time is someone else. (While any
-member of a group lives, Linux never hands its id to a new process, so a group whose leader has
-exited but whose members live on is still the command's.) The executor's pid and start time
+more. The pool, reaping a local executor that died, also waits (bounded) until no process of
+those groups runs (:meth:`GroupRegistry.end_left`). Start times are field 22 of
+``/proc/<pid>/stat``. The boot id and the leader's start time make sure a group id the kernel has
+since given to another process is left alone: after a reboot nothing is killed, and a live
+leader with another start time is someone else. (While any member of a group lives, Linux never
+hands its id to a new process, so a group whose leader has exited but whose members live on is
+still the command's.) The executor's pid and start time
 make sure the commands of an executor still running over the same directory (a second
 ``lens executor serve`` on the same workspace) are left to it.
 """
