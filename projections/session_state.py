@@ -12,7 +12,7 @@ so they are stable across replays, rebuilds and restarts.
 from __future__ import annotations
 
 import gc
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Sequence, TypeVar
 
 import msgspec
 
@@ -23,6 +23,7 @@ from events.reader import StoredEvent
 Role = Literal["user", "assistant", "tool_call", "tool_result", "system", "summary"]
 SessionStatus = Literal["idle", "running", "awaiting_answer", "quarantined", "deleted"]
 InputStatus = Literal["queued", "placed", "settled", "withdrawn"]
+_T = TypeVar("_T")
 
 
 class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
@@ -662,7 +663,11 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):
-        state.file_edits.pop(ev.reverted_call_id, None)
+        left = left_by_revert(state.file_edits.get(ev.reverted_call_id, []), ev)
+        if left:
+            state.file_edits[ev.reverted_call_id] = left
+        else:
+            state.file_edits.pop(ev.reverted_call_id, None)
     elif isinstance(ev, t.TodoUpdated):
         state.todos = list(ev.items)
     elif isinstance(ev, t.QuestionAsked):
@@ -701,6 +706,16 @@ def _answered_since_failure(a: AgentState) -> None:
     """One more model answer since ``a``'s last failed compaction (if any)."""
     if a.compaction_failure is not None:
         a.compaction_failure = msgspec.structs.replace(a.compaction_failure, answers=a.compaction_failure.answers + 1)
+
+
+def left_by_revert(edits: Sequence[_T], revert: t.FileReverted) -> list[_T]:
+    """What ``revert`` leaves in place of its reverted call's ``edits`` (those not reverted before
+    it, in the order made): nothing for a whole revert (every ``file.reverted`` recorded before
+    ``partial`` was kept is one); all but the last ``len(revert.paths)`` for a partial one, which
+    restored those alone (``revert_call`` restores a call's edits last first)."""
+    if not revert.partial:
+        return []
+    return list(edits[:max(len(edits) - len(revert.paths), 0)])
 
 
 def fold(state: SessionState, events: Iterable[StoredEvent]) -> SessionState:

@@ -50,6 +50,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from events import types as t
+from projections.session_state import left_by_revert
 from tools.files.browse import MAX_DEPTH, MAX_ENTRIES, MAX_READ_BYTES
 from tools.files.sensitive import hidden_path, sensitive_path
 from tools.rerun import once_more_if_died
@@ -205,6 +206,16 @@ def _rel(path: str, workspace: str | None) -> str:
     return norm
 
 
+def _reverted(edits: dict[str, list[t.FileEdited]], revert: t.FileReverted) -> list[t.FileEdited]:
+    """Take what ``revert`` restored out of ``edits`` (by call, those not reverted yet) and return
+    it: the call's edits, or its last ones for a partial revert (``left_by_revert``)."""
+    standing = edits.pop(revert.reverted_call_id, [])
+    left = left_by_revert(standing, revert)
+    if left:
+        edits[revert.reverted_call_id] = left
+    return standing[len(left):]
+
+
 def changes(events: list[Any], workspace: str | None = None, inherited: Sequence[Any] = ()) -> list[dict[str, Any]]:
     """The files changed by these events (a session's, in seq order); a pure fold of the log.
 
@@ -225,7 +236,7 @@ def changes(events: list[Any], workspace: str | None = None, inherited: Sequence
         elif isinstance(ev, t.FileEdited):
             older.setdefault(ev.call_id, []).append(ev)
         elif isinstance(ev, t.FileReverted):
-            older.pop(ev.reverted_call_id, None)
+            _reverted(older, ev)
 
     def add_edit(se: Any, call_id: str, edited: t.FileEdited, before_aid: str | None, after_aid: str | None,
                  before_sha: str | None, after_sha: str | None) -> tuple[str, int]:
@@ -254,14 +265,13 @@ def changes(events: list[Any], workspace: str | None = None, inherited: Sequence
                 ev.after_sha256))
         elif isinstance(ev, t.FileReverted) and ev.reverted_call_id not in by_call and ev.reverted_call_id in older:
             # (revert_call restores a call's edits last first)
-            for e in reversed(older.pop(ev.reverted_call_id)):
+            for e in reversed(_reverted(older, ev)):
                 add_edit(se, ev.call_id, e, e.after_artifact_id, e.before_artifact_id, e.after_sha256,
                          e.before_sha256)
         elif isinstance(ev, t.FileReverted):
-            for path, i in by_call.get(ev.reverted_call_id, []):
+            standing = [(path, i) for path, i in by_call.get(ev.reverted_call_id, []) if not files[path][i]["reverted"]]
+            for path, i in reversed(standing[len(left_by_revert(standing, ev)):]):  # (last first, as restored)
                 edit = files[path][i]
-                if edit["reverted"]:
-                    continue
                 edit["reverted"] = True
                 edit["revertedBy"] = {"callId": ev.call_id, "agentId": se.agent_id, "seq": se.seq}
                 timeline[path].append(("revert", i))
