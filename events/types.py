@@ -308,7 +308,7 @@ class FileReverted(_Event, tag="file.reverted"):
     # False: the whole call was reverted; the state drops every edit of it (every file.reverted
     # recorded before this was kept is one). True: the revert stopped part way (a restore refused,
     # the call cut off) and restored ``paths`` alone, the call's last ``len(paths)`` edits; the
-    # state keeps the others (``projections.session_state.left_by_revert``).
+    # state keeps the others (``projections.session_state.take_reverted``).
     partial: bool = False
 
 

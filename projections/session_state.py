@@ -12,7 +12,7 @@ so they are stable across replays, rebuilds and restarts.
 from __future__ import annotations
 
 import gc
-from typing import Any, Iterable, Literal, Sequence, TypeVar
+from typing import Any, Iterable, Literal, TypeVar
 
 import msgspec
 
@@ -663,11 +663,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):
-        left = left_by_revert(state.file_edits.get(ev.reverted_call_id, []), ev)
-        if left:
-            state.file_edits[ev.reverted_call_id] = left
-        else:
-            state.file_edits.pop(ev.reverted_call_id, None)
+        take_reverted(state.file_edits, ev)
     elif isinstance(ev, t.TodoUpdated):
         state.todos = list(ev.items)
     elif isinstance(ev, t.QuestionAsked):
@@ -708,14 +704,19 @@ def _answered_since_failure(a: AgentState) -> None:
         a.compaction_failure = msgspec.structs.replace(a.compaction_failure, answers=a.compaction_failure.answers + 1)
 
 
-def left_by_revert(edits: Sequence[_T], revert: t.FileReverted) -> list[_T]:
-    """What ``revert`` leaves in place of its reverted call's ``edits`` (those not reverted before
-    it, in the order made): nothing for a whole revert (every ``file.reverted`` recorded before
-    ``partial`` was kept is one); all but the last ``len(revert.paths)`` for a partial one, which
-    restored those alone (``revert_call`` restores a call's edits last first)."""
+def take_reverted(edits: dict[str, list[_T]], revert: t.FileReverted) -> list[_T]:
+    """Take what ``revert`` restored out of ``edits`` (by call id, each call's edits not reverted
+    yet, in the order made) and return it, in that order: every edit of the reverted call for a
+    whole revert (every ``file.reverted`` recorded before ``partial`` was kept is one); for a
+    partial one, which restored those alone, its last ``len(revert.paths)`` (``revert_call``
+    restores a call's edits last first), the others left in ``edits``."""
+    standing = edits.pop(revert.reverted_call_id, [])
     if not revert.partial:
-        return []
-    return list(edits[:max(len(edits) - len(revert.paths), 0)])
+        return standing
+    kept = max(len(standing) - len(revert.paths), 0)
+    if kept:
+        edits[revert.reverted_call_id] = standing[:kept]
+    return standing[kept:]
 
 
 def fold(state: SessionState, events: Iterable[StoredEvent]) -> SessionState:
