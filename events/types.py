@@ -299,9 +299,17 @@ class FileEdited(_Event, tag="file.edited"):
 
 
 class FileReverted(_Event, tag="file.reverted"):
+    """What ``revert_call`` restored of call ``reverted_call_id``'s edits: ``paths``, one per
+    restore, in the order restored (the call's edits last first)."""
+
     call_id: str
     reverted_call_id: str
     paths: list[str] = []
+    # False: the whole call was reverted; the state drops every edit of it (every file.reverted
+    # recorded before this was kept is one). True: the revert stopped part way (a restore refused,
+    # the call cut off) and restored ``paths`` alone, the call's last ``len(paths)`` edits; the
+    # state keeps the others (``projections.session_state.take_reverted``).
+    partial: bool = False
 
 
 class ArtifactStored(_Event, tag="artifact.stored"):

@@ -12,7 +12,7 @@ so they are stable across replays, rebuilds and restarts.
 from __future__ import annotations
 
 import gc
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, TypeVar
 
 import msgspec
 
@@ -23,6 +23,7 @@ from events.reader import StoredEvent
 Role = Literal["user", "assistant", "tool_call", "tool_result", "system", "summary"]
 SessionStatus = Literal["idle", "running", "awaiting_answer", "quarantined", "deleted"]
 InputStatus = Literal["queued", "placed", "settled", "withdrawn"]
+_T = TypeVar("_T")
 
 
 class Item(msgspec.Struct, omit_defaults=True, array_like=True, gc=False):
@@ -662,7 +663,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
     elif isinstance(ev, t.FileEdited):
         state.file_edits.setdefault(ev.call_id, []).append(ev)
     elif isinstance(ev, t.FileReverted):
-        state.file_edits.pop(ev.reverted_call_id, None)
+        take_reverted(state.file_edits, ev)
     elif isinstance(ev, t.TodoUpdated):
         state.todos = list(ev.items)
     elif isinstance(ev, t.QuestionAsked):
@@ -701,6 +702,21 @@ def _answered_since_failure(a: AgentState) -> None:
     """One more model answer since ``a``'s last failed compaction (if any)."""
     if a.compaction_failure is not None:
         a.compaction_failure = msgspec.structs.replace(a.compaction_failure, answers=a.compaction_failure.answers + 1)
+
+
+def take_reverted(edits: dict[str, list[_T]], revert: t.FileReverted) -> list[_T]:
+    """Take what ``revert`` restored out of ``edits`` (by call id, each call's edits not reverted
+    yet, in the order made) and return it, in that order: every edit of the reverted call for a
+    whole revert (every ``file.reverted`` recorded before ``partial`` was kept is one); for a
+    partial one, which restored those alone, its last ``len(revert.paths)`` (``revert_call``
+    restores a call's edits last first), the others left in ``edits``."""
+    standing = edits.pop(revert.reverted_call_id, [])
+    if not revert.partial:
+        return standing
+    kept = max(len(standing) - len(revert.paths), 0)
+    if kept:
+        edits[revert.reverted_call_id] = standing[:kept]
+    return standing[kept:]
 
 
 def fold(state: SessionState, events: Iterable[StoredEvent]) -> SessionState:

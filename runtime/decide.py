@@ -393,7 +393,9 @@ class CutEdits:
     its tool as it is cancelled: ``events``, an edit that completed on the executor (its
     ``artifact.stored`` copies and ``file.edited``), recorded right after the call's
     ``tool.finished``; ``unrecorded``, the paths of completed edits whose copies could not be
-    stored (a full disk: no ``file.edited`` without them), which the note alone says."""
+    stored (a full disk: no ``file.edited`` without them), which the note alone says. A
+    ``revert_call`` cut off after restores completed hands its ``file.reverted`` of them the same
+    way (``partial`` when some of the call's edits were not restored)."""
     events: list[t._Event] = field(default_factory=list)
     unrecorded: list[str] = field(default_factory=list)
 
@@ -401,10 +403,26 @@ class CutEdits:
 def applied_edits_note(cut: CutEdits | None) -> str | None:
     """The line a cut-off call's result says its completed edits with (``cut``: what it did all the
     same), so that the model knows them done and does not make them again, and whether
-    revert_call can undo them; None when it edited nothing. Each list of paths is cut past
-    :data:`NOTE_PATHS_MAX` characters."""
+    revert_call can undo them; and the line of a revert's completed restores, which says what
+    is left of the reverted call when it stopped part way. None when it changed nothing. Each
+    list of paths is cut past :data:`NOTE_PATHS_MAX` characters."""
     if cut is None:
         return None
+    lines = [line for line in (_edits_line(cut), *map(_revert_line, cut.events)) if line is not None]
+    return "\n".join(lines) or None
+
+
+def _revert_line(event: t._Event) -> str | None:
+    if not isinstance(event, t.FileReverted):
+        return None
+    restored = shortened(", ".join(dict.fromkeys(event.paths)), NOTE_PATHS_MAX)
+    if not event.partial:
+        return f"[the revert was applied all the same before the call was cut off: {restored} restored]"
+    return (f"[the revert was applied in part before the call was cut off: {restored} restored; revert_call "
+            f"of call {shortened(event.reverted_call_id, 100)} again restores the rest]")
+
+
+def _edits_line(cut: CutEdits) -> str | None:
     recorded = list(dict.fromkeys(e.path for e in cut.events if isinstance(e, t.FileEdited)))
     unrecorded = [p for p in dict.fromkeys(cut.unrecorded) if p not in recorded]
     said: list[str] = []

@@ -50,6 +50,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from events import types as t
+from projections.session_state import take_reverted
 from tools.files.browse import MAX_DEPTH, MAX_ENTRIES, MAX_READ_BYTES
 from tools.files.sensitive import hidden_path, sensitive_path
 from tools.rerun import once_more_if_died
@@ -215,7 +216,8 @@ def changes(events: list[Any], workspace: str | None = None, inherited: Sequence
     sizes: dict[str, int] = {}
     files: dict[str, list[dict[str, Any]]] = {}
     shas: dict[str, list[tuple[str | None, str | None]]] = {}  # path -> (before, after) per edit
-    by_call: dict[str, list[tuple[str, int]]] = {}  # call id -> (path, index in files[path])
+    own_calls: set[str] = set()  # the calls whose edits these events record
+    standing: dict[str, list[tuple[str, int]]] = {}  # call id -> (path, index in files[path]), not reverted yet
     timeline: dict[str, list[tuple[str, Any]]] = {}  # path -> ("edit", i) | ("revert", i)
     older: dict[str, list[t.FileEdited]] = {}  # inherited edits not reverted before the fork, by call
     for se in inherited:
@@ -225,7 +227,7 @@ def changes(events: list[Any], workspace: str | None = None, inherited: Sequence
         elif isinstance(ev, t.FileEdited):
             older.setdefault(ev.call_id, []).append(ev)
         elif isinstance(ev, t.FileReverted):
-            older.pop(ev.reverted_call_id, None)
+            take_reverted(older, ev)
 
     def add_edit(se: Any, call_id: str, edited: t.FileEdited, before_aid: str | None, after_aid: str | None,
                  before_sha: str | None, after_sha: str | None) -> tuple[str, int]:
@@ -249,19 +251,18 @@ def changes(events: list[Any], workspace: str | None = None, inherited: Sequence
         elif isinstance(ev, t.ArtifactStored):
             sizes[ev.artifact_id] = ev.size
         elif isinstance(ev, t.FileEdited):
-            by_call.setdefault(ev.call_id, []).append(add_edit(
+            own_calls.add(ev.call_id)
+            standing.setdefault(ev.call_id, []).append(add_edit(
                 se, ev.call_id, ev, ev.before_artifact_id, ev.after_artifact_id, ev.before_sha256,
                 ev.after_sha256))
-        elif isinstance(ev, t.FileReverted) and ev.reverted_call_id not in by_call and ev.reverted_call_id in older:
+        elif isinstance(ev, t.FileReverted) and ev.reverted_call_id not in own_calls and ev.reverted_call_id in older:
             # (revert_call restores a call's edits last first)
-            for e in reversed(older.pop(ev.reverted_call_id)):
+            for e in reversed(take_reverted(older, ev)):
                 add_edit(se, ev.call_id, e, e.after_artifact_id, e.before_artifact_id, e.after_sha256,
                          e.before_sha256)
         elif isinstance(ev, t.FileReverted):
-            for path, i in by_call.get(ev.reverted_call_id, []):
+            for path, i in reversed(take_reverted(standing, ev)):  # (last first, as restored)
                 edit = files[path][i]
-                if edit["reverted"]:
-                    continue
                 edit["reverted"] = True
                 edit["revertedBy"] = {"callId": ev.call_id, "agentId": se.agent_id, "seq": se.seq}
                 timeline[path].append(("revert", i))

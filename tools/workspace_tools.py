@@ -8,6 +8,7 @@ what ``revert_call`` restores from. Images are stored as artifacts; contexts kee
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import secrets
@@ -309,8 +310,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         ``ctx.cut_events``, recorded with whatever records the call's ``tool.finished`` (the
         abort, the program's result), after it. When the copies cannot be stored (no
         ``file.edited`` without them) its path alone goes, for the result to say the file
-        changed and cannot be undone; nothing for a ``restore`` (revert_call records its reverts
-        as a whole)."""
+        changed and cannot be undone; nothing for a ``restore`` (revert_call hands its
+        ``file.reverted`` of what it restored itself)."""
         r = out.result
         if tool not in EDITING_TOOLS or ctx.cut_events is None or not r.get("changed"):
             return
@@ -456,39 +457,63 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         edits = ctx.file_edits(target) if ctx.file_edits is not None else []
         if not edits:
             raise ToolError("NOTHING_TO_REVERT", f"call {shown} changed no file in this session (or was reverted)")
-        restored: list[str] = []
-        async with locked(ctx, write=True) as ex:
-            # The edits were judged when they were made; a path may lead elsewhere now (a link
-            # put in its place since). All are judged before any is restored: by revert_call's
-            # allowlist and by that of the tool that made the edit (a revert writes the file the
-            # edit did; both editing tools' when the log does not say which).
-            for e in reversed(edits):
-                makers = [e.tool] if e.tool else list(EDITING_TOOLS)
-                others = [(m, ctx.allowlist_of(m)) for m in makers] if ctx.allowlist_of is not None else []
-                await check_where_it_leads(ctx, ex.client, "revert_call", "path", _restored(e),
-                                           [("revert_call", ctx.workspace_allowlist), *others])
-            for e in reversed(edits):
-                where = _restored(e)
-                try:  # (off the event loop: a read of up to 8 MiB and its SHA-256)
-                    before = (await trio.to_thread.run_sync(artifacts.get, e.before_artifact_id)
-                              if e.before_artifact_id else None)
-                except ArtifactError as exc:
-                    raise ToolError(exc.code, exc.message) from None
-                try:
-                    await writing(ex, "restore", {
-                        "path": where, "content_hex": before.hex() if before is not None else None,
-                        "expect_sha256": e.after_sha256}, restore_call_id(ctx.session_id, ctx.call_id, len(restored)))
-                except EXECUTOR_FAILURES as exc:
-                    message = str(getattr(exc, "message", exc))
-                    if message.startswith(f"{where}:"):  # (the executor's own messages name it)
-                        message = message[len(where) + 1:].lstrip()
-                    shown = where if where == e.path else f"{where} (edited as {e.path})"
-                    raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"),
-                                    f"{shown}: {message} (reverted so far: {', '.join(restored) or 'none'})") from None
-                restored.append(where)
+        restored: list[str] = []  # (one per restore done, in order: the last edits, last first)
+
+        def reverted() -> t.FileReverted:
+            # (what was restored: a revert that stopped part way says so, and the state keeps the
+            # call's other edits, which revert_call of the call again restores)
+            return t.FileReverted(call_id=ctx.call_id, reverted_call_id=target, paths=list(restored),
+                                  partial=len(restored) < len(edits))
+
+        try:
+            async with locked(ctx, write=True) as ex:
+                # The edits were judged when they were made; a path may lead elsewhere now (a link
+                # put in its place since). All are judged before any is restored: by revert_call's
+                # allowlist and by that of the tool that made the edit (a revert writes the file the
+                # edit did; both editing tools' when the log does not say which).
+                for e in reversed(edits):
+                    makers = [e.tool] if e.tool else list(EDITING_TOOLS)
+                    others = [(m, ctx.allowlist_of(m)) for m in makers] if ctx.allowlist_of is not None else []
+                    await check_where_it_leads(ctx, ex.client, "revert_call", "path", _restored(e),
+                                               [("revert_call", ctx.workspace_allowlist), *others])
+                for e in reversed(edits):
+                    where = _restored(e)
+                    try:  # (off the event loop: a read of up to 8 MiB and its SHA-256)
+                        before = (await trio.to_thread.run_sync(artifacts.get, e.before_artifact_id)
+                                  if e.before_artifact_id else None)
+                    except ArtifactError as exc:
+                        raise ToolError(exc.code, exc.message) from None
+
+                    async def restored_all_the_same(out: Any, where: str = where) -> None:
+                        restored.append(where)  # (completed while the call was cut off: the Stop's answer says so)
+
+                    try:
+                        await writing(ex, "restore", {
+                            "path": where, "content_hex": before.hex() if before is not None else None,
+                            "expect_sha256": e.after_sha256},
+                            restore_call_id(ctx.session_id, ctx.call_id, len(restored)), completed=restored_all_the_same)
+                    except EXECUTOR_FAILURES as exc:
+                        message = str(getattr(exc, "message", exc))
+                        if message.startswith(f"{where}:"):  # (the executor's own messages name it)
+                            message = message[len(where) + 1:].lstrip()
+                        shown = where if where == e.path else f"{where} (edited as {e.path})"
+                        so_far = ", ".join(restored) or "none"
+                        raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"),
+                                        f"{shown}: {message} (reverted so far: {so_far})") from None
+                    restored.append(where)
+        except trio.Cancelled:
+            # Cut off (an abort, a program's time limit) with files restored: recorded with whatever
+            # records the call's tool.finished, as a cut-off edit's file.edited is.
+            if restored and ctx.cut_events is not None:
+                ctx.cut_events([reverted()], [])
+            raise
+        except ToolError as exc:
+            if not restored:
+                raise
+            # (the refusal is the call's result, as it was; the files restored before it are recorded with it)
+            return dataclasses.replace(ToolResult.error(exc.code, exc.message), events=[reverted()])
         return ToolResult.text(f"reverted call {target}: restored {', '.join(restored)}",
-                               {"call_id": target, "paths": restored},
-                               events=[t.FileReverted(call_id=ctx.call_id, reverted_call_id=target, paths=restored)])
+                               {"call_id": target, "paths": restored}, events=[reverted()])
 
     async def run_command(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         usage = "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}"

@@ -59,11 +59,12 @@ def without_call(reply: pb.StopReply) -> pb.StopReply:
     return reply
 
 
-async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path, stopped: str = "edit1") -> None:
-    """Submit the edit, abort the session once the executor holds it, and let the held call go on
-    once Core has sent its ``Stop`` by ``<sid>:<stopped>`` (the abort waits for the call's end,
-    holding the lock)."""
-    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path, stopped: str = "edit1", *,
+                           submit: tuple[str, str] = ("r1", "please edit it")) -> None:
+    """Submit the edit (``submit``: the input's request id and text), abort the session once the
+    executor holds it, and let the held call go on once Core has sent its ``Stop`` by
+    ``<sid>:<stopped>`` (the abort waits for the call's end, holding the lock)."""
+    await sup.call(sid, Submit(submit[0], [t.TextPart(submit[1])], "followUp"))
     await wait_path(held, timeout=30)
     answers: list[Any] = []
     with trio.fail_after(30):

@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from events import types as t
+from projections.session_state import take_reverted
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import ExecutorPool
 from tools.artifacts import ArtifactStore
@@ -224,7 +225,7 @@ class CoreTools:
             if isinstance(ev, t.FileEdited):
                 self.edits.setdefault(ev.call_id, []).append(ev)
             elif isinstance(ev, t.FileReverted):
-                self.edits.pop(ev.reverted_call_id, None)
+                take_reverted(self.edits, ev)
         return call_id, result
 
 

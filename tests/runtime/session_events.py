@@ -287,7 +287,7 @@ def step(rec: Recorder, data: st.DataObject) -> None:
                              after_artifact_id="art_2"), agent_id=agent_id, task_id=task)
     elif kind == "revert" and s.file_edits:
         rec.add(t.FileReverted(call_id=rec.fresh("call_"), reverted_call_id=data.draw(st.sampled_from(sorted(s.file_edits))),
-                               paths=["a.txt"]), agent_id=agent_id, task_id=task)
+                               paths=["a.txt"], partial=data.draw(st.booleans())), agent_id=agent_id, task_id=task)
     elif kind == "skill_load":
         due = a.skills_due if a is not None else []
         if due and data.draw(st.booleans()):

@@ -1,11 +1,12 @@
 """How an aborted command's result says it ended (``decide.aborted_call_content``), for each end
-its exit can tell: a pure function, no I/O."""
+its exit can tell, and how a cut-off call's result says what it changed all the same
+(``decide.applied_edits_note``: edits, a revert's restores): pure functions, no I/O."""
 
 from __future__ import annotations
 
 import pytest
 
-from events.types import FileEdited
+from events.types import FileEdited, FileReverted
 from runtime.decide import (ABORTED_TEXT, NOTE_PATHS_MAX, CutCall, CutEdits, CutProgram, aborted_call_content,
                             applied_edits_note)
 
@@ -62,12 +63,18 @@ def test_the_applied_edits_note_names_each_path_once() -> None:
     assert applied_edits_note(CutEdits()) is None and applied_edits_note(None) is None
 
 
+def _path_of(length: int) -> str:
+    """A path of ``length`` characters."""
+    path = "d/" * ((length - 1) // 2) + "f" * (1 + (length - 1) % 2)
+    assert len(path) == length
+    return path
+
+
 @pytest.mark.parametrize("length", [NOTE_PATHS_MAX, NOTE_PATHS_MAX + 1, 4096])
 def test_the_applied_edits_note_cuts_its_paths_past_their_limit(length: int) -> None:
     # (the note is one more copy of the paths in the record of the result it joins: a long one,
     # or many, must not push that record past the log's event size limit)
-    path = "d/" * ((length - 1) // 2) + "f" * (1 + (length - 1) % 2)
-    assert len(path) == length
+    path = _path_of(length)
     note = applied_edits_note(_edited(path))
     assert note is not None
     listed = note.removeprefix("[the edit was applied all the same before the call was cut off: ").removesuffix(
@@ -80,3 +87,17 @@ def test_the_applied_edits_note_says_which_edits_revert_call_cannot_undo() -> No
     assert applied_edits_note(CutEdits(_edited("a.txt").events, ["b.txt", "a.txt", "b.txt"])) == (
         "[the edit was applied all the same before the call was cut off: a.txt changed; revert_call can undo it; "
         "b.txt changed, but the copies revert_call restores from could not be stored; revert_call cannot undo it]")
+
+
+@pytest.mark.parametrize("partial", [False, True])
+@pytest.mark.parametrize("length", [NOTE_PATHS_MAX, NOTE_PATHS_MAX + 1])
+def test_a_cut_off_revert_s_note_names_the_files_restored_once_cut_past_their_limit(partial: bool, length: int) -> None:
+    # (a file restored twice, its two edits: named once; the rest of the call's edits stand when
+    # the revert stopped part way, and revert_call of the call again restores them)
+    path = _path_of(length)
+    listed = path if length <= NOTE_PATHS_MAX else path[:NOTE_PATHS_MAX] + "…"
+    note = applied_edits_note(CutEdits([FileReverted(call_id="r1", reverted_call_id="c1", paths=[path, path],
+                                                     partial=partial)]))
+    assert note == (f"[the revert was applied in part before the call was cut off: {listed} restored; "
+                    f"revert_call of call c1 again restores the rest]" if partial else
+                    f"[the revert was applied all the same before the call was cut off: {listed} restored]")

@@ -1,10 +1,17 @@
 """The "changes this session" fold (runtime.workspace_api.changes): a pure function of a session's
-events; what it makes of several edits of one file, reverts, removals and the spellings of a path."""
+events; what it makes of several edits of one file, reverts (whole, partial, and those of logs
+from before ``partial`` was kept, which the session state's fold reads the same way), removals and
+the spellings of a path."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from events import types as t
+from events.codec import Codec
 from events.reader import StoredEvent
+from projections.session_state import SessionState, fold
 from runtime.workspace_api import changes
 
 WS = "/srv/project"
@@ -108,3 +115,62 @@ def test_an_edit_is_listed_by_the_file_it_wrote_when_the_log_says_which():
     assert list(files) == ["d/f.txt", "g.txt"]
     assert [e["callId"] for e in files["d/f.txt"]["edits"]] == ["c1", "c2"]
     assert (files["d/f.txt"]["status"], files["d/f.txt"]["bytes"], files["d/f.txt"]["bytesBefore"]) == ("modified", 6, 4)
+
+
+def test_a_whole_revert_of_a_call_that_edited_one_file_twice_goes_back_to_before_the_first():
+    # revert_call restores the call's edits last first: the file ends as it was before the call.
+    events = [
+        ev(1, stored("o", 5)), ev(2, stored("m1", 6)), ev(3, edit("c1", "a.txt", "o", "m1")),
+        ev(4, stored("m2", 7)), ev(5, edit("c1", "a.txt", "m1", "m2")),
+        ev(6, t.FileReverted(call_id="r1", reverted_call_id="c1", paths=["a.txt", "a.txt"])),
+    ]
+    [f] = changes(events)
+    assert (f["status"], f["bytes"]) == ("reverted", 5)
+
+
+def test_a_partial_revert_drops_the_calls_last_edits_it_restored_and_a_second_the_rest():
+    events = [
+        ev(1, stored("o", 5)), ev(2, stored("m1", 6)), ev(3, edit("c1", "a.txt", "o", "m1")),
+        ev(4, stored("m2", 7)), ev(5, edit("c1", "a.txt", "m1", "m2")),
+        ev(6, stored("b", 3)), ev(7, edit("c1", "b.txt", None, "b")),
+        # (restored b.txt, then the second edit of a.txt; refused on the first)
+        ev(8, t.FileReverted(call_id="r1", reverted_call_id="c1", paths=["b.txt", "a.txt"], partial=True)),
+    ]
+    files = {f["path"]: f for f in changes(events)}
+    assert (files["a.txt"]["status"], files["a.txt"]["bytes"]) == ("modified", 6)
+    assert [e["reverted"] for e in files["a.txt"]["edits"]] == [False, True]
+    assert (files["b.txt"]["status"], [e["reverted"] for e in files["b.txt"]["edits"]]) == ("reverted", [True])
+    state = fold(SessionState("ses_1"), events)
+    assert [(e.path, e.after_sha256) for e in state.file_edits["c1"]] == [("a.txt", "m1")]
+    events.append(ev(9, t.FileReverted(call_id="r2", reverted_call_id="c1", paths=["a.txt"])))
+    files = {f["path"]: f for f in changes(events)}
+    assert (files["a.txt"]["status"], files["a.txt"]["bytes"]) == ("reverted", 5)
+    assert files["a.txt"]["edits"][0]["revertedBy"] == {"callId": "r2", "agentId": "main", "seq": 9}
+    assert "c1" not in fold(SessionState("ses_1"), events).file_edits
+
+
+def test_a_fork_reverting_part_of_an_inherited_call_lists_what_it_restored():
+    inherited = [ev(1, stored("o", 5)), ev(2, stored("m", 9)), ev(3, edit("c1", "a.txt", "o", "m")),
+                 ev(4, stored("n", 2)), ev(5, edit("c1", "b.txt", None, "n"))]
+    own = [ev(20, t.FileReverted(call_id="r1", reverted_call_id="c1", paths=["b.txt"], partial=True))]
+    assert [(f["path"], f["status"]) for f in changes(own, WS, inherited)] == [("b.txt", "deleted")]
+    own.append(ev(21, t.FileReverted(call_id="r2", reverted_call_id="c1", paths=["a.txt"])))
+    files = {f["path"]: f["status"] for f in changes(own, WS, inherited)}
+    assert files == {"a.txt": "modified", "b.txt": "deleted"}  # (a.txt back from "m" to "o")
+
+
+GOLDEN_REVERT = Path(__file__).resolve().parents[1] / "events" / "golden" / "file.reverted.json"
+
+
+def test_a_file_reverted_recorded_before_partial_was_kept_drops_every_edit_of_its_call():
+    # The golden row, written by a Lens before `partial` was kept: it names two paths and its call
+    # made three edits; it was a whole revert (none other was recorded), and reads as one.
+    golden = json.loads(GOLDEN_REVERT.read_text(encoding="utf-8"))
+    old = Codec().decode(golden["kind"], bytes.fromhex(golden["body_hex"]), golden["dict_id"])
+    assert isinstance(old, t.FileReverted) and old.partial is False
+    call = old.reverted_call_id
+    events = [ev(1, stored("o", 5)), ev(2, stored("m", 6)), ev(3, edit(call, "a.txt", "o", "m")),
+              ev(4, edit(call, "b.txt", None, "m")), ev(5, edit(call, "c.txt", None, "o")), ev(6, old)]
+    assert call not in fold(SessionState("ses_1"), events).file_edits
+    assert {f["path"]: [e["reverted"] for e in f["edits"]] for f in changes(events)} == {
+        "a.txt": [True], "b.txt": [True], "c.txt": [True]}

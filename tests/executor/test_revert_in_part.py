@@ -1,0 +1,248 @@
+"""A ``revert_call`` that restored part of its call's files is in the session's log.
+
+``revert_call`` restores a call's edits one by one, last first. One that stops part way (a
+restore refused: the file changed since; or the call cut off by an abort after some restores
+completed) has changed those files back: its ``file.reverted`` records them (``partial``), in
+the write of its error or aborted result, so that the state, a restart's replay and the file
+history drop those edits alone, and a second ``revert_call`` of the call restores the rest.
+
+Everything is real: the session actor and its log, the pool, an executor process over gRPC (held
+at an exact point of the second restore, ``TEST_HOLD_ENV``, set by a relay in front of it as
+that restore passes), the program's calls through the actor's ``call_tool``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from events import types as t
+from events.store import EventStore
+from proto import executor_pb2 as pb
+from runtime.actor import GetState, Submit, WaitIdle
+from runtime.decide import ABORTED_TEXT
+from runtime.executors import RemoteExecutor
+from runtime.providers.faux import FauxToolCall, FauxTurn
+from runtime.workspace_api import changes
+from tests.executor_hold import held_at
+from tools.base import ToolContext, ToolResult, ToolSpec
+from tools.ptc.interpreter import run_program
+
+from .conftest import (agent_runtime, run_to_idle, start_executor, stop_process, temp_files, until, until_ended,
+                       wait_path)
+from .relay import Relay
+from .test_edit_finished_under_abort import TIME_LIMIT_S, abort_while_held, text_of
+
+EDITS = [("a.txt", "A\n"), ("b.txt", "B\n")]  # (made in this order: a revert restores b.txt first)
+
+
+async def edit_two(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    assert ctx.call_tool is not None
+    for n, (path, content) in enumerate(EDITS, 1):
+        result = await ctx.call_tool(f"{ctx.call_id}.{n}", "edit_file", {"path": path, "mode": "rewrite",
+                                                                         "content": content})
+        assert not result.is_error, result.content
+    return ToolResult.text("a.txt and b.txt edited")
+
+
+# A program's calls, as programmatic_tool_run's are: both edits are the call edit1's.
+EDIT_TWO = ToolSpec("edit_two", "edits a.txt, then b.txt", {"type": "object"}, edit_two, read_only=False)
+SCRIPT = [FauxTurn(when="step-edit", tool_calls=[FauxToolCall("edit_two", {}, call_id="edit1")]),
+          FauxTurn(when="step-revert-one", tool_calls=[FauxToolCall("revert_call", {"call_id": "edit1"},
+                                                                    call_id="revert1")]),
+          FauxTurn(when="step-revert-two", tool_calls=[FauxToolCall("revert_call", {"call_id": "edit1"},
+                                                                    call_id="revert2")]),
+          FauxTurn(text="done")]
+
+
+async def events_of(store: EventStore, sid: str) -> list[Any]:
+    return await store.read_events(after=0, limit=10_000, session_id=sid)
+
+
+def finished_of(events: list[Any], call_id: str) -> int:
+    """The index of call ``call_id``'s only ``tool.finished``."""
+    [at] = [i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == call_id]
+    return at
+
+
+def statuses(events: list[Any]) -> dict[str, tuple[str, list[bool]]]:
+    """The file history of these events: by path, its status and whether each edit is reverted."""
+    return {f["path"]: (f["status"], [e["reverted"] for e in f["edits"]]) for f in changes(events)}
+
+
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    (ws / "b.txt").write_text("b\n")
+    return ws
+
+
+def restore_held_second(tmp_path: Path, point: str) -> Any:
+    """A relay's ``before_call`` that has the executor hold the second restore at ``point``."""
+    def hold(request: pb.ToolRequest) -> None:
+        if request.tool == "restore" and request.call_id.endswith("/1"):
+            (tmp_path / "hold").write_text(point)
+
+    return hold
+
+
+async def test_a_revert_refused_on_its_second_file_records_the_first_and_a_second_revert_restores_the_rest(
+        tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    tools = {"more_tools": lambda pool: [EDIT_TWO]}
+    async with agent_runtime(tmp_path, ws, SCRIPT, **tools) as (sup, store, _faux, _pool):
+        sid = await sup.create_session("proj")
+        await run_to_idle(sup, sid, "r1", "step-edit")
+        (ws / "a.txt").write_text("by hand\n")  # (the file restored second: CONFLICT)
+        state = await run_to_idle(sup, sid, "r2", "step-revert-one")
+        events = await events_of(store, sid)
+    assert (ws / "b.txt").read_text() == "b\n" and (ws / "a.txt").read_text() == "by hand\n"
+    at = finished_of(events, "revert1")
+    finished = events[at].event
+    # The call's result is the refusal, as it was: its code, its message with what was restored.
+    assert (finished.status, finished.error_code) == ("error", "CONFLICT")
+    assert text_of(finished) == ("CONFLICT: a.txt: the file changed since that call; not restored "
+                                 "(reverted so far: b.txt)")
+    # In its write, right after it: the revert of what was restored, said partial.
+    assert events[at + 1].kind == "file.reverted" and events[at + 1].seq == events[at].seq + 1
+    reverted = events[at + 1].event
+    assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
+        "revert1", "edit1", ["b.txt"], True)
+    assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
+    assert statuses(events) == {"a.txt": ("modified", [False]), "b.txt": ("reverted", [True])}
+
+    # A restart's replay agrees; with the hand change undone, the call reverted again restores a.txt.
+    async with agent_runtime(tmp_path, ws, SCRIPT, **tools) as (sup, store, _faux, _pool):
+        state = await sup.call(sid, GetState())
+        assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
+        (ws / "a.txt").write_text("A\n")
+        state = await run_to_idle(sup, sid, "r3", "step-revert-two")
+        events = await events_of(store, sid)
+    assert (ws / "a.txt").read_text() == "a\n" and (ws / "b.txt").read_text() == "b\n"
+    at = finished_of(events, "revert2")
+    assert not events[at].event.is_error, events[at].event.content
+    reverted = events[at + 1].event
+    assert (reverted.reverted_call_id, reverted.paths, reverted.partial) == ("edit1", ["a.txt"], False)
+    assert "edit1" not in state.file_edits
+    assert statuses(events) == {"a.txt": ("reverted", [True]), "b.txt": ("reverted", [True])}
+
+
+@pytest.mark.parametrize("point", ["call:restore", "before_publish"])
+async def test_a_revert_cut_off_by_an_abort_records_the_restores_that_completed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    # The second restore is held by the executor: received and not run ("call:restore", the abort
+    # keeps it from writing), or past its look ("before_publish": it completes while the abort
+    # waits for its end, and the Stop's answer says so). The first restore completed before.
+    held = held_at(monkeypatch, tmp_path, "nothing yet")
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "a.txt").write_text("a\n")
+    (ws / "b.txt").write_text("b\n")
+
+    completed = point == "before_publish"
+    try:
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, point)) as relay:
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, more_tools=lambda pool: [EDIT_TWO]) as (
+                    sup, store, _faux, pool):
+                sid = await sup.create_session("proj")
+                await run_to_idle(sup, sid, "r1", "step-edit")
+                await abort_while_held(sup, sid, relay, tmp_path / "hold", held, stopped="revert1/1",
+                                       submit=("r2", "step-revert-one"))
+                await until_ended((await pool.get("proj")).client, f"{sid}:revert1/1")
+                state = await sup.call(sid, GetState())
+                events = await events_of(store, sid)
+            assert (ws / "b.txt").read_text() == "b\n" and temp_files(ws) == []
+            assert (ws / "a.txt").read_text() == ("a\n" if completed else "A\n")
+            at = finished_of(events, "revert1")
+            finished = events[at].event
+            assert (finished.status, finished.error_code) == ("interrupted", "ABORTED")
+            assert events[at + 1].kind == "file.reverted" and events[at + 1].seq == events[at].seq + 1
+            reverted = events[at + 1].event
+            if completed:  # (every restore done: a whole revert)
+                assert (reverted.call_id, reverted.paths, reverted.partial) == ("revert1", ["b.txt", "a.txt"], False)
+                assert text_of(finished) == ("[the revert was applied all the same before the call was cut off: "
+                                             f"b.txt, a.txt restored]\n{ABORTED_TEXT}")
+                assert "edit1" not in state.file_edits
+                assert statuses(events) == {"a.txt": ("reverted", [True]), "b.txt": ("reverted", [True])}
+                return
+            assert (reverted.call_id, reverted.paths, reverted.partial) == ("revert1", ["b.txt"], True)
+            assert text_of(finished) == ("[the revert was applied in part before the call was cut off: b.txt "
+                                         "restored; revert_call of call edit1 again restores the rest]\n"
+                                         f"{ABORTED_TEXT}")
+            assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
+            assert statuses(events) == {"a.txt": ("modified", [False]), "b.txt": ("reverted", [True])}
+
+            # Reverted again (a restart's replay first): the rest is restored.
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, more_tools=lambda pool: [EDIT_TWO]) as (
+                    sup, store, _faux, _pool):
+                assert [e.path for e in (await sup.call(sid, GetState())).file_edits["edit1"]] == ["a.txt"]
+                state = await run_to_idle(sup, sid, "r3", "step-revert-two")
+                events = await events_of(store, sid)
+            assert (ws / "a.txt").read_text() == "a\n"
+            assert not events[finished_of(events, "revert2")].event.is_error
+            assert "edit1" not in state.file_edits
+    finally:
+        stop_process(executor.proc)
+
+
+async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_the_programs_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_clock: trio.testing.MockClock) -> None:
+    # No abort: the program's time limit cancels its revert_call while the executor holds the
+    # second restore, received and not run (it is kept from writing). The first restore is recorded
+    # after the program's result (PTC_TIMEOUT), in its write, under the program's call.
+    mock_clock.rate = 1.0  # (the pool, the executor's waits: real time)
+
+    async def program(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        assert ctx.call_tool is not None
+        call_tool = ctx.call_tool
+
+        async def call(name: str, arguments: dict[str, Any]) -> Any:
+            return (await call_tool(f"{ctx.call_id}.1", name, arguments)).structured_content
+
+        outcome = await run_program('revert_call(call_id="edit1")', call, ["revert_call"],
+                                    deadline=trio.current_time() + TIME_LIMIT_S)
+        assert outcome.error is not None
+        return ToolResult.error(outcome.error.code, outcome.error.message)
+
+    prog = ToolSpec("prog", "reverts edit1 as a timed program", {"type": "object"}, program, read_only=False)
+    held = held_at(monkeypatch, tmp_path, "nothing yet")
+    executor = start_executor(tmp_path / "remote")
+    ws = executor.workspace
+    (ws / "a.txt").write_text("a\n")
+    (ws / "b.txt").write_text("b\n")
+    script = [*SCRIPT[:1], FauxTurn(when="step-program", tool_calls=[FauxToolCall("prog", {}, call_id="p1")]),
+              FauxTurn(text="ok")]
+    try:
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore")) as relay:
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, script, remote=remote,
+                                     more_tools=lambda pool: [EDIT_TWO, prog]) as (sup, store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await run_to_idle(sup, sid, "r1", "step-edit")
+                await sup.call(sid, Submit("r2", [t.TextPart("step-program")], "followUp"))
+                await wait_path(held, timeout=30)
+                mock_clock.jump(TIME_LIMIT_S)  # (its time limit passes now)
+                await until(lambda: f"{sid}:p1.1/1" in relay.stops, timeout=30)
+                Path(f"{tmp_path / 'hold'}.release").write_text("")
+                with trio.fail_after(30):
+                    await sup.call(sid, WaitIdle())
+                state = await sup.call(sid, GetState())
+                events = await events_of(store, sid)
+        assert (ws / "b.txt").read_text() == "b\n" and (ws / "a.txt").read_text() == "A\n"
+        at = finished_of(events, "p1")
+        finished = events[at].event
+        assert (finished.status, finished.error_code) == ("error", "PTC_TIMEOUT"), finished
+        assert text_of(finished).endswith("\n[the revert was applied in part before the call was cut off: b.txt "
+                                          "restored; revert_call of call edit1 again restores the rest]")
+        assert events[at + 1].kind == "file.reverted" and events[at + 1].seq == events[at].seq + 1
+        reverted = events[at + 1].event
+        assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
+            "p1", "edit1", ["b.txt"], True)
+        assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
+    finally:
+        stop_process(executor.proc)
