@@ -34,13 +34,14 @@ def test_every_lens_executor_line_of_the_executor_page_is_one_lens_takes():
 
 def test_the_executor_numbers_and_defaults_are_the_code_s():
     from runtime.executors import IDLE_STOP_S
-    from tools.executor import MAX_TOKEN_CHARS
+    from tools.executor import MAX_TOKEN_CHARS, MIN_TOKEN_CHARS
 
     minutes = int(one_match(r"for (\d+) minutes \(`IDLE_STOP_S`\)", EXECUTOR).group(1))
     assert IDLE_STOP_S == minutes * 60
     listen = one_match(r"Without `--listen` it listens on `([0-9.]+:\d+)`", EXECUTOR).group(1)
     assert f"(default {listen})" in lens_help(["executor", "serve"])
-    assert one_match(r"# (\d+) to (\d+) printable ASCII characters", EXECUTOR).group(2) == str(MAX_TOKEN_CHARS)
+    bounds = one_match(r"# (\d+) to (\d+) printable ASCII characters", EXECUTOR)
+    assert bounds.groups() == (str(MIN_TOKEN_CHARS), str(MAX_TOKEN_CHARS))
 
 
 async def _executor(cwd: Path, token: str | None, *argv: str) -> tuple[int | None, str, str]:

@@ -116,6 +116,24 @@ async def test_an_executor_token_past_4096_characters_is_refused_at_start(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
 
 
+async def test_an_executor_token_shorter_than_the_executor_takes_is_refused_at_start(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch):
+    # `lens executor serve` refuses a token of fewer than 16 characters (EXECUTOR_TOKEN_MISSING),
+    # so no executor can hold one: the daemon started with it, and every call to the remote
+    # executor then failed as EXECUTOR_UNAUTHENTICATED, the cause named nowhere.
+    monkeypatch.setenv("LENS_TEST_TOKEN_SHORT", "k" * 15)
+    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777",
+                                                                "tokenEnv": "LENS_TEST_TOKEN_SHORT"}}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "deep/d", check=False)
+    refused(out, "CONFIG_INVALID", "executor.tokenEnv LENS_TEST_TOKEN_SHORT", "at least 16 characters")
+    assert "kkkkkkkk" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
+    # (at the limit, as the executor takes it: the daemon starts; the address is not dialled at start)
+    monkeypatch.setenv("LENS_TEST_TOKEN_SHORT", "k" * 16)
+    async with served_once(ServeProcess(tmp_path, "--config", "c.jsonc")):
+        pass
+
+
 @pytest.mark.parametrize("provider", [
     {"id": "a", "protocol": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1", "models": []},
     # (a faux provider of the config, as the template's "demo", takes any model id too: its

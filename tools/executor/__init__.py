@@ -16,12 +16,18 @@ ABORT_STOP_ANSWER_WAIT_S = 4.0
 # grpc refuses a call whose headers pass 8 KiB (by chance up to 16 KiB, then always): a token of at
 # most 4 KiB leaves room for the rest of a call's headers (about 600 bytes).
 MAX_TOKEN_CHARS = 4096
+# The shortest token an executor takes (shorter is EXECUTOR_TOKEN_MISSING): a guessable secret.
+MIN_TOKEN_CHARS = 16
 
 
 def token_fault(token: str) -> str | None:
-    """Why grpc could not carry ``authorization: Bearer <token>`` on every call (completing "the
-    token …"), or None. Only printable ASCII can be sent at all (grpc refuses any other header
-    value), and a token past :data:`MAX_TOKEN_CHARS` would fail some calls, then all."""
+    """Why ``token`` cannot be an executor's token (completing "the token …"), or None. One
+    shorter than :data:`MIN_TOKEN_CHARS` is one no executor takes. Only printable ASCII can be
+    sent at all (grpc refuses any other header value), and a token past :data:`MAX_TOKEN_CHARS`
+    would fail some calls, then all."""
+    if len(token) < MIN_TOKEN_CHARS:
+        return (f"must be at least {MIN_TOKEN_CHARS} characters, as `lens executor serve` takes it; "
+                f"it has {len(token)}")
     if not all(" " <= ch <= "~" for ch in token):
         return "must be printable ASCII (a gRPC header cannot carry other characters)"
     if len(token) > MAX_TOKEN_CHARS:

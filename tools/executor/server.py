@@ -33,7 +33,7 @@ from tools.files.errors import FileToolError, from_os_error
 from tools.files.ignore_cache import IgnoreCache
 from tools.files.workspace import EditOutcome, Workspace
 
-from . import EDITING_CALLS, PROTOCOL_VERSION, split_host_port, token_fault
+from . import EDITING_CALLS, MIN_TOKEN_CHARS, PROTOCOL_VERSION, split_host_port, token_fault
 from .commands import (DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, KILL_GRACE_S, MAX_OUTPUT, MAX_TIMEOUT_MS, Chunk,
                        CommandNotStarted, Exit, run_command)
 from .groups import GroupRegistry
@@ -586,9 +586,9 @@ def main(workspace: str, listen: str, state: str | None, *, token_stdin: bool = 
     # The daemon hands its local executors the token on standard input: what is in a process's
     # environment, its commands (same user) can read from /proc/<executor pid>/environ.
     token = sys.stdin.readline().strip() if token_stdin else os.environ.get(TOKEN_ENV, "")
-    if len(token) < 16:
+    if len(token) < MIN_TOKEN_CHARS:
         where = "the first line of standard input" if token_stdin else TOKEN_ENV
-        _fail("EXECUTOR_TOKEN_MISSING", f"set {where} to the shared secret (at least 16 characters)")
+        _fail("EXECUTOR_TOKEN_MISSING", f"set {where} to the shared secret (at least {MIN_TOKEN_CHARS} characters)")
         return 2
     fault = token_fault(token)
     if fault is not None:
