@@ -38,7 +38,7 @@ from events.schema import (
     ts_steps_back,
 )
 from events.secrets import Secrets
-from events.types import KIND_TO_TYPE
+from events.types import KIND_MAX, KIND_TO_TYPE
 from events.walcheck import REFUSED_COMMITS_AFTER, WalFinding, hidden_commits
 from projections.projector import Projector, ProjectionsDamaged, ProjectionsDeletedWhileOpen, open_projections_db
 from projections.registry import all_projections
@@ -589,12 +589,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         _out(_json.encode({"kinds": kinds, "total": total}))
         return failed
-    header = f"{'kind':<24} {'events':>10} {'stored bytes':>14} {'raw bytes':>14} {'ratio':>7}"
+    # The kind column fits the longest kind as shown (escaped: see _out), 24 characters at least;
+    # a row's kind longer than any kind can be (damage) overflows it rather than widen every row.
+    width = max([24, *(n for k in kinds if (n := len(shown(k["kind"]))) <= KIND_MAX)])
+    header = f"{'kind':<{width}} {'events':>10} {'stored bytes':>14} {'raw bytes':>14} {'ratio':>7}"
     _out(header)
     _out("-" * len(header))
     for k in kinds + [dict(total, kind="TOTAL")]:
         ratio = f"{k['compression_ratio']:.3f}" if k["compression_ratio"] is not None else "-"
-        _out(f"{k['kind']:<24} {k['events']:>10} {k['stored_bytes']:>14} {k['raw_bytes']:>14} {ratio:>7}")
+        _out(f"{shown(k['kind']):<{width}} {k['events']:>10} {k['stored_bytes']:>14} {k['raw_bytes']:>14} {ratio:>7}")
     return failed
 
 

@@ -1,9 +1,10 @@
-"""``lens log`` through the installed script on what a long value does to its output: a damaged
-row or ``meta`` record holding a value of many kilobytes, which every message naming it quotes
-in a short line."""
+"""``lens log`` through the installed script on what a long name or value does to its output: a
+kind longer than the stats table's kind column, and a damaged row or ``meta`` record holding a
+value of many kilobytes, which every message naming it quotes in a short line."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import msgspec
@@ -12,7 +13,7 @@ import trio
 import zstandard
 
 from events.store import Draft, open_store
-from events.types import ContextCompactionFailed, ProjectCreated, SessionCreated
+from events.types import KIND_TO_TYPE, ContextCompactionFailed, ProjectCreated, SessionCreated
 
 from tests.cli.lens_script import lens, refused, store_corrupt_said
 from tests.rawlog import edit_log
@@ -38,6 +39,32 @@ def data(tmp_path: Path) -> Path:
 
     trio.run(write)
     return data
+
+
+def test_the_stats_table_keeps_its_columns_for_the_longest_kind(data: Path, tmp_path: Path) -> None:
+    # The kind column was 24 characters wide, and context.compaction_failed, a kind Lens writes,
+    # has 25: its figures stood one column right of every other row's.
+    assert max(map(len, KIND_TO_TYPE)) > 24
+    res = lens(tmp_path, "log", "stats", "--data", str(data))
+    assert (res.returncode, res.stderr) == (0, ""), res.stderr
+    header, rule, *rows = res.stdout.splitlines()
+    assert [r.split()[0] for r in rows] == ["context.compaction_failed", "project.created", "session.created", "TOTAL"]
+    assert len(rule) == len(header) and set(rule) == {"-"}
+    ends = [m.end() for m in re.finditer(r"events|bytes|ratio", header)]
+    for row in rows:  # every figure ends where its heading ends
+        assert len(row) == len(header), (row, header)
+        assert [m.end() for m in re.finditer(r"\S+", row)][1:] == ends, (row, header)
+
+
+def test_a_kind_written_escaped_keeps_the_columns_too(data: Path, tmp_path: Path) -> None:
+    # A row's kind with a line break in it (damage) is shown escaped (`\u000a`), longer than the
+    # kind itself: the column fits what is shown.
+    edit_log(data, "UPDATE events SET kind = ? WHERE seq = 1", ("bad\nkind.with.a.long.name",))
+    res = lens(tmp_path, "log", "stats", "--data", str(data))
+    assert res.returncode == 0, res.stderr
+    header, _rule, *rows = res.stdout.splitlines()
+    assert rows[0].startswith("bad\\u000akind.with.a.long.name ")
+    assert {len(row) for row in rows} == {len(header)}, res.stdout
 
 
 def _problem_lines(res_out: str) -> list[str]:
@@ -75,6 +102,8 @@ def test_a_long_damaged_column_is_named_in_a_short_line(data: Path, tmp_path: Pa
     res = lens(tmp_path, "log", command, "--data", str(data))
     if command == "stats" and "kind" in edit:  # (stats counts the stored columns only)
         assert res.returncode == 0, res.stderr
+        header = res.stdout.splitlines()[0]  # a kind longer than a kind can be does not widen the table
+        assert header.index(" events") == len("context.compaction_failed") + 4, header[:200]
         return
     assert res.returncode == 1 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-500:])
     _short_and_named(_problem_lines(res.stdout + res.stderr), said)
