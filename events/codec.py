@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import msgspec
 import zstandard
 
-from .errors import AppendRejected, CorruptEvent, EventTooLarge, TooFewSamples, UnknownDictionary
+from .errors import AppendRejected, CorruptEvent, EventTooLarge, TooFewSamples, UnknownDictionary, quoted
 from .types import KIND_NAME_RE, KIND_TO_TYPE, Event, Opaque, _Event, kind_of
 
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
@@ -282,7 +282,7 @@ class Codec:
         """Decode MessagePack ``raw`` stored under ``kind``."""
         if kind not in KIND_TO_TYPE:
             if not KIND_NAME_RE.fullmatch(kind):
-                raise CorruptEvent(f"row kind {kind[:80]!r} is no event kind (at most 128 letters, digits, "
+                raise CorruptEvent(f"row kind {quoted(kind)} is no event kind (at most 128 letters, digits, "
                                    f"'_', '.', ':' or '-')")
             try:
                 data = self._any_decoder.decode(raw)
@@ -297,7 +297,7 @@ class Codec:
             if "kind" not in data:
                 raise CorruptEvent(f"body of unknown kind {kind!r} carries no kind tag")
             if data["kind"] != kind:
-                raise CorruptEvent(f"row kind {kind!r} but body holds {data['kind']!r}")
+                raise CorruptEvent(f"row kind {kind!r} but body holds {quoted(data['kind'])}")
             return Opaque(kind, _jsonable(data))
         try:
             event = self._decoder.decode(raw)

@@ -32,6 +32,28 @@ from __future__ import annotations
 from typing import ClassVar
 
 
+QUOTED_MAX = 80  # characters (a blob: bytes) of a value read from the log that a message quotes
+
+
+def clipped(text: str, limit: int = QUOTED_MAX) -> str:
+    """``text`` as is, or its first ``limit`` characters and ``… (N characters)``: a value read
+    from the log that a message names unquoted (a damaged row may hold megabytes of it)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def quoted(value: object, limit: int = QUOTED_MAX) -> str:
+    """``value``'s ``repr`` as a message quotes a value read from the log (a damaged row's column,
+    a ``meta`` record): a text (a blob) of more than ``limit`` characters (bytes) is cut there,
+    followed by ``… (N characters)`` (``bytes``), so that the line stays short and still says
+    how long the value is; another type's ``repr`` is cut at ``limit`` with ``…``."""
+    if isinstance(value, (str, bytes)):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}… ({len(value)} {'characters' if isinstance(value, str) else 'bytes'})"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
 class LogError(Exception):
     """Base of every event-log error; ``code`` is stable, ``str(err)`` is for people. The base has
     no code of its own: each subclass names one (docs/errors.md)."""

@@ -16,7 +16,7 @@ import apsw
 import msgspec
 
 from .codec import TAG_OF, Codec, FramePlan, usable_dictionaries
-from .errors import CorruptEvent, StoreCorrupt, UnknownDictionary
+from .errors import CorruptEvent, StoreCorrupt, UnknownDictionary, quoted
 from .schema import EVENTS_DB, check_data_dir, open_read_connection, recorded_max_event_bytes
 from .types import Opaque, _Event, body_of
 
@@ -188,12 +188,12 @@ def row_problem(row: StoredRow | tuple[Any, ...]) -> str | None:
     for (name, types), value in zip(_ROW_TYPES, values):
         if type(value) not in types:
             if type(value) is BadText:
-                return f"column {name} holds text that is not valid UTF-8 ({value.raw[:40]!r})"
+                return f"column {name} holds text that is not valid UTF-8 ({quoted(value.raw, 40)})"
             if name == "body":
                 return f"the body is stored as {_SQL_TYPE.get(type(value), type(value).__name__)}, not as a blob"
-            return f"column {name} holds {value!r}, which is not {'an integer' if int in types else 'text'}"
+            return f"column {name} holds {quoted(value)}, which is not {'an integer' if int in types else 'text'}"
     if values[4] is None and values[3] is not None:  # the writer numbers every event of a session
-        return (f"the event belongs to session {values[3]!r} but has no session_seq (the session's "
+        return (f"the event belongs to session {quoted(values[3])} but has no session_seq (the session's "
                 f"numbering was edited)")
     return None
 
@@ -471,14 +471,14 @@ class LogReader:
                                        "AND session_seq IS NOT NULL ORDER BY seq", (session_id,)):
             if type(number) is not int:
                 continue  # (a mistyped number is its row's own problem, reported when that row is read)
-            last, problem = numbering_step(repr(session_id), last, number)
+            last, problem = numbering_step(quoted(session_id), last, number)
             if problem is not None:
                 if "out of step" not in problem:
                     problem += " (its numbering is out of step with seq"
                     problem += f": session_seq {before[4]!r} is at seq {before[0]}, session_seq {row[4]!r} at seq {row[0]})"
                 return CorruptEvent(problem).at(seq)
         return CorruptEvent(  # (not reached: two orders that disagree hold a row out of step)
-            f"the event holds session_seq {row[4]!r} of session {session_id!r}, but its seq is below that of "
+            f"the event holds session_seq {row[4]!r} of session {quoted(session_id)}, but its seq is below that of "
             f"session_seq {before[4]!r} (seq {before[0]}): the session's numbering is out of step with seq "
             f"(edited)").at(row[0])
 

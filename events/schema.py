@@ -28,6 +28,8 @@ from .errors import (
     StoreCorrupt,
     StoreOpenError,
     UnsupportedFormat,
+    clipped,
+    quoted,
 )
 from .walcheck import holds_a_commit
 
@@ -413,19 +415,19 @@ def check_format(conn: apsw.Connection, where: Path) -> None:
     fmt, version = meta.get("format"), meta.get("format_version")
     version = str(version) if isinstance(version, int) else version  # stored as a number by hand
     if fmt != FORMAT:
-        found = "no storage format" if fmt is None else f"storage format {fmt!r}, not {FORMAT!r}"
+        found = "no storage format" if fmt is None else f"storage format {quoted(fmt)}, not {FORMAT!r}"
         raise ForeignStore(
             f"{where} records {found}; it is not a Lens event "
             f"log. Start a new data directory with --data NEW_DIR."
         )
     if version is not None and not (isinstance(version, str) and version.isascii() and version.isdigit()):
         raise StoreCorrupt(  # a version is a whole number: what else is there was damaged or edited
-            f"{where} carries the {FORMAT} marker, but its format version is {version!r}, which no "
+            f"{where} carries the {FORMAT} marker, but its format version is {quoted(version)}, which no "
             f"Lens release writes; the file was damaged or edited. Restore it from a backup, or "
             f"start a new data directory with --data NEW_DIR."
         )
     if version != str(FORMAT_VERSION):
-        found = "that records no format version" if version is None else f"of format version {version}"
+        found = "that records no format version" if version is None else f"of format version {clipped(version)}"
         raise UnsupportedFormat(
             f"{where} is a {FORMAT} log {found}; this Lens reads version "
             f"{FORMAT_VERSION}. Use the Lens release that wrote it (its `lens log decode` exports "

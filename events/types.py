@@ -507,7 +507,8 @@ KIND_TO_TYPE: dict[str, type[_Event]] = {t.__struct_config__.tag: t for t in EVE
 # joined by dots), never whitespace or a control character. A kind goes out as it is (the SSE
 # ``event:`` line), so a row whose kind is anything else is damaged, not an event of the
 # future: a line break in it wrote fields of its own into every stream replaying it.
-KIND_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
+KIND_MAX = 128  # characters
+KIND_NAME_RE = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.:-]{{0,{KIND_MAX - 1}}}")
 
 
 class Opaque(msgspec.Struct, frozen=True, gc=False):

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import apsw
 
 from events import types as t
+from events.errors import quoted
 from events.ids import unnamed_input_id
 from events.reader import SEQ_MAX, SEQ_MIN, StoredEvent, StoredRow
 from events.secrets import Secrets
@@ -460,8 +461,7 @@ def _snippet_terms(parsed: Query) -> list[Term]:
 
 def _shown(value: str | None) -> str:
     """A client's value as an error message echoes it: quoted, at most 80 characters of it."""
-    value = value or ""
-    return repr(value) if len(value) <= 80 else repr(value[:80]) + f"… ({len(value)} characters)"
+    return quoted(value or "")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import apsw
 import msgspec
 import zstandard
 
-from events.errors import CorruptEvent, DataDirMissing, DataDirNotWritable, LogError, StoreCorrupt
+from events.errors import CorruptEvent, DataDirMissing, DataDirNotWritable, LogError, StoreCorrupt, clipped, quoted
 from events.reader import SEQ_MAX, SEQ_MIN, LogReader, StoredRow, numbering_step, row_problem
 from events.schema import (
     ACTIVE_DICT_KEY,
@@ -38,7 +38,7 @@ from events.schema import (
     ts_steps_back,
 )
 from events.secrets import Secrets
-from events.types import KIND_TO_TYPE
+from events.types import KIND_MAX, KIND_TO_TYPE
 from events.walcheck import REFUSED_COMMITS_AFTER, WalFinding, hidden_commits
 from projections.projector import Projector, ProjectionsDamaged, ProjectionsDeletedWhileOpen, open_projections_db
 from projections.registry import all_projections
@@ -326,7 +326,7 @@ def _verify_active_dictionary(reader: LogReader, meta: dict[str, Any]) -> Iterat
     if ACTIVE_DICT_KEY not in meta:
         return
     value = meta[ACTIVE_DICT_KEY]
-    shown = repr(value)[:40] if isinstance(value, str) else f"{type(value).__name__} {str(value)[:40]!r}"
+    shown = quoted(value, 40) if isinstance(value, str) else f"{type(value).__name__} {quoted(str(value), 40)}"
     dict_id = recorded_active_dictionary(meta)
     if dict_id is None:
         yield None, (f"META_INVALID: meta {ACTIVE_DICT_KEY} is {shown}, not a dictionary id a writer records; "
@@ -342,11 +342,12 @@ def verify_log(reader: LogReader) -> Iterator[tuple[int | None, str]]:
     list is in docs/storage-format.md), so scripts can tell the findings apart."""
     meta = reader.meta()
     if meta.get("format") != FORMAT or str(meta.get("format_version")) != str(FORMAT_VERSION):
-        yield None, f"FORMAT_MARKER: format marker is {meta.get('format')!r} v{meta.get('format_version')}"
+        version = clipped(str(meta.get("format_version")))
+        yield None, f"FORMAT_MARKER: format marker is {quoted(meta.get('format'))} v{version}"
     recorded = meta.get(MAX_EVENT_BYTES_KEY)
     if recorded is not None and str(recorded) != str(recorded_max_event_bytes(meta)):  # edited
-        yield None, (f"META_INVALID: meta {MAX_EVENT_BYTES_KEY} is {str(recorded)[:40]!r}, not a maximum event size a "
-                     f"writer records; reads take it as {recorded_max_event_bytes(meta)}")
+        yield None, (f"META_INVALID: meta {MAX_EVENT_BYTES_KEY} is {quoted(str(recorded), 40)}, not a maximum event "
+                     f"size a writer records; reads take it as {recorded_max_event_bytes(meta)}")
     try:
         for (text,) in reader.conn.execute("PRAGMA integrity_check"):
             for line in str(text).splitlines():  # one result row may hold several lines
@@ -396,7 +397,7 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
             elif row.session_seq is None:  # reported as a row problem (EVENT_CORRUPT) below
                 session_seq[row.session_id] = want
             else:  # (e.g. two rows' numbers swapped: each is reported)
-                session_seq[row.session_id], wrong = numbering_step(row.session_id, want - 1, row.session_seq)
+                session_seq[row.session_id], wrong = numbering_step(clipped(row.session_id), want - 1, row.session_seq)
                 if wrong is not None:
                     yield row.seq, f"SESSION_SEQ_OUT_OF_ORDER: {wrong}"
         if problem is not None:
@@ -406,7 +407,8 @@ def _verify_rows(reader: LogReader) -> Iterator[tuple[int | None, str]]:
             if row.session_seq is not None:
                 yield row.seq, f"ENVELOPE_INVALID: session_seq {row.session_seq} on an event that belongs to no session"
             if row.request_id is not None:
-                yield row.seq, f"ENVELOPE_INVALID: request_id {row.request_id!r} on an event that belongs to no session"
+                yield row.seq, (f"ENVELOPE_INVALID: request_id {quoted(row.request_id)} on an event that belongs to "
+                                f"no session")
         try:
             reader.decode(row)
         except CorruptEvent as exc:
@@ -587,12 +589,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         _out(_json.encode({"kinds": kinds, "total": total}))
         return failed
-    header = f"{'kind':<24} {'events':>10} {'stored bytes':>14} {'raw bytes':>14} {'ratio':>7}"
+    # The kind column fits the longest kind as shown (escaped: see _out), 24 characters at least;
+    # a row's kind longer than any kind can be (damage) overflows it rather than widen every row.
+    width = max([24, *(n for k in kinds if (n := len(shown(k["kind"]))) <= KIND_MAX)])
+    header = f"{'kind':<{width}} {'events':>10} {'stored bytes':>14} {'raw bytes':>14} {'ratio':>7}"
     _out(header)
     _out("-" * len(header))
     for k in kinds + [dict(total, kind="TOTAL")]:
         ratio = f"{k['compression_ratio']:.3f}" if k["compression_ratio"] is not None else "-"
-        _out(f"{k['kind']:<24} {k['events']:>10} {k['stored_bytes']:>14} {k['raw_bytes']:>14} {ratio:>7}")
+        _out(f"{shown(k['kind']):<{width}} {k['events']:>10} {k['stored_bytes']:>14} {k['raw_bytes']:>14} {ratio:>7}")
     return failed
 
 
