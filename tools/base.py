@@ -208,7 +208,11 @@ class ToolSpec:
 class ToolRegistry:
     """The tools a session may use, by name."""
 
-    MAX_ARGUMENT_BYTES: ClassVar[int] = 16 * 1024 * 1024
+    # The bound on a call's arguments as the model's JSON text, before it is parsed. JSON may spell
+    # one byte of text in six (`\u0001`; a newline in two): 16 MiB refused 8 MiB of newlines, an
+    # input the file tools take (tools/files/errors.py MAX_TEXT_BYTES). 64 MiB holds the file
+    # tools' 8 MiB however it is escaped (48 MiB at most), as the executor's messages do.
+    MAX_ARGUMENT_BYTES: ClassVar[int] = 64 * 1024 * 1024
 
     def __init__(self, specs: Sequence[ToolSpec] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
