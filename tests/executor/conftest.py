@@ -5,9 +5,11 @@
 to files so tests can check what it printed (never the token). ``client`` is an
 :class:`ExecutorClient` connected to it for one test. A test that needs an executor of its own
 (its own state directory, limits, a kill) takes :func:`running_executor`: the process and a
-client that said hello, both ended with the block. ``pool_factory`` runs the real
-:class:`ExecutorPool` (spawning its own children) inside the test's nursery; :func:`remote_pool`
-runs it over an executor process as a project's remote executor.
+client that said hello, both ended with the block; :func:`executor_held_at`, one that holds its
+first call reaching a point of its code (``TEST_HOLD_ENV``), with a file to edit.
+``pool_factory`` runs the real :class:`ExecutorPool` (spawning its own children) inside the
+test's nursery; :func:`remote_pool` runs it over an executor process as a project's remote
+executor.
 
 Nothing here sleeps for ordering: waits are bounded polls of an observable condition.
 """
@@ -34,6 +36,7 @@ from runtime.executors import ExecutorPool, RemoteExecutor
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxTurn
 from runtime.supervisor import Supervisor
+from tests.executor_hold import held_at
 from tests.idgen import IdGen
 from tests.procfs import processes
 from tests.services import started, supervised
@@ -139,6 +142,23 @@ async def running_executor(root: Path, *, token: str | None = None, listen: str 
     try:
         async with said_hello(ex) as client:
             yield ex, client
+    finally:
+        stop_process(ex.proc)
+
+
+@contextmanager
+def executor_held_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                     point: str = "before_publish") -> Iterator[tuple[ExecutorProcess, Path]]:
+    """An executor of its own over ``tmp_path / "remote"`` (:func:`start_executor`) whose first
+    call reaching ``point`` holds there (:func:`tests.executor_hold.held_at`: writing
+    ``<tmp_path>/hold.release`` lets it go on), with ``f.txt`` reading ``a\\n`` in its workspace:
+    the process, and the file naming the process that holds (it appears once one does). The
+    process is stopped when the block ends, whatever happened."""
+    held = held_at(monkeypatch, tmp_path, point)
+    ex = start_executor(tmp_path / "remote")
+    try:
+        (ex.workspace / "f.txt").write_text("a\n")
+        yield ex, held
     finally:
         stop_process(ex.proc)
 

@@ -32,13 +32,12 @@ from runtime.decide import ABORTED_TEXT
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
-from tests.executor_hold import held_at
 from tests.unwritable import unwritable
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, remote_pool, start_executor, stop_process, temp_files, tool_ctx,
+from .conftest import (agent_runtime, executor_held_at, remote_pool, start_executor, stop_process, temp_files, tool_ctx,
                        tools_by_name, until, until_ended, wait_path)
 from .relay import Relay
 
@@ -88,11 +87,8 @@ APPLIED = "[the edit was applied all the same before the call was cut off: f.txt
 @pytest.mark.parametrize("older_executor", [False, True])
 async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_reverted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, older_executor: bool) -> None:
-    held = held_at(monkeypatch, tmp_path, "before_publish")  # (past its look: it writes)
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):  # (past its look: it writes)
+        ws = executor.workspace
         with Relay(executor.address, stop_reply=without_call if older_executor else None) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
@@ -134,8 +130,6 @@ async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_
             reverted = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "revert1"]
             assert len(reverted) == 1 and not reverted[0].is_error, reverted
             assert (ws / "f.txt").read_text() == "a\n"
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_applied_and_not_undoable(
@@ -143,13 +137,10 @@ async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_
     # The copies revert_call restores from cannot be stored (the artifacts' directory refuses new
     # files, as a full disk does): no file.edited without them, but the result still says the
     # edit was applied, and that revert_call cannot undo it, as a call not cut off says.
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
     artifacts_dir = tmp_path / "data" / "artifacts"
     artifacts_dir.mkdir(parents=True)
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
+        ws = executor.workspace
         with Relay(executor.address) as relay, unwritable(artifacts_dir):
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
@@ -164,17 +155,12 @@ async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_
             "revert_call restores from could not be stored; revert_call cannot undo it]\n" + ABORTED_TEXT)
         assert [e for e in events if e.kind in ("file.edited", "artifact.stored")] == []
         assert list(artifacts_dir.iterdir()) == []
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_an_edit_the_abort_kept_from_writing_records_no_file_edited(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = held_at(monkeypatch, tmp_path, "call:edit_file")  # (received, before its look)
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
-    try:
+    with executor_held_at(monkeypatch, tmp_path, "call:edit_file") as (executor, held):  # (received, before its look)
+        ws = executor.workspace
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, pool):
@@ -186,8 +172,6 @@ async def test_an_edit_the_abort_kept_from_writing_records_no_file_edited(
         assert [(f.status, f.error_code) for f in finished] == [("interrupted", "ABORTED")]
         assert [e for e in events if e.kind in ("file.edited", "artifact.stored")] == []
         assert (ws / "f.txt").read_text() == "a\n" and temp_files(ws) == []
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_a_stop_answer_carries_the_reply_of_the_editing_call_that_completed_by_its_id(
@@ -216,11 +200,8 @@ async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as
     # Core's call gives up at its deadline (shortened here, 120 s otherwise: the edit's is the only
     # call the executor gets), then waits for the call's end; the call, past its look, writes:
     # its result is the reply the Stop carries.
-    held = held_at(monkeypatch, tmp_path, "before_publish")
     monkeypatch.setattr(executor_client, "CALL_TIMEOUT_S", 1.0)
-    executor = start_executor(tmp_path / "remote")
-    (executor.workspace / "f.txt").write_text("a\n")
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
         with Relay(executor.address) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
                 edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
@@ -240,8 +221,6 @@ async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as
         edited = [e for e in result.events if isinstance(e, t.FileEdited)]
         assert [(e.path, e.before_sha256 is not None) for e in edited] == [("f.txt", True)]
         assert (executor.workspace / "f.txt").read_text() == "b\n"
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_under_the_programs_call(
@@ -253,12 +232,9 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         return await ctx.call_tool(f"{ctx.call_id}.1", "edit_file", EDIT.arguments)
 
     prog = ToolSpec("prog", "runs one edit as a program's call", {"type": "object"}, program, read_only=False)
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
     script = [FauxTurn(when="please edit", tool_calls=[FauxToolCall("prog", {}, call_id="edit1")])]
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
+        ws = executor.workspace
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, script, remote=remote, more_tools=lambda pool: [prog]) as (
@@ -274,8 +250,6 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         assert events[at + 3].event.call_id == "edit1"  # (the program's call)
         assert [e.after_sha256 for e in state.file_edits["edit1"]] == [events[at + 3].event.after_sha256]
         assert (ws / "f.txt").read_text() == "ab\n"
-    finally:
-        stop_process(executor.proc)
 
 
 # The program's time limit, passed by a jump of the clock (shorter than every other bound the
@@ -307,13 +281,10 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         return ToolResult.error(outcome.error.code, outcome.error.message + ("" if result_fits else "x" * 70_000))
 
     prog = ToolSpec("prog", "runs an edit as a timed program", {"type": "object"}, program, read_only=False)
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
     artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
     script = [FauxTurn(when="please edit", tool_calls=[FauxToolCall("prog", {}, call_id="p1")]), FauxTurn(text="ok")]
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
+        ws = executor.workspace
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, script, remote=remote, artifacts=artifacts,
@@ -342,8 +313,6 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         assert [e.after_sha256 for e in state.file_edits["p1"]] == [edit.after_sha256]
         assert (ws / "f.txt").read_text() == "ab\n"
         assert artifacts.held_for_good() == set()  # (named now: no hold is left behind)
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_the_copies(
@@ -351,10 +320,6 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
     # The call's lease ends (its task is over) before the abort records the copies: a sweep
     # then (the daemon sweeps soon after a lease ends unrecorded, as here) finds them named by
     # nothing, and must leave them; the abort names them, and no hold outlives it.
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
     artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
     swept: list[tuple[list[str], list[str]]] = []
 
@@ -365,7 +330,8 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
         swept.append((names, kept))
 
     artifacts.on_orphans(sweep)
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
+        ws = executor.workspace
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, artifacts=artifacts) as (
@@ -380,8 +346,6 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
         assert swept and all(set(names) == stored and set(kept) == stored for names, kept in swept), swept
         assert {artifacts.get(aid) for aid in stored} == {b"a\n", b"ab\n"}  # (still there, whole)
         assert artifacts.held_for_good() == set()
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_an_edit_whose_reply_had_come_when_the_abort_cut_its_call_off_is_recorded_with_it(
@@ -448,9 +412,6 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, bad: str) -> None:
     """A completed call the answer cannot give (not ``ok``, its result not JSON or JSON but not an
     object) is logged as not recorded; the cancellation goes on, the caller's actor alive."""
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    (executor.workspace / "f.txt").write_text("a\n")
 
     def spoiled(reply: pb.StopReply) -> pb.StopReply:
         if bad == "not ok":
@@ -462,7 +423,7 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
 
     taken: list[list[Any]] = []
     ctx = dataclasses.replace(tool_ctx("ses_x", "c1"), cut_events=lambda *handed: taken.append(list(handed)))
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
         with Relay(executor.address, stop_reply=spoiled) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
                 edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
@@ -482,8 +443,6 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
         assert scope.cancelled_caught and results == [] and taken == []
         assert (executor.workspace / "f.txt").read_text() == "b\n"  # (written: only its record is lost)
         assert "completed while its caller had gone, but the executor's answer about it cannot be read" in caplog.text
-    finally:
-        stop_process(executor.proc)
 
 
 @pytest.mark.parametrize("tool", ["restore", "edit_file", "read_file"])
