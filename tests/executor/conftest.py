@@ -150,10 +150,10 @@ async def running_executor(root: Path, *, token: str | None = None, listen: str 
 def executor_held_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                      point: str = "before_publish") -> Iterator[tuple[ExecutorProcess, Path]]:
     """An executor of its own over ``tmp_path / "remote"`` (:func:`start_executor`) whose first
-    call reaching ``point`` holds there (:func:`tests.executor_hold.held_at`: writing
-    ``<tmp_path>/hold.release`` lets it go on), with ``f.txt`` reading ``a\\n`` in its workspace:
-    the process, and the file naming the process that holds (it appears once one does). The
-    process is stopped when the block ends, whatever happened."""
+    call reaching ``point`` holds there (:func:`tests.executor_hold.held_at`; :func:`release_held`
+    lets it go on), with ``f.txt`` reading ``a\\n`` in its workspace: the process, and the file
+    naming the process that holds (it appears once one does). The process is stopped when the
+    block ends, whatever happened."""
     held = held_at(monkeypatch, tmp_path, point)
     ex = start_executor(tmp_path / "remote")
     try:
@@ -161,6 +161,11 @@ def executor_held_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         yield ex, held
     finally:
         stop_process(ex.proc)
+
+
+def release_held(tmp_path: Path) -> None:
+    """Let the call an executor of :func:`executor_held_at` over ``tmp_path`` holds go on."""
+    Path(f"{tmp_path / 'hold'}.release").write_text("")
 
 
 def processes_marked(mark_env: str, mark: str, *, skip_pid: int | None = None,

@@ -37,8 +37,8 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, executor_held_at, remote_pool, start_executor, stop_process, temp_files, tool_ctx,
-                       tools_by_name, until, until_ended, wait_path)
+from .conftest import (agent_runtime, executor_held_at, release_held, remote_pool, start_executor, stop_process,
+                       temp_files, tool_ctx, tools_by_name, until, until_ended, wait_path)
 from .relay import Relay
 
 EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
@@ -215,7 +215,7 @@ async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as
                         nursery.start_soon(run)
                         await wait_path(held, timeout=20)
                         await until(lambda: "ses_d:c1" in relay.stops)  # (its deadline passed)
-                        Path(f"{tmp_path / 'hold'}.release").write_text("")
+                        release_held(tmp_path)
         result = results[0]
         assert not result.is_error and result.structured_content["changed"] is True, result.content
         edited = [e for e in result.events if isinstance(e, t.FileEdited)]
@@ -295,7 +295,7 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
                 await wait_path(held, timeout=30)
                 mock_clock.jump(TIME_LIMIT_S)  # (its time limit passes now)
                 await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)
-                Path(f"{tmp_path / 'hold'}.release").write_text("")
+                release_held(tmp_path)
                 with trio.fail_after(30):
                     await sup.call(sid, WaitIdle())
                 state = await sup.call(sid, GetState())
@@ -435,7 +435,7 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
                                 await wait_path(held, timeout=20)
                                 scope.cancel()
                                 await until(lambda: "ses_x:c1" in relay.stops)
-                                Path(f"{tmp_path / 'hold'}.release").write_text("")
+                                release_held(tmp_path)
 
                             nursery.start_soon(cut_off)
                             results.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
