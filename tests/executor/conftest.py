@@ -277,7 +277,8 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                         more_tools: Callable[[ExecutorPool], list[ToolSpec]] = lambda pool: [],
                         ids: IdGen | None = None, snapshot_every: int = 500, context: Any = None,
                         max_event_bytes: int | None = None, call_end_wait_s: float | None = None,
-                        remote: RemoteExecutor | None = None, artifacts: ArtifactStore | None = None
+                        remote: RemoteExecutor | None = None, artifacts: ArtifactStore | None = None,
+                        stopping: trio.Event | None = None
                         ) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, ExecutorPool]]:
     """A real supervisor over a log in ``tmp_path / "data"``, its faux model following ``script``,
     with the workspace tools (artifacts in ``data/artifacts``) and ``more_tools(pool)`` run by
@@ -286,7 +287,8 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
     ``call_end_wait_s``: the pool's wait for a given-up write's end (its default if None);
     ``remote``: the project's executor, serving ``ws`` (None: the pool's own child);
     ``artifacts``: the store of the tools and of the actors' leases, as the daemon's (None: one
-    in ``data/artifacts`` for the tools alone, no leases)."""
+    in ``data/artifacts`` for the tools alone, no leases); ``stopping``: the daemon's stop event
+    (set, the block's end stops the actors as the daemon's stop does)."""
     data_dir = tmp_path / "data"
     faux = FauxProvider("faux", script)
     with trio.fail_after(60):
@@ -298,7 +300,7 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                                        *more_tools(pool)])
                 async with supervised(store, ProviderCatalog({"faux": faux}), tools,
                                       ids if ids is not None else IdGen(), snapshot_every=snapshot_every,
-                                      context=context, artifacts=artifacts) as sup:
+                                      context=context, artifacts=artifacts, stopping=stopping) as sup:
                     yield sup, store, faux, pool
 
 

@@ -5,7 +5,9 @@ that the edit was applied. The executor's ``Stop`` answer carries the call's rep
 journal. An edit the abort kept from writing records nothing; an executor built before the
 answer carried it leaves the record as it was (the change is not recorded). A program's edit cut
 off by the program's own time limit is recorded with the program's result; an edit whose reply
-had reached Core when the abort came is recorded with the abort too.
+had reached Core when the abort came is recorded with the abort too. An edit the daemon's stop
+cut off (its abort cut while it waited, or the call itself) records nothing, and its copies are
+not held past the actor; the call run again at the next start records it.
 
 Everything is real: the session actor and its log, the pool, an executor process over gRPC held
 at an exact point of the edit (``TEST_HOLD_ENV``), a relay in front of it that records the
@@ -24,6 +26,7 @@ import pytest
 import trio
 
 from events import types as t
+from events.reader import LogReader
 from events.store import EventStore
 from proto import executor_pb2 as pb
 from runtime import executor_client
@@ -300,6 +303,7 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
                     await sup.call(sid, WaitIdle())
                 state = await sup.call(sid, GetState())
                 events = await events_of(store, sid)
+                held_on = artifacts.held_for_good()  # (while the actor lives: its end lets go too)
         kinds = [e.kind for e in events]
         at = next(i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == "p1")
         finished = events[at].event
@@ -312,7 +316,7 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         assert (edit.call_id, edit.path) == ("p1", "f.txt")
         assert [e.after_sha256 for e in state.file_edits["p1"]] == [edit.after_sha256]
         assert (ws / "f.txt").read_text() == "ab\n"
-        assert artifacts.held_for_good() == set()  # (named now: no hold is left behind)
+        assert held_on == set() == artifacts.held_for_good()  # (named now: no hold is left behind)
 
 
 async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_the_copies(
@@ -339,13 +343,112 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
                 sid = await sup.create_session("proj")
                 await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
                 events = await events_of(store, sid)
+                held_on = artifacts.held_for_good()  # (while the actor lives: its end lets go too)
         stored = {e.event.artifact_id for e in events if e.kind == "artifact.stored"}
         edited = [e.event for e in events if e.kind == "file.edited"]
         assert len(stored) == 2 and [(e.before_artifact_id, e.after_artifact_id) for e in edited] == [
             (edited[0].before_artifact_id, edited[0].after_artifact_id)] and edited[0].after_artifact_id in stored
         assert swept and all(set(names) == stored and set(kept) == stored for names, kept in swept), swept
         assert {artifacts.get(aid) for aid in stored} == {b"a\n", b"ab\n"}  # (still there, whole)
-        assert artifacts.held_for_good() == set()
+        assert held_on == set() == artifacts.held_for_good()
+
+
+COPIES = {hashlib.sha256(b"a\n").hexdigest(), hashlib.sha256(b"ab\n").hexdigest()}  # (f.txt before and after)
+
+
+def log_of(tmp_path: Path, sid: str) -> list[Any]:
+    """The session's events, read from the log once its runtime has ended."""
+    with LogReader(tmp_path / "data") as log:
+        return list(log.events(session_id=sid))
+
+
+def taken_by_a_sweep(artifacts: ArtifactStore) -> set[str]:
+    """What a sweep now finds in the store and takes (every artifact: none is named), and it
+    takes all it finds (none held)."""
+    names = artifacts.leftovers(2 ** 62).artifacts
+    assert artifacts.remove(names) == ([], [])
+    return set(names)
+
+
+async def test_an_abort_the_daemons_stop_cut_while_it_waited_records_nothing_and_lets_the_copies_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The abort waits for the cut-off edit's end; the daemon's stop cuts the abort there, so it
+    # records nothing (the call is run again at the next start). The edit completes meanwhile:
+    # its copies, handed to the actor and held for the abort's record (ArtifactStore.keep), are
+    # let go, so that a sweep may take them.
+    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
+    stopping = trio.Event()
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
+        remote = RemoteExecutor(relay.address, executor.token)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as callers:
+                async with agent_runtime(tmp_path, executor.workspace, SCRIPT, remote=remote, artifacts=artifacts,
+                                         stopping=stopping) as (sup, _store, _faux, _pool):
+                    sid = await sup.create_session("proj")
+                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                    await wait_path(held, timeout=20)
+                    callers.start_soon(sup.call, sid, Abort())  # (never answered: the stop cuts it)
+                    await until(lambda: f"{sid}:edit1" in relay.stops)  # (the abort waits for the call's end)
+                    stopping.set()
+
+                    async def release_once_stopped() -> None:
+                        release_held(tmp_path)
+
+                    # (a task started now runs once this one waits, which it first does as it
+                    # leaves the block below: past the stop's cancel of the actors, the abort's wait)
+                    callers.start_soon(release_once_stopped)
+                callers.cancel_scope.cancel()  # (the client's request goes with the stop)
+        assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
+    events = log_of(tmp_path, sid)
+    assert [e.kind for e in events if e.kind in ("run.aborted", "tool.finished", "artifact.stored",
+                                                   "file.edited")] == []
+    assert artifacts.held_for_good() == set() == artifacts.in_flight()
+    assert taken_by_a_sweep(artifacts) == COPIES  # (stored, handed over, and no longer held)
+
+
+async def test_an_edit_the_daemons_stop_cut_off_lets_its_copies_go_and_is_recorded_when_run_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No abort: the daemon's stop cancels the running edit, which completes while Core waits for
+    # its end. Its copies, handed to the actor and held (ArtifactStore.keep), are never recorded by
+    # it (its end comes first): they are let go when it ends, so that a sweep may take them. The
+    # next start runs the call again (the executor answers it from its journal) and records the
+    # edit once, its copies stored again.
+    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
+    stopping = trio.Event()
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
+        remote = RemoteExecutor(relay.address, executor.token)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as helpers:
+                async with agent_runtime(tmp_path, executor.workspace, SCRIPT, remote=remote, artifacts=artifacts,
+                                         stopping=stopping) as (sup, _store, _faux, _pool):
+                    sid = await sup.create_session("proj")
+                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                    await wait_path(held, timeout=20)
+                    stopping.set()
+
+                    async def release_once_stopped() -> None:  # (the call cut off: Core asks its end)
+                        await until(lambda: f"{sid}:edit1" in relay.stops)
+                        release_held(tmp_path)
+
+                    helpers.start_soon(release_once_stopped)
+                # (leaving the block cancels the actors: the daemon's stop)
+            assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
+            events = log_of(tmp_path, sid)
+            assert [e.kind for e in events if e.kind in ("tool.finished", "artifact.stored", "file.edited")] == []
+            assert artifacts.held_for_good() == set() == artifacts.in_flight()
+            assert taken_by_a_sweep(artifacts) == COPIES
+
+            async with agent_runtime(tmp_path, executor.workspace, SCRIPT[2:], remote=remote,
+                                     artifacts=artifacts) as (sup, store, _faux, _pool):
+                await sup.call(sid, WaitIdle())
+                events = await events_of(store, sid)
+    finished = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
+    assert [(f.status, f.is_error) for f in finished] == [("ok", False)], finished
+    [edit] = [e.event for e in events if e.kind == "file.edited"]
+    assert (edit.call_id, edit.path) == ("edit1", "f.txt")
+    assert {artifacts.get(edit.before_artifact_id), artifacts.get(edit.after_artifact_id)} == {b"a\n", b"ab\n"}
+    assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (applied once)
+    assert artifacts.held_for_good() == set()
 
 
 async def test_an_edit_whose_reply_had_come_when_the_abort_cut_its_call_off_is_recorded_with_it(
