@@ -423,50 +423,57 @@ class SessionActor:
         """
         self.state = await self._load()
         task_status.started()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._maybe_snapshot()  # a long tail is read once, not on every wake-up
-            if self._jobs is not None:
-                self._jobs.attach(nursery)
-            if self.state.questions:
-                # Nobody waits for these answers any more (the asking call died with the old actor):
-                # cancel them; the call is then reported as interrupted and the model told.
-                open_questions = [(q, self.state.questions[q].agent_id or MAIN_AGENT) for q in self.state.questions]
-                await self._emit([d.Scoped(t.QuestionCancelled(question_id=q, reason="session restarted"), agent,
-                                           d.question_task(self.state, agent)) for q, agent in open_questions])
-            if running_jobs(self.state):
-                await self.jobs.record_lost()  # jobs of a run that is gone (a restart) ended with it
-            self._maybe_start_runner()
-            while True:
-                env: Envelope | None = None
-                # An actor of a session that does not exist (a lookup of an unknown id) answers
-                # what is queued and passivates at once: it holds nothing worth keeping, and a
-                # client asking for many unknown ids must not pin an actor each for idle_seconds.
-                idle = self.deps.idle_seconds if self.state.created else 0
-                with trio.move_on_after(idle):
-                    try:
-                        env = await self.mailbox.receive()
-                    except trio.EndOfChannel:
-                        break
-                if env is None:
-                    if (not self._runner_done.is_set() or self._idle_waiters or self._skill_inputs
-                            or (self._jobs is not None and self._jobs.running)):
-                        continue  # (jobs run in this actor's nursery: it stays while they do)
-                    try:
-                        env = self.mailbox.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        # No checkpoint between the check and the close: a sender either got in
-                        # before (handled above) or sees the mailbox closed and wakes a new actor.
-                        self.mailbox.close()
-                        self.passivated = True
-                        break
-                self.current = env
-                await self._handle(env)
-                self.current = None
-            if self._runner_scope is not None:
-                self._runner_scope.cancel()
-            if self._jobs is not None:
-                self._jobs.abandon()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._maybe_snapshot()  # a long tail is read once, not on every wake-up
+                if self._jobs is not None:
+                    self._jobs.attach(nursery)
+                if self.state.questions:
+                    # Nobody waits for these answers any more (the asking call died with the old actor):
+                    # cancel them; the call is then reported as interrupted and the model told.
+                    open_questions = [(q, self.state.questions[q].agent_id or MAIN_AGENT) for q in self.state.questions]
+                    await self._emit([d.Scoped(t.QuestionCancelled(question_id=q, reason="session restarted"), agent,
+                                               d.question_task(self.state, agent)) for q, agent in open_questions])
+                if running_jobs(self.state):
+                    await self.jobs.record_lost()  # jobs of a run that is gone (a restart) ended with it
+                self._maybe_start_runner()
+                while True:
+                    env: Envelope | None = None
+                    # An actor of a session that does not exist (a lookup of an unknown id) answers
+                    # what is queued and passivates at once: it holds nothing worth keeping, and a
+                    # client asking for many unknown ids must not pin an actor each for idle_seconds.
+                    idle = self.deps.idle_seconds if self.state.created else 0
+                    with trio.move_on_after(idle):
+                        try:
+                            env = await self.mailbox.receive()
+                        except trio.EndOfChannel:
+                            break
+                    if env is None:
+                        if (not self._runner_done.is_set() or self._idle_waiters or self._skill_inputs
+                                or (self._jobs is not None and self._jobs.running)):
+                            continue  # (jobs run in this actor's nursery: it stays while they do)
+                        try:
+                            env = self.mailbox.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            # No checkpoint between the check and the close: a sender either got in
+                            # before (handled above) or sees the mailbox closed and wakes a new actor.
+                            self.mailbox.close()
+                            self.passivated = True
+                            break
+                    self.current = env
+                    await self._handle(env)
+                    self.current = None
+                if self._runner_scope is not None:
+                    self._runner_scope.cancel()
+                if self._jobs is not None:
+                    self._jobs.abandon()
+        finally:
+            # What a call cut off did all the same and handed over (an edit completed while the
+            # daemon's stop or a crash cancelled it, with no abort to record it) is never recorded
+            # by this actor: the next start runs the call again or says it was interrupted. Its
+            # copies are let go, so that no hold outlives the actor (a sweep may take them).
+            self._let_go_cut_events()
 
     def fail_pending(self, error: BaseException) -> None:
         """Answer every call this actor holds with ``error`` (used after a crash)."""
@@ -1486,8 +1493,8 @@ class SessionActor:
     def _let_go_cut_events(self, call_id: str | None = None) -> None:
         """Drop the cut events of ``call_id`` (None: of every call) and the hold on their copies
         (``ArtifactStore.keep``): they are recorded by now (a named copy is never swept) or will
-        never be (an abort that recorded nothing, a call run again), so no copy stays held
-        unnamed for as long as the daemon runs."""
+        never be (an abort that recorded nothing, a call run again, the actor's end), so no copy
+        stays held unnamed for as long as the daemon runs."""
         dropped = (list(self._cut_events.values()) if call_id is None
                    else [self._cut_events.get(call_id, d.CutEdits())])
         if call_id is None:

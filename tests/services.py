@@ -32,17 +32,20 @@ async def started(run: Callable[..., Awaitable[Any]]) -> AsyncIterator[None]:
 
 @asynccontextmanager
 async def supervised(store: EventStore, catalog: ProviderCatalog, tools: ToolRegistry, ids: IdGen, *,
-                     snapshot_every: int = 500, context: Any = None,
-                     artifacts: ArtifactStore | None = None) -> AsyncIterator[Supervisor]:
+                     snapshot_every: int = 500, context: Any = None, artifacts: ArtifactStore | None = None,
+                     stopping: trio.Event | None = None) -> AsyncIterator[Supervisor]:
     """A :class:`Supervisor` over ``store`` (its writer running) with snapshots beside the log,
     its actors in their own nursery. When the block ends the actors are cancelled and the
     snapshots closed; the store stays open. ``artifacts``: the store whose leases hold what a
-    call stores until its result commits (the daemon's; None: no leases)."""
+    call stores until its result commits (the daemon's; None: no leases); ``stopping``: the
+    daemon's stop event (``ActorDeps.stopping``: set, the block's end is the daemon's stop)."""
     snapshots = SnapshotStore.open(store.data_dir)
     try:
         extra: dict[str, Any] = {} if context is None else {"context": context}  # (config ``context``; default when None)
         if artifacts is not None:
             extra["artifacts"] = artifacts
+        if stopping is not None:
+            extra["stopping"] = stopping
         sup = Supervisor(ActorDeps(store, snapshots, catalog, tools, ids, snapshot_every=snapshot_every, **extra))
         async with started(sup.run):
             yield sup

@@ -5,9 +5,11 @@
 to files so tests can check what it printed (never the token). ``client`` is an
 :class:`ExecutorClient` connected to it for one test. A test that needs an executor of its own
 (its own state directory, limits, a kill) takes :func:`running_executor`: the process and a
-client that said hello, both ended with the block. ``pool_factory`` runs the real
-:class:`ExecutorPool` (spawning its own children) inside the test's nursery; :func:`remote_pool`
-runs it over an executor process as a project's remote executor.
+client that said hello, both ended with the block; :func:`executor_held_at`, one that holds its
+first call reaching a point of its code (``TEST_HOLD_ENV``), with a file to edit.
+``pool_factory`` runs the real :class:`ExecutorPool` (spawning its own children) inside the
+test's nursery; :func:`remote_pool` runs it over an executor process as a project's remote
+executor.
 
 Nothing here sleeps for ordering: waits are bounded polls of an observable condition.
 """
@@ -34,6 +36,7 @@ from runtime.executors import ExecutorPool, RemoteExecutor
 from runtime.providers.catalog import ProviderCatalog
 from runtime.providers.faux import FauxProvider, FauxTurn
 from runtime.supervisor import Supervisor
+from tests.executor_hold import held_at
 from tests.idgen import IdGen
 from tests.procfs import processes
 from tests.services import started, supervised
@@ -141,6 +144,28 @@ async def running_executor(root: Path, *, token: str | None = None, listen: str 
             yield ex, client
     finally:
         stop_process(ex.proc)
+
+
+@contextmanager
+def executor_held_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                     point: str = "before_publish") -> Iterator[tuple[ExecutorProcess, Path]]:
+    """An executor of its own over ``tmp_path / "remote"`` (:func:`start_executor`) whose first
+    call reaching ``point`` holds there (:func:`tests.executor_hold.held_at`; :func:`release_held`
+    lets it go on), with ``f.txt`` reading ``a\\n`` in its workspace: the process, and the file
+    naming the process that holds (it appears once one does). The process is stopped when the
+    block ends, whatever happened."""
+    held = held_at(monkeypatch, tmp_path, point)
+    ex = start_executor(tmp_path / "remote")
+    try:
+        (ex.workspace / "f.txt").write_text("a\n")
+        yield ex, held
+    finally:
+        stop_process(ex.proc)
+
+
+def release_held(tmp_path: Path) -> None:
+    """Let the call an executor of :func:`executor_held_at` over ``tmp_path`` holds go on."""
+    Path(f"{tmp_path / 'hold'}.release").write_text("")
 
 
 def processes_marked(mark_env: str, mark: str, *, skip_pid: int | None = None,
@@ -252,7 +277,8 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                         more_tools: Callable[[ExecutorPool], list[ToolSpec]] = lambda pool: [],
                         ids: IdGen | None = None, snapshot_every: int = 500, context: Any = None,
                         max_event_bytes: int | None = None, call_end_wait_s: float | None = None,
-                        remote: RemoteExecutor | None = None, artifacts: ArtifactStore | None = None
+                        remote: RemoteExecutor | None = None, artifacts: ArtifactStore | None = None,
+                        stopping: trio.Event | None = None
                         ) -> AsyncIterator[tuple[Supervisor, EventStore, FauxProvider, ExecutorPool]]:
     """A real supervisor over a log in ``tmp_path / "data"``, its faux model following ``script``,
     with the workspace tools (artifacts in ``data/artifacts``) and ``more_tools(pool)`` run by
@@ -261,7 +287,8 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
     ``call_end_wait_s``: the pool's wait for a given-up write's end (its default if None);
     ``remote``: the project's executor, serving ``ws`` (None: the pool's own child);
     ``artifacts``: the store of the tools and of the actors' leases, as the daemon's (None: one
-    in ``data/artifacts`` for the tools alone, no leases)."""
+    in ``data/artifacts`` for the tools alone, no leases); ``stopping``: the daemon's stop event
+    (set, the block's end stops the actors as the daemon's stop does)."""
     data_dir = tmp_path / "data"
     faux = FauxProvider("faux", script)
     with trio.fail_after(60):
@@ -273,7 +300,7 @@ async def agent_runtime(tmp_path: Path, ws: Path, script: list[FauxTurn], *,
                                        *more_tools(pool)])
                 async with supervised(store, ProviderCatalog({"faux": faux}), tools,
                                       ids if ids is not None else IdGen(), snapshot_every=snapshot_every,
-                                      context=context, artifacts=artifacts) as sup:
+                                      context=context, artifacts=artifacts, stopping=stopping) as sup:
                     yield sup, store, faux, pool
 
 

@@ -5,7 +5,9 @@ that the edit was applied. The executor's ``Stop`` answer carries the call's rep
 journal. An edit the abort kept from writing records nothing; an executor built before the
 answer carried it leaves the record as it was (the change is not recorded). A program's edit cut
 off by the program's own time limit is recorded with the program's result; an edit whose reply
-had reached Core when the abort came is recorded with the abort too.
+had reached Core when the abort came is recorded with the abort too. An edit the daemon's stop
+cut off (its abort cut while it waited, or the call itself) records nothing, and its copies are
+not held past the actor; the call run again at the next start records it.
 
 Everything is real: the session actor and its log, the pool, an executor process over gRPC held
 at an exact point of the edit (``TEST_HOLD_ENV``), a relay in front of it that records the
@@ -24,6 +26,7 @@ import pytest
 import trio
 
 from events import types as t
+from events.reader import LogReader
 from events.store import EventStore
 from proto import executor_pb2 as pb
 from runtime import executor_client
@@ -32,14 +35,13 @@ from runtime.decide import ABORTED_TEXT
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
-from tests.executor_hold import held_at
 from tests.unwritable import unwritable
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, remote_pool, start_executor, stop_process, temp_files, tool_ctx,
-                       tools_by_name, until, until_ended, wait_path)
+from .conftest import (agent_runtime, executor_held_at, release_held, remote_pool, start_executor, stop_process,
+                       temp_files, tool_ctx, tools_by_name, until, until_ended, wait_path)
 from .relay import Relay
 
 EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
@@ -89,11 +91,8 @@ APPLIED = "[the edit was applied all the same before the call was cut off: f.txt
 @pytest.mark.parametrize("older_executor", [False, True])
 async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_reverted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, older_executor: bool) -> None:
-    held = held_at(monkeypatch, tmp_path, "before_publish")  # (past its look: it writes)
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):  # (past its look: it writes)
+        ws = executor.workspace
         with Relay(executor.address, stop_reply=without_call if older_executor else None) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
@@ -135,8 +134,6 @@ async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_
             reverted = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "revert1"]
             assert len(reverted) == 1 and not reverted[0].is_error, reverted
             assert (ws / "f.txt").read_text() == "a\n"
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_applied_and_not_undoable(
@@ -144,13 +141,10 @@ async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_
     # The copies revert_call restores from cannot be stored (the artifacts' directory refuses new
     # files, as a full disk does): no file.edited without them, but the result still says the
     # edit was applied, and that revert_call cannot undo it, as a call not cut off says.
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
     artifacts_dir = tmp_path / "data" / "artifacts"
     artifacts_dir.mkdir(parents=True)
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
+        ws = executor.workspace
         with Relay(executor.address) as relay, unwritable(artifacts_dir):
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
@@ -165,17 +159,12 @@ async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_
             "revert_call restores from could not be stored; revert_call cannot undo it]\n" + ABORTED_TEXT)
         assert [e for e in events if e.kind in ("file.edited", "artifact.stored")] == []
         assert list(artifacts_dir.iterdir()) == []
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_an_edit_the_abort_kept_from_writing_records_no_file_edited(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = held_at(monkeypatch, tmp_path, "call:edit_file")  # (received, before its look)
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
-    try:
+    with executor_held_at(monkeypatch, tmp_path, "call:edit_file") as (executor, held):  # (received, before its look)
+        ws = executor.workspace
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, pool):
@@ -187,8 +176,6 @@ async def test_an_edit_the_abort_kept_from_writing_records_no_file_edited(
         assert [(f.status, f.error_code) for f in finished] == [("interrupted", "ABORTED")]
         assert [e for e in events if e.kind in ("file.edited", "artifact.stored")] == []
         assert (ws / "f.txt").read_text() == "a\n" and temp_files(ws) == []
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_a_stop_answer_carries_the_reply_of_the_editing_call_that_completed_by_its_id(
@@ -217,11 +204,8 @@ async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as
     # Core's call gives up at its deadline (shortened here, 120 s otherwise: the edit's is the only
     # call the executor gets), then waits for the call's end; the call, past its look, writes:
     # its result is the reply the Stop carries.
-    held = held_at(monkeypatch, tmp_path, "before_publish")
     monkeypatch.setattr(executor_client, "CALL_TIMEOUT_S", 1.0)
-    executor = start_executor(tmp_path / "remote")
-    (executor.workspace / "f.txt").write_text("a\n")
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
         with Relay(executor.address) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
                 edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
@@ -235,14 +219,12 @@ async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as
                         nursery.start_soon(run)
                         await wait_path(held, timeout=20)
                         await until(lambda: "ses_d:c1" in relay.stops)  # (its deadline passed)
-                        Path(f"{tmp_path / 'hold'}.release").write_text("")
+                        release_held(tmp_path)
         result = results[0]
         assert not result.is_error and result.structured_content["changed"] is True, result.content
         edited = [e for e in result.events if isinstance(e, t.FileEdited)]
         assert [(e.path, e.before_sha256 is not None) for e in edited] == [("f.txt", True)]
         assert (executor.workspace / "f.txt").read_text() == "b\n"
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_under_the_programs_call(
@@ -254,12 +236,9 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         return await ctx.call_tool(f"{ctx.call_id}.1", "edit_file", EDIT.arguments)
 
     prog = ToolSpec("prog", "runs one edit as a program's call", {"type": "object"}, program, read_only=False)
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
     script = [FauxTurn(when="please edit", tool_calls=[FauxToolCall("prog", {}, call_id="edit1")])]
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
+        ws = executor.workspace
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, script, remote=remote, more_tools=lambda pool: [prog]) as (
@@ -275,8 +254,6 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
         assert events[at + 3].event.call_id == "edit1"  # (the program's call)
         assert [e.after_sha256 for e in state.file_edits["edit1"]] == [events[at + 3].event.after_sha256]
         assert (ws / "f.txt").read_text() == "ab\n"
-    finally:
-        stop_process(executor.proc)
 
 
 # The program's time limit, passed by a jump of the clock (shorter than every other bound the
@@ -308,13 +285,10 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         return ToolResult.error(outcome.error.code, outcome.error.message + ("" if result_fits else "x" * 70_000))
 
     prog = ToolSpec("prog", "runs an edit as a timed program", {"type": "object"}, program, read_only=False)
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
     artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
     script = [FauxTurn(when="please edit", tool_calls=[FauxToolCall("prog", {}, call_id="p1")]), FauxTurn(text="ok")]
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
+        ws = executor.workspace
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, script, remote=remote, artifacts=artifacts,
@@ -325,11 +299,12 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
                 await wait_path(held, timeout=30)
                 mock_clock.jump(TIME_LIMIT_S)  # (its time limit passes now)
                 await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)
-                Path(f"{tmp_path / 'hold'}.release").write_text("")
+                release_held(tmp_path)
                 with trio.fail_after(30):
                     await sup.call(sid, WaitIdle())
                 state = await sup.call(sid, GetState())
                 events = await events_of(store, sid)
+                held_on = artifacts.held_for_good()  # (while the actor lives: its end lets go too)
         kinds = [e.kind for e in events]
         at = next(i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == "p1")
         finished = events[at].event
@@ -342,9 +317,7 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
         assert (edit.call_id, edit.path) == ("p1", "f.txt")
         assert [e.after_sha256 for e in state.file_edits["p1"]] == [edit.after_sha256]
         assert (ws / "f.txt").read_text() == "ab\n"
-        assert artifacts.held_for_good() == set()  # (named now: no hold is left behind)
-    finally:
-        stop_process(executor.proc)
+        assert held_on == set() == artifacts.held_for_good()  # (named now: no hold is left behind)
 
 
 async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_the_copies(
@@ -352,10 +325,6 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
     # The call's lease ends (its task is over) before the abort records the copies: a sweep
     # then (the daemon sweeps soon after a lease ends unrecorded, as here) finds them named by
     # nothing, and must leave them; the abort names them, and no hold outlives it.
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "f.txt").write_text("a\n")
     artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
     swept: list[tuple[list[str], list[str]]] = []
 
@@ -366,7 +335,8 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
         swept.append((names, kept))
 
     artifacts.on_orphans(sweep)
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
+        ws = executor.workspace
         with Relay(executor.address) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, artifacts=artifacts) as (
@@ -374,15 +344,112 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
                 sid = await sup.create_session("proj")
                 await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
                 events = await events_of(store, sid)
+                held_on = artifacts.held_for_good()  # (while the actor lives: its end lets go too)
         stored = {e.event.artifact_id for e in events if e.kind == "artifact.stored"}
         edited = [e.event for e in events if e.kind == "file.edited"]
         assert len(stored) == 2 and [(e.before_artifact_id, e.after_artifact_id) for e in edited] == [
             (edited[0].before_artifact_id, edited[0].after_artifact_id)] and edited[0].after_artifact_id in stored
         assert swept and all(set(names) == stored and set(kept) == stored for names, kept in swept), swept
         assert {artifacts.get(aid) for aid in stored} == {b"a\n", b"ab\n"}  # (still there, whole)
-        assert artifacts.held_for_good() == set()
-    finally:
-        stop_process(executor.proc)
+        assert held_on == set() == artifacts.held_for_good()
+
+
+COPIES = {hashlib.sha256(b"a\n").hexdigest(), hashlib.sha256(b"ab\n").hexdigest()}  # (f.txt before and after)
+
+
+def log_of(tmp_path: Path, sid: str) -> list[Any]:
+    """The session's events, read from the log once its runtime has ended."""
+    with LogReader(tmp_path / "data") as log:
+        return list(log.events(session_id=sid))
+
+
+def taken_by_a_sweep(artifacts: ArtifactStore) -> set[str]:
+    """What a sweep now finds in the store and takes (every artifact: none is named), and it
+    takes all it finds (none held)."""
+    names = artifacts.leftovers(2 ** 62).artifacts
+    assert artifacts.remove(names) == ([], [])
+    return set(names)
+
+
+async def test_an_abort_the_daemons_stop_cut_while_it_waited_records_nothing_and_lets_the_copies_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The abort waits for the cut-off edit's end; the daemon's stop cuts the abort there, so it
+    # records nothing (the call is run again at the next start). The edit completes meanwhile:
+    # its copies, handed to the actor and held for the abort's record (ArtifactStore.keep), are
+    # let go, so that a sweep may take them.
+    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
+    stopping = trio.Event()
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
+        remote = RemoteExecutor(relay.address, executor.token)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as callers:
+                async with agent_runtime(tmp_path, executor.workspace, SCRIPT, remote=remote, artifacts=artifacts,
+                                         stopping=stopping) as (sup, _store, _faux, _pool):
+                    sid = await sup.create_session("proj")
+                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                    await wait_path(held, timeout=20)
+                    callers.start_soon(sup.call, sid, Abort())  # (never answered: the stop cuts it)
+                    await until(lambda: f"{sid}:edit1" in relay.stops)  # (the abort waits for the call's end)
+                    stopping.set()
+
+                    async def release_once_stopped() -> None:
+                        release_held(tmp_path)
+
+                    # (a task started now runs once this one waits, which it first does as it
+                    # leaves the block below: past the stop's cancel of the actors, the abort's wait)
+                    callers.start_soon(release_once_stopped)
+                callers.cancel_scope.cancel()  # (the client's request goes with the stop)
+        assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
+    events = log_of(tmp_path, sid)
+    assert [e.kind for e in events if e.kind in ("run.aborted", "tool.finished", "artifact.stored",
+                                                   "file.edited")] == []
+    assert artifacts.held_for_good() == set() == artifacts.in_flight()
+    assert taken_by_a_sweep(artifacts) == COPIES  # (stored, handed over, and no longer held)
+
+
+async def test_an_edit_the_daemons_stop_cut_off_lets_its_copies_go_and_is_recorded_when_run_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No abort: the daemon's stop cancels the running edit, which completes while Core waits for
+    # its end. Its copies, handed to the actor and held (ArtifactStore.keep), are never recorded by
+    # it (its end comes first): they are let go when it ends, so that a sweep may take them. The
+    # next start runs the call again (the executor answers it from its journal) and records the
+    # edit once, its copies stored again.
+    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
+    stopping = trio.Event()
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
+        remote = RemoteExecutor(relay.address, executor.token)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as helpers:
+                async with agent_runtime(tmp_path, executor.workspace, SCRIPT, remote=remote, artifacts=artifacts,
+                                         stopping=stopping) as (sup, _store, _faux, _pool):
+                    sid = await sup.create_session("proj")
+                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                    await wait_path(held, timeout=20)
+                    stopping.set()
+
+                    async def release_once_stopped() -> None:  # (the call cut off: Core asks its end)
+                        await until(lambda: f"{sid}:edit1" in relay.stops)
+                        release_held(tmp_path)
+
+                    helpers.start_soon(release_once_stopped)
+                # (leaving the block cancels the actors: the daemon's stop)
+            assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
+            events = log_of(tmp_path, sid)
+            assert [e.kind for e in events if e.kind in ("tool.finished", "artifact.stored", "file.edited")] == []
+            assert artifacts.held_for_good() == set() == artifacts.in_flight()
+            assert taken_by_a_sweep(artifacts) == COPIES
+
+            async with agent_runtime(tmp_path, executor.workspace, SCRIPT[2:], remote=remote,
+                                     artifacts=artifacts) as (sup, store, _faux, _pool):
+                await sup.call(sid, WaitIdle())
+                events = await events_of(store, sid)
+    finished = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
+    assert [(f.status, f.is_error) for f in finished] == [("ok", False)], finished
+    [edit] = [e.event for e in events if e.kind == "file.edited"]
+    assert (edit.call_id, edit.path) == ("edit1", "f.txt")
+    assert {artifacts.get(edit.before_artifact_id), artifacts.get(edit.after_artifact_id)} == {b"a\n", b"ab\n"}
+    assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (applied once)
+    assert artifacts.held_for_good() == set()
 
 
 async def test_an_edit_whose_reply_had_come_when_the_abort_cut_its_call_off_is_recorded_with_it(
@@ -449,9 +516,6 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, bad: str) -> None:
     """A completed call the answer cannot give (not ``ok``, its result not JSON or JSON but not an
     object) is logged as not recorded; the cancellation goes on, the caller's actor alive."""
-    held = held_at(monkeypatch, tmp_path, "before_publish")
-    executor = start_executor(tmp_path / "remote")
-    (executor.workspace / "f.txt").write_text("a\n")
 
     def spoiled(reply: pb.StopReply) -> pb.StopReply:
         if bad == "not ok":
@@ -463,7 +527,7 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
 
     taken: list[list[Any]] = []
     ctx = dataclasses.replace(tool_ctx("ses_x", "c1"), cut_events=lambda *handed: taken.append(list(handed)))
-    try:
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held):
         with Relay(executor.address, stop_reply=spoiled) as relay:
             async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
                 edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
@@ -475,7 +539,7 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
                                 await wait_path(held, timeout=20)
                                 scope.cancel()
                                 await until(lambda: "ses_x:c1" in relay.stops)
-                                Path(f"{tmp_path / 'hold'}.release").write_text("")
+                                release_held(tmp_path)
 
                             nursery.start_soon(cut_off)
                             results.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
@@ -483,8 +547,6 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
         assert scope.cancelled_caught and results == [] and taken == []
         assert (executor.workspace / "f.txt").read_text() == "b\n"  # (written: only its record is lost)
         assert "completed while its caller had gone, but the executor's answer about it cannot be read" in caplog.text
-    finally:
-        stop_process(executor.proc)
 
 
 @pytest.mark.parametrize("tool", ["restore", "edit_file", "read_file"])
