@@ -223,18 +223,46 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
 
 
 def _on_ctrl_c(signum: int, frame: object) -> None:
-    """SIGINT's handler while the command starts (and SIGALRM's, its re-delivery): Python's own,
-    raising ``KeyboardInterrupt``, except inside importlib's module-lock callback (``cb``, which
-    the garbage collector runs in the middle of any import): Python drops what a callback raises
-    ("Exception ignored in …", a traceback on stderr) and the command would run on. There the
-    Ctrl-C is delivered again 10 ms later, out of it."""
+    """SIGINT's handler while the command starts, and for all of a ``lens log`` command (and
+    SIGALRM's, its re-delivery): Python's own, raising ``KeyboardInterrupt``, but a Ctrl-C is
+    delivered again 10 ms later until ``main`` takes it. C code that calls Python and clears what
+    it raises (msgspec building a Struct's decoder, hashing ``typing`` objects) drops it, with no
+    word, and the command would run on; so does Python in importlib's module-lock callback
+    (``cb``, which the garbage collector runs in the middle of any import: "Exception ignored in
+    …"), where it is not raised at all. The re-delivery raises it again, out of that code, unless
+    it is on its way (a ``KeyboardInterrupt`` being handled: an ``except``, a ``finally`` or an
+    ``__exit__`` cleaning up before it goes on), which it leaves alone and looks at again later."""
+    import _signal
+
+    _signal.setitimer(_signal.ITIMER_REAL, 0.01)
+    if signum == _signal.SIGALRM and _ctrl_c_on_its_way():
+        return
     code = getattr(frame, "f_code", None)
     if code is not None and code.co_name == "cb" and code.co_filename == "<frozen importlib._bootstrap>":
-        import _signal
-
-        _signal.setitimer(_signal.ITIMER_REAL, 0.01)
         return
     raise KeyboardInterrupt
+
+
+def _ctrl_c_on_its_way() -> bool:
+    """Whether the exception being handled is (or was raised while handling, or from) a
+    ``KeyboardInterrupt``: one raised by :func:`_on_ctrl_c` that nothing has dropped."""
+    exc, seen = sys.exc_info()[1], set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _ctrl_c_disarmed() -> bool:
+    """No re-delivery of a Ctrl-C left to come; whether one was waiting (a Ctrl-C raised in the
+    last 10 ms and dropped). Nothing to do where :func:`_on_ctrl_c` does not handle SIGALRM."""
+    import _signal
+
+    if _signal.getsignal(_signal.SIGALRM) is not _on_ctrl_c:
+        return False
+    return _signal.setitimer(_signal.ITIMER_REAL, 0)[0] > 0
 
 
 def _ctrl_c_as_python_does() -> None:
@@ -245,7 +273,7 @@ def _ctrl_c_as_python_does() -> None:
 
     if _signal.getsignal(_signal.SIGINT) is not _on_ctrl_c:
         return
-    pending = _signal.setitimer(_signal.ITIMER_REAL, 0)[0] > 0
+    pending = _ctrl_c_disarmed()
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
     if pending:
@@ -259,13 +287,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         _signal.signal(_signal.SIGALRM, _on_ctrl_c)
         _signal.signal(_signal.SIGINT, _on_ctrl_c)
     try:
-        # First of all: msgspec's C module imports `datetime` when it loads and does not check
-        # that import; a Ctrl-C landing inside it is swallowed and leaves msgspec with no datetime
-        # API, so the first Struct decoder built afterwards crashes the interpreter (SIGSEGV).
-        # With `datetime` loaded here, msgspec's import of it runs no Python code to interrupt,
-        # and a Ctrl-C during this line is an ordinary KeyboardInterrupt.
-        import datetime  # noqa: F401
-        return _main(argv)
+        try:
+            # First of all: msgspec's C module imports `datetime` when it loads and does not check
+            # that import; a Ctrl-C landing inside it is swallowed and leaves msgspec with no
+            # datetime API, so the first Struct decoder built afterwards crashes the interpreter
+            # (SIGSEGV). With `datetime` loaded here, msgspec's import of it runs no Python code to
+            # interrupt, and a Ctrl-C during this line is an ordinary KeyboardInterrupt.
+            import datetime  # noqa: F401
+            code = _main(argv)
+        finally:
+            # No SIGALRM after the command. A Ctrl-C still waiting for its re-delivery was raised
+            # in the command's last 10 ms and dropped: it stops the command now, as it would have.
+            dropped = _ctrl_c_disarmed()
+        if dropped:
+            raise KeyboardInterrupt
+        return code
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
     except RuntimeError as exc:
@@ -279,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _interrupted(exc: KeyboardInterrupt) -> int:
     """Say that Ctrl-C stopped the command (and what a command raising it with a note says it
     left: ``KeyboardInterrupt("the rebuild changed nothing")``); exit 130."""
+    _ctrl_c_disarmed()  # (taken: this one comes no more)
     note = f"; {exc.args[0]}" if exc.args else ""
     # (not terminal.to_stderr: nothing is imported here, where a Ctrl-C may have stopped imports)
     if sys.stderr is not None:  # (started with standard error closed: nowhere to say it)

@@ -1743,11 +1743,12 @@ def test_ctrl_c_exits_130_without_a_traceback(pristine: Path, delay: float) -> N
         assert err == INTERRUPTED, err
 
 
-# Runs `lens log decode` in a child interpreter and raises KeyboardInterrupt — what Python's SIGINT
-# handler raises — at the Nth Python call after the console script has imported main(); N = 0
-# never raises and reports the number of calls the whole command makes.
+# Runs `lens log decode` in a child interpreter and delivers a Ctrl-C at the Nth Python call after
+# the console script has imported main(), as a real SIGINT is: the SIGINT handler installed then,
+# called with the running frame; N = 0 never delivers one and reports the number of calls the
+# whole command makes.
 _INTERRUPT_AT_CALL = r"""
-import sys
+import signal, sys
 target, data = int(sys.argv[1]), sys.argv[2]
 from runtime.cli import main  # the console script does this before main() can catch anything
 calls = 0
@@ -1756,7 +1757,7 @@ def trace(frame, event, arg):
     calls += 1
     if calls == target:
         sys.settrace(None)
-        raise KeyboardInterrupt
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
     return None
 sys.settrace(trace)
 code = main(["log", "decode", "--data", data])
@@ -1789,12 +1790,10 @@ def test_ctrl_c_at_every_stage_of_a_command_exits_130(pristine: Path) -> None:
             assert res.returncode == 0
             continue
         reached += 1
-        if res.returncode == 0:
-            # Python itself swallows an exception raised inside a finalizer or weakref callback
-            # ("Exception ignored in ..."): that Ctrl-C is lost and the command completes.
-            assert res.stderr.startswith("Exception ignored in"), (call, res.stderr)
-        else:
-            assert res.returncode == 130 and res.stderr == INTERRUPTED, (call, res.returncode, res.stderr)
+        # (Python drops what a finalizer or weakref callback raises, saying "Exception ignored in
+        # …", and msgspec's C code what Python code it calls raises: that Ctrl-C comes again.)
+        assert res.returncode == 130 and res.stderr.endswith(INTERRUPTED), (call, res.returncode, res.stderr)
+        assert res.stderr == INTERRUPTED or res.stderr.startswith("Exception ignored in"), (call, res.stderr)
     assert reached >= len(points) - 2, (reached, len(points))  # (the last points may lie past a shorter run)
 
 
@@ -1830,18 +1829,65 @@ def test_ctrl_c_inside_importlibs_lock_callback_is_not_lost(pristine: Path) -> N
     assert (res.returncode, res.stderr) == (130, INTERRUPTED)
 
 
-# Runs `lens log COMMAND… --data DIR` (default: decode) in a child interpreter and raises
-# KeyboardInterrupt at the first Python call that WHERE (an expression of `code`, the called
-# function's code object) selects.
+# `lens log stats` whose command is COMMAND (a body using `ctrl_c()`, which delivers a Ctrl-C as a
+# real SIGINT is, through the handler installed, and `busy(s)`, which runs Python for s seconds).
+_CTRL_C_IN_A_COMMAND = r"""
+import signal, sys, time
+import runtime.logcli
+from runtime.cli import main
+def ctrl_c():
+    signal.getsignal(signal.SIGINT)(signal.SIGINT, sys._getframe(1))
+def busy(s):
+    until = time.monotonic() + s
+    while time.monotonic() < until:
+        pass
+def command(args):
+COMMAND
+    return 0
+runtime.logcli.cmd_stats = command
+sys.exit(main(["log", "stats", "--data", sys.argv[1]]))
+"""
+
+
+def _ctrl_c_in_a_command(body: str, data: Path) -> subprocess.CompletedProcess[str]:
+    script = _CTRL_C_IN_A_COMMAND.replace("COMMAND", "\n".join(f"    {line}" for line in body.splitlines()))
+    return subprocess.run([sys.executable, "-c", script, str(data)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+def test_a_ctrl_c_dropped_as_the_command_ends_still_stops_it(pristine: Path) -> None:
+    # Python drops what a finalizer raises ("Exception ignored in …"); dropped in the command's last
+    # instant, before its re-delivery 10 ms later, the Ctrl-C stops the command as it ends, and no
+    # SIGALRM comes after (the default action: "Alarm clock", -14).
+    body = ("class Dropping:\n    def __del__(self):\n        ctrl_c()\n"
+            "Dropping()")
+    res = _ctrl_c_in_a_command(body, pristine)
+    assert res.returncode == 130, (res.returncode, res.stderr)
+    assert res.stderr.startswith("Exception ignored in") and res.stderr.endswith(INTERRUPTED), res.stderr
+
+
+def test_a_ctrl_c_on_its_way_is_not_delivered_again(pristine: Path) -> None:
+    # Code that takes a Ctrl-C to clean up and raises it on (the rebuild's rollback, with its note)
+    # may take longer than the re-delivery's 10 ms: the Ctrl-C is not raised again inside it, which
+    # would cut the clean-up short and lose the note.
+    body = ("try:\n    try:\n        ctrl_c()\n    finally:\n        busy(0.05)\n"
+            "except KeyboardInterrupt:\n    busy(0.05)\n    raise KeyboardInterrupt('cleaned up') from None")
+    res = _ctrl_c_in_a_command(body, pristine)
+    assert (res.returncode, res.stderr) == (130, "lens: INTERRUPTED: stopped by Ctrl-C (SIGINT); cleaned up\n")
+
+
+# Runs `lens log COMMAND… --data DIR` (default: decode) in a child interpreter and delivers a Ctrl-C
+# (through the SIGINT handler, as a real SIGINT) at the first Python call that WHERE (an expression
+# of `code`, the called function's code object, and `frame`, its frame) selects.
 _INTERRUPT_WHERE = r"""
-import sys
+import signal, sys
 from runtime.cli import main
 assert "datetime" not in sys.modules, "datetime loaded before main(): nothing left to interrupt"
 def trace(frame, event, arg):
     code = frame.f_code
     if WHERE:
         sys.settrace(None)
-        raise KeyboardInterrupt
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
     return None
 sys.settrace(trace)
 sys.exit(main(["log", *(sys.argv[2:] or ["decode"]), "--data", sys.argv[1]]))
@@ -1857,7 +1903,12 @@ sys.exit(main(["log", *(sys.argv[2:] or ["decode"]), "--data", sys.argv[1]]))
     # called as its class is made at import) in "RuntimeError: Error calling __set_name__": a
     # Ctrl-C landing there printed that traceback and exited 1.
     'code.co_name == "__set_name__" and code.co_filename.endswith("dataclasses.py")',
-], ids=["while-datetime-loads", "while-a-class-takes-its-fields"])
+    # msgspec's C code, building a Struct's decoder at import (projections/session_state.py's
+    # _snap_decoder), hashes `typing` objects and clears what that raises: a Ctrl-C there was
+    # dropped and `decode` ran to its end with 0. It comes again 10 ms later, out of that code.
+    'code.co_name == "__hash__" and code.co_filename.endswith("typing.py")'
+    ' and frame.f_back.f_code.co_filename.endswith("session_state.py")',
+], ids=["while-datetime-loads", "while-a-class-takes-its-fields", "while-msgspec-builds-a-decoder"])
 def test_ctrl_c_where_python_itself_gets_in_the_way_exits_130(pristine: Path, where: str) -> None:
     res = subprocess.run([sys.executable, "-c", _INTERRUPT_WHERE.replace("WHERE", where), str(pristine)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
