@@ -20,21 +20,18 @@ import pytest
 import trio
 
 from events import types as t
-from events.store import EventStore
 from proto import executor_pb2 as pb
 from runtime.actor import GetState, Submit, WaitIdle
 from runtime.decide import ABORTED_TEXT
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.workspace_api import changes
-from tests.executor_hold import held_at
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, run_to_idle, start_executor, stop_process, temp_files, until, until_ended,
-                       wait_path)
+from .conftest import agent_runtime, executor_held_at, run_to_idle, temp_files, until, until_ended, wait_path
 from .relay import Relay
-from .test_edit_finished_under_abort import TIME_LIMIT_S, abort_while_held, text_of
+from .test_edit_finished_under_abort import TIME_LIMIT_S, abort_while_held, events_of, text_of
 
 EDITS = [("a.txt", "A\n"), ("b.txt", "B\n")]  # (made in this order: a revert restores b.txt first)
 
@@ -58,10 +55,6 @@ SCRIPT = [FauxTurn(when="step-edit", tool_calls=[FauxToolCall("edit_two", {}, ca
           FauxTurn(text="done")]
 
 
-async def events_of(store: EventStore, sid: str) -> list[Any]:
-    return await store.read_events(after=0, limit=10_000, session_id=sid)
-
-
 def finished_of(events: list[Any], call_id: str) -> int:
     """The index of call ``call_id``'s only ``tool.finished``."""
     [at] = [i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == call_id]
@@ -73,9 +66,9 @@ def statuses(events: list[Any]) -> dict[str, tuple[str, list[bool]]]:
     return {f["path"]: (f["status"], [e["reverted"] for e in f["edits"]]) for f in changes(events)}
 
 
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
+def with_two_files(ws: Path) -> Path:
+    """``ws``, made if it is not there, with a.txt and b.txt as the edits of :data:`EDITS` find them."""
+    ws.mkdir(exist_ok=True)
     (ws / "a.txt").write_text("a\n")
     (ws / "b.txt").write_text("b\n")
     return ws
@@ -92,7 +85,7 @@ def restore_held_second(tmp_path: Path, point: str) -> Any:
 
 async def test_a_revert_refused_on_its_second_file_records_the_first_and_a_second_revert_restores_the_rest(
         tmp_path: Path) -> None:
-    ws = workspace(tmp_path)
+    ws = with_two_files(tmp_path / "ws")
     tools = {"more_tools": lambda pool: [EDIT_TWO]}
     async with agent_runtime(tmp_path, ws, SCRIPT, **tools) as (sup, store, _faux, _pool):
         sid = await sup.create_session("proj")
@@ -137,14 +130,9 @@ async def test_a_revert_cut_off_by_an_abort_records_the_restores_that_completed(
     # The second restore is held by the executor: received and not run ("call:restore", the abort
     # keeps it from writing), or past its look ("before_publish": it completes while the abort
     # waits for its end, and the Stop's answer says so). The first restore completed before.
-    held = held_at(monkeypatch, tmp_path, "nothing yet")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "a.txt").write_text("a\n")
-    (ws / "b.txt").write_text("b\n")
-
     completed = point == "before_publish"
-    try:
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
         with Relay(executor.address, before_call=restore_held_second(tmp_path, point)) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, more_tools=lambda pool: [EDIT_TWO]) as (
@@ -186,8 +174,6 @@ async def test_a_revert_cut_off_by_an_abort_records_the_restores_that_completed(
             assert (ws / "a.txt").read_text() == "a\n"
             assert not events[finished_of(events, "revert2")].event.is_error
             assert "edit1" not in state.file_edits
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_the_programs_result(
@@ -210,14 +196,10 @@ async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_
         return ToolResult.error(outcome.error.code, outcome.error.message)
 
     prog = ToolSpec("prog", "reverts edit1 as a timed program", {"type": "object"}, program, read_only=False)
-    held = held_at(monkeypatch, tmp_path, "nothing yet")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "a.txt").write_text("a\n")
-    (ws / "b.txt").write_text("b\n")
     script = [*SCRIPT[:1], FauxTurn(when="step-program", tool_calls=[FauxToolCall("prog", {}, call_id="p1")]),
               FauxTurn(text="ok")]
-    try:
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
         with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore")) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, script, remote=remote,
@@ -244,5 +226,4 @@ async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_
         assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
             "p1", "edit1", ["b.txt"], True)
         assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
-    finally:
-        stop_process(executor.proc)
+
