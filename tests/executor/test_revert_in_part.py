@@ -26,10 +26,11 @@ from runtime.decide import ABORTED_TEXT
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.workspace_api import changes
-from tools.base import ToolContext, ToolResult, ToolSpec
+from tools.base import ToolContext, ToolError, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import agent_runtime, executor_held_at, run_to_idle, temp_files, until, until_ended, wait_path
+from .conftest import (agent_runtime, executor_held_at, remote_pool, run_to_idle, temp_files, tool_ctx,
+                       tools_by_name, until, until_ended, wait_path)
 from .relay import Relay
 from .test_edit_finished_under_abort import TIME_LIMIT_S, abort_while_held, events_of, text_of
 
@@ -226,4 +227,48 @@ async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_
         assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
             "p1", "edit1", ["b.txt"], True)
         assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
+
+
+async def edited_as_one_call(pool: Any, tmp_path: Path, sid: str, files: list[tuple[str, str]]) -> list[t.FileEdited]:
+    """The ``file.edited`` of call ``e1`` rewriting each of ``files`` (path, content), in order (as a
+    program's calls ``e1.<n>``, whose edits are its call's)."""
+    edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
+    made: list[t.FileEdited] = []
+    for n, (path, content) in enumerate(files, 1):
+        result = await edit.run({"path": path, "mode": "rewrite", "content": content}, tool_ctx(sid, f"e1.{n}"))
+        assert not result.is_error, result.content
+        made += [e for e in result.events if isinstance(e, t.FileEdited)]
+    return made
+
+
+@pytest.mark.parametrize("gone", ["a.txt", "b.txt"])
+async def test_a_restores_copy_that_cannot_be_read_names_its_file_and_what_was_restored(
+        executor: Any, tmp_path: Path, gone: str) -> None:
+    # The copy a restore writes back is gone (a.txt's, restored second; b.txt's, restored first):
+    # the error names the file and what was restored before it, as an executor's refusal does;
+    # only a revert that restored something records it (partial), and the state keeps the rest.
+    sub = f"gone-{gone[0]}"
+    with_two_files(executor.workspace / sub)
+    sid = f"ses_gone_{gone[0]}"
+    async with remote_pool(executor, tmp_path / "executors") as pool:
+        made = await edited_as_one_call(pool, tmp_path, sid, [(f"{sub}/{p}", c) for p, c in EDITS])
+        [lost] = [e.before_artifact_id for e in made if e.path == f"{sub}/{gone}"]
+        assert lost is not None
+        (tmp_path / "artifacts" / lost).unlink()
+        revert = tools_by_name(pool, tmp_path / "artifacts")["revert_call"]
+        ctx = tool_ctx(sid, "r1", file_edits=lambda cid: list(made) if cid == "e1" else [])
+        if gone == "b.txt":  # (nothing restored: the refusal alone, no file.reverted)
+            with pytest.raises(ToolError) as refused:
+                await revert.run({"call_id": "e1"}, ctx)
+            assert (refused.value.code, refused.value.message) == (
+                "ARTIFACT_NOT_FOUND", f"{sub}/b.txt: no artifact {lost!r} (reverted so far: none)")
+            assert [(executor.workspace / sub / p).read_text() for p in ("a.txt", "b.txt")] == ["A\n", "B\n"]
+            return
+        result = await revert.run({"call_id": "e1"}, ctx)
+    assert result.is_error and result.error_code == "ARTIFACT_NOT_FOUND"
+    assert result.structured_content["error"]["message"] == (
+        f"{sub}/a.txt: no artifact {lost!r} (reverted so far: {sub}/b.txt)")
+    assert result.events == [t.FileReverted(call_id="r1", reverted_call_id="e1", paths=[f"{sub}/b.txt"],
+                                            partial=True)]
+    assert [(executor.workspace / sub / p).read_text() for p in ("a.txt", "b.txt")] == ["A\n", "b\n"]
 
