@@ -13,6 +13,7 @@ that restore passes), the program's calls through the actor's ``call_tool``.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,8 @@ from runtime.workspace_api import changes
 from tools.base import ToolContext, ToolError, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, executor_held_at, remote_pool, run_to_idle, temp_files, tool_ctx,
-                       tools_by_name, until, until_ended, wait_path)
+from .conftest import (agent_runtime, executor_held_at, release_held, remote_pool, run_to_idle, temp_files,
+                       tool_ctx, tools_by_name, until, until_ended, wait_path)
 from .relay import Relay
 from .test_edit_finished_under_abort import TIME_LIMIT_S, abort_while_held, events_of, text_of
 
@@ -272,3 +273,30 @@ async def test_a_restores_copy_that_cannot_be_read_names_its_file_and_what_was_r
                                             partial=True)]
     assert [(executor.workspace / sub / p).read_text() for p in ("a.txt", "b.txt")] == ["A\n", "b\n"]
 
+
+async def test_a_revert_cut_off_before_its_first_restore_hands_nothing_to_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cancelled while the executor holds its first restore, received and not run (the Stop keeps
+    # it from writing): nothing was restored, and no file.reverted goes with the cut-off result.
+    taken: list[list[Any]] = []
+    with executor_held_at(monkeypatch, tmp_path, "call:restore") as (executor, held):
+        with Relay(executor.address) as relay:
+            async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+                made = await edited_as_one_call(pool, tmp_path, "ses_cut", [("f.txt", "b\n")])
+                revert = tools_by_name(pool, tmp_path / "artifacts")["revert_call"]
+                ctx = dataclasses.replace(tool_ctx("ses_cut", "r1", file_edits=lambda cid: list(made)),
+                                          cut_events=lambda *handed: taken.append(list(handed)))
+                results: list[Any] = []
+                with trio.fail_after(30):
+                    async with trio.open_nursery() as nursery:
+                        with trio.CancelScope() as scope:
+                            async def cut_off() -> None:
+                                await wait_path(held, timeout=20)
+                                scope.cancel()
+                                await until(lambda: "ses_cut:r1/0" in relay.stops)
+                                release_held(tmp_path)
+
+                            nursery.start_soon(cut_off)
+                            results.append(await revert.run({"call_id": "e1"}, ctx))
+        assert scope.cancelled_caught and results == [] and taken == []
+        assert (executor.workspace / "f.txt").read_text() == "b\n"
