@@ -465,6 +465,13 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             return t.FileReverted(call_id=ctx.call_id, reverted_call_id=target, paths=list(restored),
                                   partial=len(restored) < len(edits))
 
+        def refused(e: t.FileEdited, where: str, code: str, message: str) -> ToolError:
+            # (a restore that could not be done, whatever stopped it: its file, and what was restored before it)
+            if message.startswith(f"{where}:"):  # (the executor's own messages name it)
+                message = message[len(where) + 1:].lstrip()
+            shown = where if where == e.path else f"{where} (edited as {e.path})"
+            return ToolError(code, f"{shown}: {message} (reverted so far: {', '.join(restored) or 'none'})")
+
         try:
             async with locked(ctx, write=True) as ex:
                 # The edits were judged when they were made; a path may lead elsewhere now (a link
@@ -482,7 +489,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                         before = (await trio.to_thread.run_sync(artifacts.get, e.before_artifact_id)
                                   if e.before_artifact_id else None)
                     except ArtifactError as exc:
-                        raise ToolError(exc.code, exc.message) from None
+                        raise refused(e, where, exc.code, exc.message) from None
 
                     async def restored_all_the_same(out: Any, where: str = where) -> None:
                         restored.append(where)  # (completed while the call was cut off: the Stop's answer says so)
@@ -493,13 +500,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                             "expect_sha256": e.after_sha256},
                             restore_call_id(ctx.session_id, ctx.call_id, len(restored)), completed=restored_all_the_same)
                     except EXECUTOR_FAILURES as exc:
-                        message = str(getattr(exc, "message", exc))
-                        if message.startswith(f"{where}:"):  # (the executor's own messages name it)
-                            message = message[len(where) + 1:].lstrip()
-                        shown = where if where == e.path else f"{where} (edited as {e.path})"
-                        so_far = ", ".join(restored) or "none"
-                        raise ToolError(getattr(exc, "code", "EXECUTOR_ERROR"),
-                                        f"{shown}: {message} (reverted so far: {so_far})") from None
+                        raise refused(e, where, getattr(exc, "code", "EXECUTOR_ERROR"),
+                                      str(getattr(exc, "message", exc))) from None
                     restored.append(where)
         except trio.Cancelled:
             # Cut off (an abort, a program's time limit) with files restored: recorded with whatever

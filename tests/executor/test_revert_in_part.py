@@ -13,6 +13,7 @@ that restore passes), the program's calls through the actor's ``call_tool``.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +21,19 @@ import pytest
 import trio
 
 from events import types as t
-from events.store import EventStore
 from proto import executor_pb2 as pb
 from runtime.actor import GetState, Submit, WaitIdle
 from runtime.decide import ABORTED_TEXT
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
 from runtime.workspace_api import changes
-from tests.executor_hold import held_at
-from tools.base import ToolContext, ToolResult, ToolSpec
+from tools.base import ToolContext, ToolError, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, run_to_idle, start_executor, stop_process, temp_files, until, until_ended,
-                       wait_path)
+from .conftest import (agent_runtime, executor_held_at, release_held, remote_pool, run_to_idle, temp_files,
+                       tool_ctx, tools_by_name, until, until_ended, wait_path)
 from .relay import Relay
-from .test_edit_finished_under_abort import TIME_LIMIT_S, abort_while_held, text_of
+from .test_edit_finished_under_abort import TIME_LIMIT_S, abort_while_held, events_of, text_of
 
 EDITS = [("a.txt", "A\n"), ("b.txt", "B\n")]  # (made in this order: a revert restores b.txt first)
 
@@ -58,10 +57,6 @@ SCRIPT = [FauxTurn(when="step-edit", tool_calls=[FauxToolCall("edit_two", {}, ca
           FauxTurn(text="done")]
 
 
-async def events_of(store: EventStore, sid: str) -> list[Any]:
-    return await store.read_events(after=0, limit=10_000, session_id=sid)
-
-
 def finished_of(events: list[Any], call_id: str) -> int:
     """The index of call ``call_id``'s only ``tool.finished``."""
     [at] = [i for i, e in enumerate(events) if e.kind == "tool.finished" and e.event.call_id == call_id]
@@ -73,9 +68,9 @@ def statuses(events: list[Any]) -> dict[str, tuple[str, list[bool]]]:
     return {f["path"]: (f["status"], [e["reverted"] for e in f["edits"]]) for f in changes(events)}
 
 
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
+def with_two_files(ws: Path) -> Path:
+    """``ws``, made if it is not there, with a.txt and b.txt as the edits of :data:`EDITS` find them."""
+    ws.mkdir(exist_ok=True)
     (ws / "a.txt").write_text("a\n")
     (ws / "b.txt").write_text("b\n")
     return ws
@@ -92,7 +87,7 @@ def restore_held_second(tmp_path: Path, point: str) -> Any:
 
 async def test_a_revert_refused_on_its_second_file_records_the_first_and_a_second_revert_restores_the_rest(
         tmp_path: Path) -> None:
-    ws = workspace(tmp_path)
+    ws = with_two_files(tmp_path / "ws")
     tools = {"more_tools": lambda pool: [EDIT_TWO]}
     async with agent_runtime(tmp_path, ws, SCRIPT, **tools) as (sup, store, _faux, _pool):
         sid = await sup.create_session("proj")
@@ -137,14 +132,9 @@ async def test_a_revert_cut_off_by_an_abort_records_the_restores_that_completed(
     # The second restore is held by the executor: received and not run ("call:restore", the abort
     # keeps it from writing), or past its look ("before_publish": it completes while the abort
     # waits for its end, and the Stop's answer says so). The first restore completed before.
-    held = held_at(monkeypatch, tmp_path, "nothing yet")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "a.txt").write_text("a\n")
-    (ws / "b.txt").write_text("b\n")
-
     completed = point == "before_publish"
-    try:
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
         with Relay(executor.address, before_call=restore_held_second(tmp_path, point)) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, more_tools=lambda pool: [EDIT_TWO]) as (
@@ -186,8 +176,6 @@ async def test_a_revert_cut_off_by_an_abort_records_the_restores_that_completed(
             assert (ws / "a.txt").read_text() == "a\n"
             assert not events[finished_of(events, "revert2")].event.is_error
             assert "edit1" not in state.file_edits
-    finally:
-        stop_process(executor.proc)
 
 
 async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_the_programs_result(
@@ -210,14 +198,10 @@ async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_
         return ToolResult.error(outcome.error.code, outcome.error.message)
 
     prog = ToolSpec("prog", "reverts edit1 as a timed program", {"type": "object"}, program, read_only=False)
-    held = held_at(monkeypatch, tmp_path, "nothing yet")
-    executor = start_executor(tmp_path / "remote")
-    ws = executor.workspace
-    (ws / "a.txt").write_text("a\n")
-    (ws / "b.txt").write_text("b\n")
     script = [*SCRIPT[:1], FauxTurn(when="step-program", tool_calls=[FauxToolCall("prog", {}, call_id="p1")]),
               FauxTurn(text="ok")]
-    try:
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
         with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore")) as relay:
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, script, remote=remote,
@@ -244,5 +228,75 @@ async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_
         assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
             "p1", "edit1", ["b.txt"], True)
         assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
-    finally:
-        stop_process(executor.proc)
+
+
+async def edited_as_one_call(pool: Any, tmp_path: Path, sid: str, files: list[tuple[str, str]]) -> list[t.FileEdited]:
+    """The ``file.edited`` of call ``e1`` rewriting each of ``files`` (path, content), in order (as a
+    program's calls ``e1.<n>``, whose edits are its call's)."""
+    edit = tools_by_name(pool, tmp_path / "artifacts")["edit_file"]
+    made: list[t.FileEdited] = []
+    for n, (path, content) in enumerate(files, 1):
+        result = await edit.run({"path": path, "mode": "rewrite", "content": content}, tool_ctx(sid, f"e1.{n}"))
+        assert not result.is_error, result.content
+        made += [e for e in result.events if isinstance(e, t.FileEdited)]
+    return made
+
+
+@pytest.mark.parametrize("gone", ["a.txt", "b.txt"])
+async def test_a_restores_copy_that_cannot_be_read_names_its_file_and_what_was_restored(
+        executor: Any, tmp_path: Path, gone: str) -> None:
+    # The copy a restore writes back is gone (a.txt's, restored second; b.txt's, restored first):
+    # the error names the file and what was restored before it, as an executor's refusal does;
+    # only a revert that restored something records it (partial), and the state keeps the rest.
+    sub = f"gone-{gone[0]}"
+    with_two_files(executor.workspace / sub)
+    sid = f"ses_gone_{gone[0]}"
+    async with remote_pool(executor, tmp_path / "executors") as pool:
+        made = await edited_as_one_call(pool, tmp_path, sid, [(f"{sub}/{p}", c) for p, c in EDITS])
+        [lost] = [e.before_artifact_id for e in made if e.path == f"{sub}/{gone}"]
+        assert lost is not None
+        (tmp_path / "artifacts" / lost).unlink()
+        revert = tools_by_name(pool, tmp_path / "artifacts")["revert_call"]
+        ctx = tool_ctx(sid, "r1", file_edits=lambda cid: list(made) if cid == "e1" else [])
+        if gone == "b.txt":  # (nothing restored: the refusal alone, no file.reverted)
+            with pytest.raises(ToolError) as refused:
+                await revert.run({"call_id": "e1"}, ctx)
+            assert (refused.value.code, refused.value.message) == (
+                "ARTIFACT_NOT_FOUND", f"{sub}/b.txt: no artifact {lost!r} (reverted so far: none)")
+            assert [(executor.workspace / sub / p).read_text() for p in ("a.txt", "b.txt")] == ["A\n", "B\n"]
+            return
+        result = await revert.run({"call_id": "e1"}, ctx)
+    assert result.is_error and result.error_code == "ARTIFACT_NOT_FOUND"
+    assert result.structured_content["error"]["message"] == (
+        f"{sub}/a.txt: no artifact {lost!r} (reverted so far: {sub}/b.txt)")
+    assert result.events == [t.FileReverted(call_id="r1", reverted_call_id="e1", paths=[f"{sub}/b.txt"],
+                                            partial=True)]
+    assert [(executor.workspace / sub / p).read_text() for p in ("a.txt", "b.txt")] == ["A\n", "b\n"]
+
+
+async def test_a_revert_cut_off_before_its_first_restore_hands_nothing_to_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cancelled while the executor holds its first restore, received and not run (the Stop keeps
+    # it from writing): nothing was restored, and no file.reverted goes with the cut-off result.
+    taken: list[list[Any]] = []
+    with executor_held_at(monkeypatch, tmp_path, "call:restore") as (executor, held):
+        with Relay(executor.address) as relay:
+            async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+                made = await edited_as_one_call(pool, tmp_path, "ses_cut", [("f.txt", "b\n")])
+                revert = tools_by_name(pool, tmp_path / "artifacts")["revert_call"]
+                ctx = dataclasses.replace(tool_ctx("ses_cut", "r1", file_edits=lambda cid: list(made)),
+                                          cut_events=lambda *handed: taken.append(list(handed)))
+                results: list[Any] = []
+                with trio.fail_after(30):
+                    async with trio.open_nursery() as nursery:
+                        with trio.CancelScope() as scope:
+                            async def cut_off() -> None:
+                                await wait_path(held, timeout=20)
+                                scope.cancel()
+                                await until(lambda: "ses_cut:r1/0" in relay.stops)
+                                release_held(tmp_path)
+
+                            nursery.start_soon(cut_off)
+                            results.append(await revert.run({"call_id": "e1"}, ctx))
+        assert scope.cancelled_caught and results == [] and taken == []
+        assert (executor.workspace / "f.txt").read_text() == "b\n"

@@ -159,6 +159,20 @@ def test_a_fork_reverting_part_of_an_inherited_call_lists_what_it_restored():
     assert files == {"a.txt": "modified", "b.txt": "deleted"}  # (a.txt back from "m" to "o")
 
 
+
+def test_a_fork_reverting_the_rest_of_a_call_its_source_reverted_in_part_lists_that_rest():
+    # The source restored b.txt and stopped (partial) before the fork; the fork's state holds
+    # a.txt's edit alone, which its revert_call restores: the file history says a.txt went back.
+    inherited = [ev(1, stored("o", 5)), ev(2, stored("m", 9)), ev(3, edit("c1", "a.txt", "o", "m")),
+                 ev(4, stored("n", 2)), ev(5, edit("c1", "b.txt", None, "n")),
+                 ev(6, t.FileReverted(call_id="r0", reverted_call_id="c1", paths=["b.txt"], partial=True))]
+    assert changes([], WS, inherited) == []
+    assert [e.path for e in fold(SessionState("ses_1"), inherited).file_edits["c1"]] == ["a.txt"]
+    own = [ev(20, t.FileReverted(call_id="r1", reverted_call_id="c1", paths=["a.txt"]))]
+    [f] = changes(own, WS, inherited)
+    assert (f["path"], f["status"], f["bytes"], f["bytesBefore"]) == ("a.txt", "modified", 5, 9)
+    assert [(e["callId"], e["seq"], e["reverted"]) for e in f["edits"]] == [("r1", 20, False)]
+
 GOLDEN_REVERT = Path(__file__).resolve().parents[1] / "events" / "golden" / "file.reverted.json"
 
 
