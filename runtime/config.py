@@ -82,6 +82,19 @@ def split_model_ref(ref: str) -> tuple[str, str]:
     return provider_id, model_id
 
 
+def blank_around(ref: str) -> str | None:
+    """What blank surrounds a model reference (one copied with a space, the likeliest slip), in
+    the words every refusal of it uses: ``it begins with a blank``, ``it ends with a blank``,
+    ``it begins and ends with a blank``, ``it is all blank``; None when there is none. A blank is
+    what ``str.strip`` removes."""
+    if ref and not ref.strip():
+        return "it is all blank"
+    begins, ends = ref.lstrip() != ref, ref.rstrip() != ref
+    if not (begins or ends):
+        return None
+    return f"it {' and '.join(w for w, f in (('begins', begins), ('ends', ends)) if f)} with a blank"
+
+
 Protocol = Literal["openai-responses", "openai-chat", "anthropic", "faux"]
 
 
@@ -470,6 +483,9 @@ def check_config(cfg: Config, where: str) -> None:
     except PolicyError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if cfg.default_model is not None:  # ("" is no model: only null means "no default")
+        blank = blank_around(cfg.default_model)
+        if blank is not None:
+            raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>' with no blank around it: {blank}")
         provider, model = split_model_ref(cfg.default_model)
         if not provider or not model:
             raise ConfigError(f"{where}: defaultModel must be '<provider id>/<model id>', not {cfg.default_model!r}")

@@ -26,6 +26,7 @@ from events.reader import SEQ_MAX
 from . import pieces
 from .body_hints import body_hint, first_refused, members
 from .byte_order import UTF8_BOM, byte_order_mark
+from .config import blank_around
 from .errors import LensError, short_reason
 from .guard import Guard
 from .list_pages import LIST_LIMIT_MAX, ListOrder, split_page
@@ -418,12 +419,7 @@ def _model_fault(model: str) -> str:
     (a blank around it, copied with the reference, is the likeliest and was left unnamed)."""
     if not model:
         return "it is empty"
-    if not model.strip():
-        return "it is all blank"
-    begins, ends = model.lstrip() != model, model.rstrip() != model
-    if begins or ends:
-        return f"it {' and '.join(w for w, f in (('begins', begins), ('ends', ends)) if f)} with a blank"
-    return f"it has {len(model)} characters"
+    return blank_around(model) or f"it has {len(model)} characters"
 
 
 def check_id(value: str, what: str) -> str:

@@ -199,3 +199,22 @@ async def test_a_variable_named_by_apikeyenv_is_still_the_way_a_key_is_given(tmp
     (tmp_path / "c.jsonc").write_text(json.dumps(config))
     out = await run_lens(tmp_path, "pair", "list", "--config", "c.jsonc", check=False)
     assert out.returncode == 0, (out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize(("value", "fault"), [
+    (" faux/faux-1", "it begins with a blank"),
+    ("faux/faux-1\t", "it ends with a blank"),
+    (" faux/faux-1 ", "it begins and ends with a blank"),
+    ("   ", "it is all blank"),
+], ids=["begins", "ends", "both", "all-blank"])
+async def test_a_model_with_a_blank_around_it_is_refused_naming_the_blank(tmp_path: Path, value: str, fault: str):
+    # `--model " faux/faux-1"` (a reference copied with a space) was "MODEL_UNKNOWN: no provider
+    # ' faux' is configured", and a config's defaultModel the same: the blank went unnamed, where
+    # the HTTP routes say "it begins with a blank" for the same value.
+    out = await run_lens(tmp_path, "serve", "--port", "0", "--data", "d", "--model", value, check=False)
+    refused(out, "INVALID_ARGUMENT", "the command line: --model must be '<provider id>/<model id>' with no blank "
+                                     f"around it: {fault}")
+    (tmp_path / "c.jsonc").write_text(json.dumps({"defaultModel": value}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
+    refused(out, "CONFIG_INVALID", f"c.jsonc: defaultModel must be '<provider id>/<model id>' with no blank around it: {fault}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]  # no data directory "d" made
