@@ -11,7 +11,9 @@ real executor, the faux provider of the built-in defaults.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 import trio
 
 from tests.executor_hold import held_at
-from tests.procfs import executor_of, read_proc
+from tests.procfs import all_threads_stopped, executor_of, read_proc
 
 from .conftest import (LIMIT, holding_projections, lens_command, lock_is_free, projections_caught_up, run_lens,
                        serving, stopped_listening, wait_until)
@@ -40,6 +42,27 @@ BUSY_STOP_BOUND = 1.5
 def _gone(pid: int) -> bool:
     p = read_proc(pid)
     return p is None or p.state == "Z"
+
+
+async def _send_held(pid: int, *sigs: int) -> None:
+    """``sigs`` taken by ``pid``'s Python in this order, all pending before it runs again: the
+    process is stopped (every thread: a SIGSTOP takes effect at each thread's next return to user
+    space, not when ``kill`` returns), each signal goes to its main thread alone, then it goes on.
+    Sent to the process, each pending signal is taken by whichever thread runs first: a worker
+    thread that took SIGINT could run its handler after the main thread had taken SIGTERM and
+    Python had run SIGTERM's. The main thread takes both before it runs Python again, and Python
+    runs the handlers of the signals it has taken lowest number first. Distinct signals: the
+    kernel keeps one of each pending."""
+    tgkill = ctypes.CDLL(None, use_errno=True).tgkill
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await wait_until(lambda: trio.to_thread.run_sync(all_threads_stopped, pid), LIMIT,
+                         "every thread of the daemon stopped", interval=0.005)
+        for sig in sigs:
+            if tgkill(pid, pid, sig) != 0:
+                raise OSError(ctypes.get_errno(), f"tgkill {signal.Signals(sig).name}")
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 async def _decode(cwd: Path) -> list[dict[str, Any]]:
@@ -140,9 +163,10 @@ async def test_a_stop_while_a_woken_session_spawns_its_executor_leaves_no_child(
             return int(text) if text.isdigit() else None
 
         child = await wait_until(holding, 30, "the woken session's executor held in its start")
-        proc.send_signal(signal.SIGINT)
-        if twice:
-            proc.send_signal(signal.SIGTERM)
+        if twice:  # (both taken before the start-up's stop can end: SIGINT the stop, SIGTERM the stop now)
+            await _send_held(proc.pid, signal.SIGINT, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGINT)
         with trio.fail_after(LIMIT):
             assert proc.stdout is not None
             lines = b"".join([chunk async for chunk in proc.stdout]).decode().splitlines()
@@ -214,16 +238,10 @@ async def test_a_third_signal_while_the_daemon_stops_now_is_answered_and_changes
                 serve.proc.send_signal(signal.SIGTERM)
                 await stopped_listening(d.port)
                 assert serve.proc.returncode is None  # (the graceful stop waits for the file)
-                # Two kinds, sent while the daemon is stopped (SIGSTOP): both are pending when it
-                # goes on, so the second is taken while the stop now the first starts is under
-                # way, however loaded the machine. (Pending signals are taken lowest number first:
-                # SIGINT, 2, before SIGTERM, 15; two kinds, so the kernel cannot merge them.)
-                serve.proc.send_signal(signal.SIGSTOP)
-                try:
-                    serve.proc.send_signal(signal.SIGINT)
-                    serve.proc.send_signal(signal.SIGTERM)
-                finally:
-                    serve.proc.send_signal(signal.SIGCONT)
+                # Both pending when the daemon goes on, SIGINT (2) taken before SIGTERM (15): the
+                # third is taken while the stop now the second starts is under way, however
+                # loaded the machine.
+                await _send_held(serve.proc.pid, signal.SIGINT, signal.SIGTERM)
                 with trio.fail_after(LIMIT):
                     code = await serve.proc.wait()
             with trio.fail_after(LIMIT):
