@@ -231,11 +231,13 @@ def _on_ctrl_c(signum: int, frame: object) -> None:
     (``cb``, which the garbage collector runs in the middle of any import: "Exception ignored in
     …"), where it is not raised at all. The re-delivery raises it again, out of that code, unless
     it is on its way (a ``KeyboardInterrupt`` being handled: an ``except``, a ``finally`` or an
-    ``__exit__`` cleaning up before it goes on), which it leaves alone and looks at again later."""
+    ``__exit__`` cleaning up before it goes on) or lands in a clean-up its unwinding runs (a
+    generator closed, a ``__del__``), which Python would drop it from with "Exception ignored in"
+    and a traceback: it leaves those alone and looks at them again 10 ms later."""
     import _signal
 
     _signal.setitimer(_signal.ITIMER_REAL, 0.01)
-    if signum == _signal.SIGALRM and _ctrl_c_on_its_way():
+    if signum == _signal.SIGALRM and (_ctrl_c_on_its_way() or _in_a_finalizer(frame)):
         return
     code = getattr(frame, "f_code", None)
     if code is not None and code.co_name == "cb" and code.co_filename == "<frozen importlib._bootstrap>":
@@ -245,13 +247,28 @@ def _on_ctrl_c(signum: int, frame: object) -> None:
 
 def _ctrl_c_on_its_way() -> bool:
     """Whether the exception being handled is (or was raised while handling, or from) a
-    ``KeyboardInterrupt``: one raised by :func:`_on_ctrl_c` that nothing has dropped."""
-    exc, seen = sys.exc_info()[1], set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
+    ``KeyboardInterrupt``, one raised by :func:`_on_ctrl_c` that nothing has dropped, or a
+    ``GeneratorExit``: a generator's clean-up, which drops what it raises when it is closed as a
+    ``KeyboardInterrupt`` unwinds (and is short when it is not)."""
+    todo, seen = [sys.exc_info()[1]], set()
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
             return True
         seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+        todo += (exc.__cause__, exc.__context__)
+    return False
+
+
+def _in_a_finalizer(frame: object) -> bool:
+    """Whether ``frame`` runs inside a ``__del__``, which Python runs as what holds its object
+    unwinds and whose exceptions it drops ("Exception ignored in")."""
+    while frame is not None:
+        if getattr(getattr(frame, "f_code", None), "co_name", None) == "__del__":
+            return True
+        frame = getattr(frame, "f_back", None)
     return False
 
 
@@ -297,9 +314,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = _main(argv)
         finally:
             # No SIGALRM after the command. A Ctrl-C still waiting for its re-delivery was raised
-            # in the command's last 10 ms and dropped: it stops the command now, as it would have.
+            # in the command's last 10 ms and dropped: it stops the command now, as it would have;
+            # unless the command reported a failure (its code), which may be that Ctrl-C taken
+            # and reported as another error (the re-delivery is held while it is handled).
             dropped = _ctrl_c_disarmed()
-        if dropped:
+        if dropped and code == 0:
             raise KeyboardInterrupt
         return code
     except KeyboardInterrupt as exc:
