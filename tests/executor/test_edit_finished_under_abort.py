@@ -40,8 +40,8 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, executor_held_at, release_held, remote_pool, start_executor, stop_process,
-                       temp_files, tool_ctx, tools_by_name, until, until_ended, wait_path)
+from .conftest import (agent_runtime, cut_off_when_held, executor_held_at, release_held, remote_pool, start_executor,
+                       stop_process, temp_files, tool_ctx, tools_by_name, until, until_ended, wait_path)
 from .relay import Relay
 
 EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
@@ -61,22 +61,20 @@ def without_call(reply: pb.StopReply) -> pb.StopReply:
     return reply
 
 
-async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path, stopped: str = "edit1", *,
+async def abort_while_held(sup: Any, sid: str, relay: Relay, held: Path, stopped: str = "edit1", *,
                            submit: tuple[str, str] = ("r1", "please edit it")) -> None:
     """Submit the edit (``submit``: the input's request id and text), abort the session once the
     executor holds it, and let the held call go on once Core has sent its ``Stop`` by
     ``<sid>:<stopped>`` (the abort waits for the call's end, holding the lock)."""
     await sup.call(sid, Submit(submit[0], [t.TextPart(submit[1])], "followUp"))
-    await wait_path(held, timeout=30)
     answers: list[Any] = []
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            async def abort() -> None:
-                answers.append(await sup.call(sid, Abort()))
 
-            nursery.start_soon(abort)
-            await until(lambda: f"{sid}:{stopped}" in relay.stops)  # (the caller is gone: Core asks)
-            Path(f"{hold}.release").write_text("")
+    async def abort() -> None:
+        answers.append(await sup.call(sid, Abort()))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:  # (the abort gives the call up: Core asks its end)
+            await cut_off_when_held(relay, held, f"{sid}:{stopped}", lambda: nursery.start_soon(abort), timeout=30)
     assert answers[0]["aborted"] is True
     await sup.call(sid, WaitIdle())
 
@@ -97,7 +95,7 @@ async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await abort_while_held(sup, sid, relay, held)
                 events = await events_of(store, sid)
             assert (ws / "f.txt").read_text() == "ab\n"  # the edit reached the file
             kinds = [e.kind for e in events]
@@ -149,7 +147,7 @@ async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await abort_while_held(sup, sid, relay, held)
                 events = await events_of(store, sid)
         assert (ws / "f.txt").read_text() == "ab\n"
         [finished] = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
@@ -169,7 +167,7 @@ async def test_an_edit_the_abort_kept_from_writing_records_no_file_edited(
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await abort_while_held(sup, sid, relay, held)
                 await until_ended((await pool.get("proj")).client, f"{sid}:edit1")  # (it went on, found the stop)
                 events = await events_of(store, sid)
         finished = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
@@ -217,9 +215,7 @@ async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as
                                                           tool_ctx("ses_d", "c1")))
 
                         nursery.start_soon(run)
-                        await wait_path(held, timeout=20)
-                        await until(lambda: "ses_d:c1" in relay.stops)  # (its deadline passed)
-                        release_held(tmp_path)
+                        await cut_off_when_held(relay, held, "ses_d:c1")  # (cut off by its deadline)
         result = results[0]
         assert not result.is_error and result.structured_content["changed"] is True, result.content
         edited = [e for e in result.events if isinstance(e, t.FileEdited)]
@@ -244,7 +240,7 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
             async with agent_runtime(tmp_path, ws, script, remote=remote, more_tools=lambda pool: [prog]) as (
                     sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held, stopped="edit1.1")
+                await abort_while_held(sup, sid, relay, held, stopped="edit1.1")
                 state = await sup.call(sid, GetState())
                 events = await events_of(store, sid)
         kinds = [e.kind for e in events]
@@ -296,10 +292,8 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
                     sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
                 await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
-                await wait_path(held, timeout=30)
-                mock_clock.jump(TIME_LIMIT_S)  # (its time limit passes now)
-                await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)
-                release_held(tmp_path)
+                await cut_off_when_held(relay, held, f"{sid}:p1.1", lambda: mock_clock.jump(TIME_LIMIT_S),
+                                        timeout=30)  # (its time limit passes once it is held)
                 with trio.fail_after(30):
                     await sup.call(sid, WaitIdle())
                 state = await sup.call(sid, GetState())
@@ -342,7 +336,7 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, artifacts=artifacts) as (
                     sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await abort_while_held(sup, sid, relay, held)
                 events = await events_of(store, sid)
                 held_on = artifacts.held_for_good()  # (while the actor lives: its end lets go too)
         stored = {e.event.artifact_id for e in events if e.kind == "artifact.stored"}
@@ -535,13 +529,7 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
                 with trio.fail_after(30):
                     async with trio.open_nursery() as nursery:
                         with trio.CancelScope() as scope:
-                            async def cut_off() -> None:
-                                await wait_path(held, timeout=20)
-                                scope.cancel()
-                                await until(lambda: "ses_x:c1" in relay.stops)
-                                release_held(tmp_path)
-
-                            nursery.start_soon(cut_off)
+                            nursery.start_soon(cut_off_when_held, relay, held, "ses_x:c1", scope.cancel)
                             results.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
                                                           ctx))
         assert scope.cancelled_caught and results == [] and taken == []
