@@ -19,8 +19,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 import trio
@@ -35,13 +37,15 @@ from runtime.decide import ABORTED_TEXT
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
+from runtime.supervisor import Supervisor
 from tests.unwritable import unwritable
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, cut_off_when_held, executor_held_at, release_held, remote_pool, start_executor,
-                       stop_process, temp_files, tool_ctx, tools_by_name, until, until_ended, wait_path)
+from .conftest import (ExecutorProcess, agent_runtime, cut_off_when_held, executor_held_at, release_held, remote_pool,
+                       start_executor, stop_process, temp_files, tool_ctx, tools_by_name, until, until_ended,
+                       wait_path)
 from .relay import Relay
 
 EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
@@ -365,34 +369,68 @@ def taken_by_a_sweep(artifacts: ArtifactStore) -> set[str]:
     return set(names)
 
 
+@dataclass
+class HeldEdit:
+    """An executor of its own holding the session's edit past its look (:func:`executor_held_at`),
+    the relay in front of it recording Core's ``Stop``, the project's executor reached through the
+    relay, and the store of the copies, as the daemon's (the actors' leases on)."""
+
+    executor: ExecutorProcess
+    held: Path
+    relay: Relay
+    remote: RemoteExecutor
+    artifacts: ArtifactStore
+
+
+@contextmanager
+def edit_held_behind_a_relay(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HeldEdit]:
+    """A :class:`HeldEdit` over ``tmp_path`` (its log and copies in ``data``); the relay and the
+    executor stopped when the block ends, whatever happened."""
+    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
+        yield HeldEdit(executor, held, relay, RemoteExecutor(relay.address, executor.token), artifacts)
+
+
+@asynccontextmanager
+async def stopping_daemon(tmp_path: Path, held_edit: HeldEdit
+                          ) -> AsyncIterator[tuple[Supervisor, str, trio.Event, trio.Nursery]]:
+    """The daemon's runtime (:func:`agent_runtime`) over ``held_edit``'s executor, its session's
+    edit submitted and held there: the supervisor, the session, the daemon's stop event, and a
+    nursery for the requests of its clients. Leaving the block stops the runtime (the daemon's
+    stop, once the event is set), then cancels what the nursery still runs (a client's request
+    goes with the stop); all of it within 30 s."""
+    stopping = trio.Event()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as callers:
+            async with agent_runtime(tmp_path, held_edit.executor.workspace, SCRIPT, remote=held_edit.remote,
+                                     artifacts=held_edit.artifacts, stopping=stopping) as (sup, _store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                await wait_path(held_edit.held, timeout=20)
+                yield sup, sid, stopping, callers
+            callers.cancel_scope.cancel()
+
+
 async def test_an_abort_the_daemons_stop_cut_while_it_waited_records_nothing_and_lets_the_copies_go(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The abort waits for the cut-off edit's end; the daemon's stop cuts the abort there, so it
     # records nothing (the call is run again at the next start). The edit completes meanwhile:
     # its copies, handed to the actor and held for the abort's record (ArtifactStore.keep), are
     # let go, so that a sweep may take them.
-    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
-    stopping = trio.Event()
-    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
-        remote = RemoteExecutor(relay.address, executor.token)
-        with trio.fail_after(30):
-            async with trio.open_nursery() as callers:
-                async with agent_runtime(tmp_path, executor.workspace, SCRIPT, remote=remote, artifacts=artifacts,
-                                         stopping=stopping) as (sup, _store, _faux, _pool):
-                    sid = await sup.create_session("proj")
-                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
-                    await wait_path(held, timeout=20)
-                    callers.start_soon(sup.call, sid, Abort())  # (never answered: the stop cuts it)
-                    await until(lambda: f"{sid}:edit1" in relay.stops)  # (the abort waits for the call's end)
-                    stopping.set()
+    with edit_held_behind_a_relay(monkeypatch, tmp_path) as held_edit:
+        executor, relay, artifacts = held_edit.executor, held_edit.relay, held_edit.artifacts
+        async with stopping_daemon(tmp_path, held_edit) as (sup, sid, stopping, callers):
+            callers.start_soon(sup.call, sid, Abort())  # (never answered: the stop cuts it)
+            await until(lambda: f"{sid}:edit1" in relay.stops)  # (the abort waits for the call's end)
+            stopping.set()
 
-                    async def release_once_stopped() -> None:
-                        release_held(tmp_path)
+            async def release_once_stopped() -> None:
+                release_held(tmp_path)
 
-                    # (a task started now runs once this one waits, which it first does as it
-                    # leaves the block below: past the stop's cancel of the actors, the abort's wait)
-                    callers.start_soon(release_once_stopped)
-                callers.cancel_scope.cancel()  # (the client's request goes with the stop)
+            # (a task started now runs once this one waits, which it first does as it leaves the
+            # block below: past the stop's cancel of the actors, the abort's wait; the client's
+            # request goes with the stop)
+            callers.start_soon(release_once_stopped)
         assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
     events = log_of(tmp_path, sid)
     assert [e.kind for e in events if e.kind in ("run.aborted", "tool.finished", "artifact.stored",
@@ -408,32 +446,21 @@ async def test_an_edit_the_daemons_stop_cut_off_lets_its_copies_go_and_is_record
     # it (its end comes first): they are let go when it ends, so that a sweep may take them. The
     # next start runs the call again (the executor answers it from its journal) and records the
     # edit once, its copies stored again.
-    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
-    stopping = trio.Event()
-    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
-        remote = RemoteExecutor(relay.address, executor.token)
+    with edit_held_behind_a_relay(monkeypatch, tmp_path) as held_edit:
+        executor, artifacts = held_edit.executor, held_edit.artifacts
+        async with stopping_daemon(tmp_path, held_edit) as (sup, sid, stopping, helpers):
+            stopping.set()
+            # (the call cut off: Core asks its end)
+            helpers.start_soon(cut_off_when_held, held_edit.relay, held_edit.held, f"{sid}:edit1")
+        # (leaving the block cancels the actors: the daemon's stop)
+        assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
+        events = log_of(tmp_path, sid)
+        assert [e.kind for e in events if e.kind in ("tool.finished", "artifact.stored", "file.edited")] == []
+        assert artifacts.held_for_good() == set() == artifacts.in_flight()
+        assert taken_by_a_sweep(artifacts) == COPIES
+
         with trio.fail_after(30):
-            async with trio.open_nursery() as helpers:
-                async with agent_runtime(tmp_path, executor.workspace, SCRIPT, remote=remote, artifacts=artifacts,
-                                         stopping=stopping) as (sup, _store, _faux, _pool):
-                    sid = await sup.create_session("proj")
-                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
-                    await wait_path(held, timeout=20)
-                    stopping.set()
-
-                    async def release_once_stopped() -> None:  # (the call cut off: Core asks its end)
-                        await until(lambda: f"{sid}:edit1" in relay.stops)
-                        release_held(tmp_path)
-
-                    helpers.start_soon(release_once_stopped)
-                # (leaving the block cancels the actors: the daemon's stop)
-            assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
-            events = log_of(tmp_path, sid)
-            assert [e.kind for e in events if e.kind in ("tool.finished", "artifact.stored", "file.edited")] == []
-            assert artifacts.held_for_good() == set() == artifacts.in_flight()
-            assert taken_by_a_sweep(artifacts) == COPIES
-
-            async with agent_runtime(tmp_path, executor.workspace, SCRIPT[2:], remote=remote,
+            async with agent_runtime(tmp_path, executor.workspace, SCRIPT[2:], remote=held_edit.remote,
                                      artifacts=artifacts) as (sup, store, _faux, _pool):
                 await sup.call(sid, WaitIdle())
                 events = await events_of(store, sid)
