@@ -80,56 +80,46 @@ async def test_a_model_flag_its_provider_does_not_list_is_model_unknown(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]  # no data directory "d" made
 
 
+def executor_config(tmp_path: Path, token_env: str) -> None:
+    """``c.jsonc`` in ``tmp_path``: a remote executor whose token is read from ``token_env``."""
+    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777", "tokenEnv": token_env}}))
+
+
 async def test_an_executor_token_not_in_the_environment_is_refused_before_anything_is_made(tmp_path: Path):
     # The data directory (events.db, projections.db, lock) used to be made first.
-    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777",
-                                                                "tokenEnv": "LENS_TEST_TOKEN_NOT_SET"}}))
+    executor_config(tmp_path, "LENS_TEST_TOKEN_NOT_SET")
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "deep/d", check=False)
     refused(out, "CONFIG_INVALID", "executor.tokenEnv LENS_TEST_TOKEN_NOT_SET is not set in the environment")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
 
 
-async def test_an_executor_token_no_grpc_header_can_carry_is_refused_at_start(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize(("token_env", "token", "words", "never_shown"), [
     # The daemon started, and every call to the remote executor then failed as
     # "EXECUTOR_ERROR: executor call failed (INTERNAL: Invalid metadata)".
-    monkeypatch.setenv("LENS_TEST_TOKEN_NOT_ASCII", "geheimnis-schl\u00fcssel-1")
-    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777",
-                                                                "tokenEnv": "LENS_TEST_TOKEN_NOT_ASCII"}}))
-    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "deep/d", check=False)
-    refused(out, "CONFIG_INVALID", "executor.tokenEnv LENS_TEST_TOKEN_NOT_ASCII", "printable ASCII")
-    assert "geheimnis" not in out.stderr  # (the token itself is never shown)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
-
-
-async def test_an_executor_token_past_4096_characters_is_refused_at_start(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch):
+    ("LENS_TEST_TOKEN_NOT_ASCII", "geheimnis-schl\u00fcssel-1", "printable ASCII", "geheimnis"),
     # The daemon started, and its calls to the remote executor then failed by chance (grpc
     # refuses headers past 8 KiB) as "EXECUTOR_ERROR: ... RESOURCE_EXHAUSTED: received metadata
     # size exceeds soft limit".
-    monkeypatch.setenv("LENS_TEST_TOKEN_LONG", "k" * 4097)
-    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777",
-                                                                "tokenEnv": "LENS_TEST_TOKEN_LONG"}}))
-    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "deep/d", check=False)
-    refused(out, "CONFIG_INVALID", "executor.tokenEnv LENS_TEST_TOKEN_LONG", "at most 4096 characters")
-    assert "kkkkkkkk" not in out.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
-
-
-async def test_an_executor_token_shorter_than_the_executor_takes_is_refused_at_start(tmp_path: Path,
-                                                                                   monkeypatch: pytest.MonkeyPatch):
+    ("LENS_TEST_TOKEN_LONG", "k" * 4097, "at most 4096 characters", "kkkkkkkk"),
     # `lens executor serve` refuses a token of fewer than 16 characters (EXECUTOR_TOKEN_MISSING),
     # so no executor can hold one: the daemon started with it, and every call to the remote
     # executor then failed as EXECUTOR_UNAUTHENTICATED, the cause named nowhere.
-    monkeypatch.setenv("LENS_TEST_TOKEN_SHORT", "k" * 15)
-    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"address": "127.0.0.1:7777",
-                                                                "tokenEnv": "LENS_TEST_TOKEN_SHORT"}}))
+    ("LENS_TEST_TOKEN_SHORT", "k" * 15, "at least 16 characters", "kkkkkkkk"),
+], ids=["not-printable-ascii", "4097-characters", "15-characters"])
+async def test_an_executor_token_the_executor_cannot_take_is_refused_at_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token_env: str, token: str, words: str, never_shown: str):
+    monkeypatch.setenv(token_env, token)
+    executor_config(tmp_path, token_env)
     out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "deep/d", check=False)
-    refused(out, "CONFIG_INVALID", "executor.tokenEnv LENS_TEST_TOKEN_SHORT", "at least 16 characters")
-    assert "kkkkkkkk" not in out.stderr
+    refused(out, "CONFIG_INVALID", f"executor.tokenEnv {token_env}", words)
+    assert never_shown not in out.stderr  # (the token itself is never shown)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
+
+
+async def test_an_executor_token_of_16_characters_starts_the_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # (at the limit, as the executor takes it: the daemon starts; the address is not dialled at start)
     monkeypatch.setenv("LENS_TEST_TOKEN_SHORT", "k" * 16)
+    executor_config(tmp_path, "LENS_TEST_TOKEN_SHORT")
     async with served_once(ServeProcess(tmp_path, "--config", "c.jsonc")):
         pass
 

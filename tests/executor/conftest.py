@@ -6,7 +6,8 @@ to files so tests can check what it printed (never the token). ``client`` is an
 :class:`ExecutorClient` connected to it for one test. A test that needs an executor of its own
 (its own state directory, limits, a kill) takes :func:`running_executor`: the process and a
 client that said hello, both ended with the block; :func:`executor_held_at`, one that holds its
-first call reaching a point of its code (``TEST_HOLD_ENV``), with a file to edit.
+first call reaching a point of its code (``TEST_HOLD_ENV``), with a file to edit
+(:func:`cut_off_when_held` cuts that call off and lets it go once Core sent its ``Stop``).
 ``pool_factory`` runs the real :class:`ExecutorPool` (spawning its own children) inside the
 test's nursery; :func:`remote_pool` runs it over an executor process as a project's remote
 executor.
@@ -25,7 +26,7 @@ import time
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 import pytest
 import trio
@@ -45,6 +46,9 @@ from tools.base import ToolContext, ToolSpec
 from tools.executor.server import TEST_HOOKS_ENV, TOKEN_ENV
 from tools.registry import builtin_tools
 from tools.workspace_tools import workspace_tools
+
+if TYPE_CHECKING:  # (the relay module takes its waits from here)
+    from .relay import Relay
 
 START_TIMEOUT_S = 20.0
 
@@ -166,6 +170,20 @@ def executor_held_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 def release_held(tmp_path: Path) -> None:
     """Let the call an executor of :func:`executor_held_at` over ``tmp_path`` holds go on."""
     Path(f"{tmp_path / 'hold'}.release").write_text("")
+
+
+async def cut_off_when_held(relay: Relay, held: Path, stop_id: str, cut: Callable[[], Any] | None = None, *,
+                            timeout: float = 20.0) -> None:
+    """Once the executor of :func:`executor_held_at` holds the call (``held`` appears), ``cut()``
+    it off (a cancel scope's ``cancel``, a clock's jump past its time limit, an abort started;
+    None: something else cuts it, its deadline or the daemon's stop), wait until Core has sent
+    its ``Stop`` by ``stop_id`` through ``relay``, and let the held call go on
+    (:func:`release_held`). Each wait is bounded by ``timeout`` (``trio.TooSlowError``)."""
+    await wait_path(held, timeout)
+    if cut is not None:
+        cut()
+    await until(lambda: stop_id in relay.stops, timeout)
+    release_held(held.parent)
 
 
 def processes_marked(mark_env: str, mark: str, *, skip_pid: int | None = None,

@@ -19,8 +19,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 import trio
@@ -35,13 +37,15 @@ from runtime.decide import ABORTED_TEXT
 from runtime.executor_client import ExecutorClient, ExecutorToolError
 from runtime.executors import RemoteExecutor
 from runtime.providers.faux import FauxToolCall, FauxTurn
+from runtime.supervisor import Supervisor
 from tests.unwritable import unwritable
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, executor_held_at, release_held, remote_pool, start_executor, stop_process,
-                       temp_files, tool_ctx, tools_by_name, until, until_ended, wait_path)
+from .conftest import (ExecutorProcess, agent_runtime, cut_off_when_held, executor_held_at, release_held, remote_pool,
+                       start_executor, stop_process, temp_files, tool_ctx, tools_by_name, until, until_ended,
+                       wait_path)
 from .relay import Relay
 
 EDIT = FauxToolCall("edit_file", {"path": "f.txt", "mode": "edit",
@@ -61,22 +65,20 @@ def without_call(reply: pb.StopReply) -> pb.StopReply:
     return reply
 
 
-async def abort_while_held(sup: Any, sid: str, relay: Relay, hold: Path, held: Path, stopped: str = "edit1", *,
+async def abort_while_held(sup: Any, sid: str, relay: Relay, held: Path, stopped: str = "edit1", *,
                            submit: tuple[str, str] = ("r1", "please edit it")) -> None:
     """Submit the edit (``submit``: the input's request id and text), abort the session once the
     executor holds it, and let the held call go on once Core has sent its ``Stop`` by
     ``<sid>:<stopped>`` (the abort waits for the call's end, holding the lock)."""
     await sup.call(sid, Submit(submit[0], [t.TextPart(submit[1])], "followUp"))
-    await wait_path(held, timeout=30)
     answers: list[Any] = []
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            async def abort() -> None:
-                answers.append(await sup.call(sid, Abort()))
 
-            nursery.start_soon(abort)
-            await until(lambda: f"{sid}:{stopped}" in relay.stops)  # (the caller is gone: Core asks)
-            Path(f"{hold}.release").write_text("")
+    async def abort() -> None:
+        answers.append(await sup.call(sid, Abort()))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:  # (the abort gives the call up: Core asks its end)
+            await cut_off_when_held(relay, held, f"{sid}:{stopped}", lambda: nursery.start_soon(abort), timeout=30)
     assert answers[0]["aborted"] is True
     await sup.call(sid, WaitIdle())
 
@@ -97,7 +99,7 @@ async def test_an_edit_that_wrote_while_its_abort_waited_is_recorded_and_can_be_
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await abort_while_held(sup, sid, relay, held)
                 events = await events_of(store, sid)
             assert (ws / "f.txt").read_text() == "ab\n"  # the edit reached the file
             kinds = [e.kind for e in events]
@@ -149,7 +151,7 @@ async def test_an_edit_that_wrote_while_its_abort_waited_on_a_full_disk_is_said_
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await abort_while_held(sup, sid, relay, held)
                 events = await events_of(store, sid)
         assert (ws / "f.txt").read_text() == "ab\n"
         [finished] = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
@@ -169,7 +171,7 @@ async def test_an_edit_the_abort_kept_from_writing_records_no_file_edited(
             remote = RemoteExecutor(relay.address, executor.token)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote) as (sup, store, _faux, pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await abort_while_held(sup, sid, relay, held)
                 await until_ended((await pool.get("proj")).client, f"{sid}:edit1")  # (it went on, found the stop)
                 events = await events_of(store, sid)
         finished = [e.event for e in events if e.kind == "tool.finished" and e.event.call_id == "edit1"]
@@ -217,9 +219,7 @@ async def test_an_edit_past_its_deadline_that_wrote_while_core_waited_answers_as
                                                           tool_ctx("ses_d", "c1")))
 
                         nursery.start_soon(run)
-                        await wait_path(held, timeout=20)
-                        await until(lambda: "ses_d:c1" in relay.stops)  # (its deadline passed)
-                        release_held(tmp_path)
+                        await cut_off_when_held(relay, held, "ses_d:c1")  # (cut off by its deadline)
         result = results[0]
         assert not result.is_error and result.structured_content["changed"] is True, result.content
         edited = [e for e in result.events if isinstance(e, t.FileEdited)]
@@ -244,7 +244,7 @@ async def test_a_programs_edit_that_wrote_while_its_abort_waited_is_recorded_und
             async with agent_runtime(tmp_path, ws, script, remote=remote, more_tools=lambda pool: [prog]) as (
                     sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held, stopped="edit1.1")
+                await abort_while_held(sup, sid, relay, held, stopped="edit1.1")
                 state = await sup.call(sid, GetState())
                 events = await events_of(store, sid)
         kinds = [e.kind for e in events]
@@ -296,10 +296,8 @@ async def test_a_programs_edit_cut_off_by_its_own_time_limit_is_recorded_with_th
                     sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
                 await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
-                await wait_path(held, timeout=30)
-                mock_clock.jump(TIME_LIMIT_S)  # (its time limit passes now)
-                await until(lambda: f"{sid}:p1.1" in relay.stops, timeout=30)
-                release_held(tmp_path)
+                await cut_off_when_held(relay, held, f"{sid}:p1.1", lambda: mock_clock.jump(TIME_LIMIT_S),
+                                        timeout=30)  # (its time limit passes once it is held)
                 with trio.fail_after(30):
                     await sup.call(sid, WaitIdle())
                 state = await sup.call(sid, GetState())
@@ -342,7 +340,7 @@ async def test_a_sweep_between_the_calls_lease_end_and_the_aborts_record_leaves_
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, artifacts=artifacts) as (
                     sup, store, _faux, _pool):
                 sid = await sup.create_session("proj")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held)
+                await abort_while_held(sup, sid, relay, held)
                 events = await events_of(store, sid)
                 held_on = artifacts.held_for_good()  # (while the actor lives: its end lets go too)
         stored = {e.event.artifact_id for e in events if e.kind == "artifact.stored"}
@@ -371,34 +369,68 @@ def taken_by_a_sweep(artifacts: ArtifactStore) -> set[str]:
     return set(names)
 
 
+@dataclass
+class HeldEdit:
+    """An executor of its own holding the session's edit past its look (:func:`executor_held_at`),
+    the relay in front of it recording Core's ``Stop``, the project's executor reached through the
+    relay, and the store of the copies, as the daemon's (the actors' leases on)."""
+
+    executor: ExecutorProcess
+    held: Path
+    relay: Relay
+    remote: RemoteExecutor
+    artifacts: ArtifactStore
+
+
+@contextmanager
+def edit_held_behind_a_relay(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HeldEdit]:
+    """A :class:`HeldEdit` over ``tmp_path`` (its log and copies in ``data``); the relay and the
+    executor stopped when the block ends, whatever happened."""
+    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
+    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
+        yield HeldEdit(executor, held, relay, RemoteExecutor(relay.address, executor.token), artifacts)
+
+
+@asynccontextmanager
+async def stopping_daemon(tmp_path: Path, held_edit: HeldEdit
+                          ) -> AsyncIterator[tuple[Supervisor, str, trio.Event, trio.Nursery]]:
+    """The daemon's runtime (:func:`agent_runtime`) over ``held_edit``'s executor, its session's
+    edit submitted and held there: the supervisor, the session, the daemon's stop event, and a
+    nursery for the requests of its clients. Leaving the block stops the runtime (the daemon's
+    stop, once the event is set), then cancels what the nursery still runs (a client's request
+    goes with the stop); all of it within 30 s."""
+    stopping = trio.Event()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as callers:
+            async with agent_runtime(tmp_path, held_edit.executor.workspace, SCRIPT, remote=held_edit.remote,
+                                     artifacts=held_edit.artifacts, stopping=stopping) as (sup, _store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
+                await wait_path(held_edit.held, timeout=20)
+                yield sup, sid, stopping, callers
+            callers.cancel_scope.cancel()
+
+
 async def test_an_abort_the_daemons_stop_cut_while_it_waited_records_nothing_and_lets_the_copies_go(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The abort waits for the cut-off edit's end; the daemon's stop cuts the abort there, so it
     # records nothing (the call is run again at the next start). The edit completes meanwhile:
     # its copies, handed to the actor and held for the abort's record (ArtifactStore.keep), are
     # let go, so that a sweep may take them.
-    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
-    stopping = trio.Event()
-    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
-        remote = RemoteExecutor(relay.address, executor.token)
-        with trio.fail_after(30):
-            async with trio.open_nursery() as callers:
-                async with agent_runtime(tmp_path, executor.workspace, SCRIPT, remote=remote, artifacts=artifacts,
-                                         stopping=stopping) as (sup, _store, _faux, _pool):
-                    sid = await sup.create_session("proj")
-                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
-                    await wait_path(held, timeout=20)
-                    callers.start_soon(sup.call, sid, Abort())  # (never answered: the stop cuts it)
-                    await until(lambda: f"{sid}:edit1" in relay.stops)  # (the abort waits for the call's end)
-                    stopping.set()
+    with edit_held_behind_a_relay(monkeypatch, tmp_path) as held_edit:
+        executor, relay, artifacts = held_edit.executor, held_edit.relay, held_edit.artifacts
+        async with stopping_daemon(tmp_path, held_edit) as (sup, sid, stopping, callers):
+            callers.start_soon(sup.call, sid, Abort())  # (never answered: the stop cuts it)
+            await until(lambda: f"{sid}:edit1" in relay.stops)  # (the abort waits for the call's end)
+            stopping.set()
 
-                    async def release_once_stopped() -> None:
-                        release_held(tmp_path)
+            async def release_once_stopped() -> None:
+                release_held(tmp_path)
 
-                    # (a task started now runs once this one waits, which it first does as it
-                    # leaves the block below: past the stop's cancel of the actors, the abort's wait)
-                    callers.start_soon(release_once_stopped)
-                callers.cancel_scope.cancel()  # (the client's request goes with the stop)
+            # (a task started now runs once this one waits, which it first does as it leaves the
+            # block below: past the stop's cancel of the actors, the abort's wait; the client's
+            # request goes with the stop)
+            callers.start_soon(release_once_stopped)
         assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
     events = log_of(tmp_path, sid)
     assert [e.kind for e in events if e.kind in ("run.aborted", "tool.finished", "artifact.stored",
@@ -414,32 +446,21 @@ async def test_an_edit_the_daemons_stop_cut_off_lets_its_copies_go_and_is_record
     # it (its end comes first): they are let go when it ends, so that a sweep may take them. The
     # next start runs the call again (the executor answers it from its journal) and records the
     # edit once, its copies stored again.
-    artifacts = ArtifactStore(tmp_path / "data" / "artifacts")
-    stopping = trio.Event()
-    with executor_held_at(monkeypatch, tmp_path) as (executor, held), Relay(executor.address) as relay:
-        remote = RemoteExecutor(relay.address, executor.token)
+    with edit_held_behind_a_relay(monkeypatch, tmp_path) as held_edit:
+        executor, artifacts = held_edit.executor, held_edit.artifacts
+        async with stopping_daemon(tmp_path, held_edit) as (sup, sid, stopping, helpers):
+            stopping.set()
+            # (the call cut off: Core asks its end)
+            helpers.start_soon(cut_off_when_held, held_edit.relay, held_edit.held, f"{sid}:edit1")
+        # (leaving the block cancels the actors: the daemon's stop)
+        assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
+        events = log_of(tmp_path, sid)
+        assert [e.kind for e in events if e.kind in ("tool.finished", "artifact.stored", "file.edited")] == []
+        assert artifacts.held_for_good() == set() == artifacts.in_flight()
+        assert taken_by_a_sweep(artifacts) == COPIES
+
         with trio.fail_after(30):
-            async with trio.open_nursery() as helpers:
-                async with agent_runtime(tmp_path, executor.workspace, SCRIPT, remote=remote, artifacts=artifacts,
-                                         stopping=stopping) as (sup, _store, _faux, _pool):
-                    sid = await sup.create_session("proj")
-                    await sup.call(sid, Submit("r1", [t.TextPart("please edit it")], "followUp"))
-                    await wait_path(held, timeout=20)
-                    stopping.set()
-
-                    async def release_once_stopped() -> None:  # (the call cut off: Core asks its end)
-                        await until(lambda: f"{sid}:edit1" in relay.stops)
-                        release_held(tmp_path)
-
-                    helpers.start_soon(release_once_stopped)
-                # (leaving the block cancels the actors: the daemon's stop)
-            assert (executor.workspace / "f.txt").read_text() == "ab\n"  # (the edit completed)
-            events = log_of(tmp_path, sid)
-            assert [e.kind for e in events if e.kind in ("tool.finished", "artifact.stored", "file.edited")] == []
-            assert artifacts.held_for_good() == set() == artifacts.in_flight()
-            assert taken_by_a_sweep(artifacts) == COPIES
-
-            async with agent_runtime(tmp_path, executor.workspace, SCRIPT[2:], remote=remote,
+            async with agent_runtime(tmp_path, executor.workspace, SCRIPT[2:], remote=held_edit.remote,
                                      artifacts=artifacts) as (sup, store, _faux, _pool):
                 await sup.call(sid, WaitIdle())
                 events = await events_of(store, sid)
@@ -535,13 +556,7 @@ async def test_a_stop_answer_whose_call_cannot_be_read_leaves_the_cancellation_g
                 with trio.fail_after(30):
                     async with trio.open_nursery() as nursery:
                         with trio.CancelScope() as scope:
-                            async def cut_off() -> None:
-                                await wait_path(held, timeout=20)
-                                scope.cancel()
-                                await until(lambda: "ses_x:c1" in relay.stops)
-                                release_held(tmp_path)
-
-                            nursery.start_soon(cut_off)
+                            nursery.start_soon(cut_off_when_held, relay, held, "ses_x:c1", scope.cancel)
                             results.append(await edit.run({"path": "f.txt", "mode": "rewrite", "content": "b\n"},
                                                           ctx))
         assert scope.cancelled_caught and results == [] and taken == []

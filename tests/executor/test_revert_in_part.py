@@ -30,8 +30,8 @@ from runtime.workspace_api import changes
 from tools.base import ToolContext, ToolError, ToolResult, ToolSpec
 from tools.ptc.interpreter import run_program
 
-from .conftest import (agent_runtime, executor_held_at, release_held, remote_pool, run_to_idle, temp_files,
-                       tool_ctx, tools_by_name, until, until_ended, wait_path)
+from .conftest import (agent_runtime, cut_off_when_held, executor_held_at, remote_pool, run_to_idle, temp_files,
+                       tool_ctx, tools_by_name, until_ended)
 from .relay import Relay
 from .test_edit_finished_under_abort import TIME_LIMIT_S, abort_while_held, events_of, text_of
 
@@ -141,8 +141,7 @@ async def test_a_revert_cut_off_by_an_abort_records_the_restores_that_completed(
                     sup, store, _faux, pool):
                 sid = await sup.create_session("proj")
                 await run_to_idle(sup, sid, "r1", "step-edit")
-                await abort_while_held(sup, sid, relay, tmp_path / "hold", held, stopped="revert1/1",
-                                       submit=("r2", "step-revert-one"))
+                await abort_while_held(sup, sid, relay, held, stopped="revert1/1", submit=("r2", "step-revert-one"))
                 await until_ended((await pool.get("proj")).client, f"{sid}:revert1/1")
                 state = await sup.call(sid, GetState())
                 events = await events_of(store, sid)
@@ -209,10 +208,8 @@ async def test_a_programs_revert_cut_off_by_its_own_time_limit_is_recorded_with_
                 sid = await sup.create_session("proj")
                 await run_to_idle(sup, sid, "r1", "step-edit")
                 await sup.call(sid, Submit("r2", [t.TextPart("step-program")], "followUp"))
-                await wait_path(held, timeout=30)
-                mock_clock.jump(TIME_LIMIT_S)  # (its time limit passes now)
-                await until(lambda: f"{sid}:p1.1/1" in relay.stops, timeout=30)
-                Path(f"{tmp_path / 'hold'}.release").write_text("")
+                await cut_off_when_held(relay, held, f"{sid}:p1.1/1", lambda: mock_clock.jump(TIME_LIMIT_S),
+                                        timeout=30)  # (its time limit passes once it is held)
                 with trio.fail_after(30):
                     await sup.call(sid, WaitIdle())
                 state = await sup.call(sid, GetState())
@@ -290,13 +287,7 @@ async def test_a_revert_cut_off_before_its_first_restore_hands_nothing_to_record
                 with trio.fail_after(30):
                     async with trio.open_nursery() as nursery:
                         with trio.CancelScope() as scope:
-                            async def cut_off() -> None:
-                                await wait_path(held, timeout=20)
-                                scope.cancel()
-                                await until(lambda: "ses_cut:r1/0" in relay.stops)
-                                release_held(tmp_path)
-
-                            nursery.start_soon(cut_off)
+                            nursery.start_soon(cut_off_when_held, relay, held, "ses_cut:r1/0", scope.cancel)
                             results.append(await revert.run({"call_id": "e1"}, ctx))
         assert scope.cancelled_caught and results == [] and taken == []
         assert (executor.workspace / "f.txt").read_text() == "b\n"
