@@ -7,7 +7,8 @@ that logs to stdout does), ``--loose`` (adds tools whose input schemas are objec
 allow: ``properties`` a list, ``required`` a string, a property's schema a number, a ``type``
 naming no JSON type, an array's ``items`` a string below ``$defs``, an empty ``anyOf``; and
 ``fine``, whose valid schema uses boolean schemas, a type list, ``prefixItems`` and properties
-named as keywords).
+named as keywords), ``--latin1`` (adds ``latin1``, whose result's text holds ``caf\\xe9``: a byte
+of Latin-1, not UTF-8, written as it is).
 
 Tools: ``mixed`` (``isError: true`` with text, an image and ``structuredContent``), ``ok`` (a
 result of text, an image and ``structuredContent``).
@@ -49,6 +50,7 @@ LOOSE = [
          "properties": {"enum": [1, 2]}},
      "required": ["type"]}},
 ]
+LATIN1 = [{"name": "latin1", "description": "A result holding a byte of Latin-1", "inputSchema": OBJ}]
 
 
 def send(msg: dict) -> None:
@@ -61,7 +63,7 @@ def main() -> None:
     if "--banner" in args:
         sys.stdout.write(args[args.index("--banner") + 1] + "\n")
         sys.stdout.flush()
-    tools = TOOLS + (LOOSE if "--loose" in args else [])
+    tools = TOOLS + (LOOSE if "--loose" in args else []) + (LATIN1 if "--latin1" in args else [])
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -75,6 +77,12 @@ def main() -> None:
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
         elif method == "tools/call":
             name = params.get("name")
+            if name == "latin1":  # (the JSON is written, then its marker replaced by a byte of Latin-1)
+                line = json.dumps({"jsonrpc": "2.0", "id": rid, "result": {
+                    "content": [{"type": "text", "text": "caf@"}]}}).encode().replace(b"@", b"\xe9")
+                sys.stdout.buffer.write(line + b"\n")
+                sys.stdout.flush()
+                continue
             content = [{"type": "text", "text": f"{name} said so"},
                        {"type": "image", "data": PNG, "mimeType": "image/png"}]
             result = {"content": content, "structuredContent": {"tool": name}}

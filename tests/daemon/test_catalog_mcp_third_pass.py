@@ -5,11 +5,13 @@ server ``tests/mcp/server.py`` and ``odd_mcp_server.py`` beside this file), ``GE
 ``test_catalog_mcp_second_pass.py``), ``test_mcp.py`` and ``tests/mcp/`` hold is not repeated:
 input schemas JSON Schema does not allow, two sessions calling one server at once, an error
 result carrying an image and structured content, a server that writes a banner on stdout before
-the handshake, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
+the handshake or a byte that is not UTF-8 in a result, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
 alias of a tool whose server is down, and a provider's key kept from a server unless named."""
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,35 @@ async def test_a_server_writing_a_banner_on_stdout_before_the_handshake_is_faile
     body = await run_tool(d, token, sid, "r1", "mcp__b__ok", {})
     assert body["error_code"] == "MCP_SERVER_UNAVAILABLE"
     assert body["content"][0]["text"] == f"MCP_SERVER_UNAVAILABLE: mcp__b__ok: MCP server 'b' failed: {why}"
+    assert (await run_tool(d, token, sid, "r2", "get_system_time", {}))["status"] == "ok"
+
+
+async def test_a_server_writing_a_byte_that_is_not_utf8_is_failed_saying_so_and_naming_the_byte(
+        daemon_factory: DaemonFactory) -> None:
+    # MCP's stdio messages are UTF-8. A result line that is JSON but for one byte of Latin-1 ends
+    # the connection as a line that is not JSON-RPC does ("MCP servers (F-TOOL-5)"), and the call,
+    # the inventory and the daemon's log said "a line that is not JSON", of a line that reads as
+    # JSON. They say it is not UTF-8, with the byte and its offset in the line; the session goes on.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"l": odd_server("--latin1", maxRestarts=0)}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await d.new_session(token)
+    body = await run_tool(d, token, sid, "r1", "mcp__l__latin1", {})
+    assert body["error_code"] == "MCP_SERVER_UNAVAILABLE", body
+    text = body["content"][0]["text"]
+    m = re.search(r"the server wrote a line that is not UTF-8 on stdout \(byte 0xe9 at offset (\d+); MCP "
+                  r"messages are UTF-8\): (b'.*')\)$", text)
+    assert m is not None and "not JSON" not in text, text
+    head = "MCP_SERVER_UNAVAILABLE: mcp__l__latin1: MCP server 'l' stopped during the call ("
+    assert text.startswith(head)
+    line = ast.literal_eval(m.group(2))
+    assert line.endswith(b'"text": "caf\xe9"}]}}') and line.index(b"\xe9") == int(m.group(1))
+
+    async def failed() -> dict[str, Any] | None:
+        [server] = (await inventory(d, token))["mcpServers"]
+        return server if server["status"] == "failed" else None
+    server = await wait_until(failed, what="server l failed")
+    assert server["error"] == text[len(head):-1], server
     assert (await run_tool(d, token, sid, "r2", "get_system_time", {}))["status"] == "ok"
 
 

@@ -244,6 +244,12 @@ class Connection:
         try:
             # (a large result is parsed off the event loop)
             msg = json.loads(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(json.loads, line)
+        except UnicodeDecodeError as exc:
+            # (MCP's stdio messages are UTF-8: a line of JSON holding another encoding's bytes is
+            # refused as one that is not JSON is, but said as what it is, with the first bad byte)
+            raise _ProtocolViolation(
+                f"the server wrote a line that is not UTF-8 on stdout (byte 0x{line[exc.start]:02x} at offset "
+                f"{exc.start}; MCP messages are UTF-8): {self.secrets.cut(line, 200)!r}") from None
         except ValueError:
             raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {self.secrets.cut(line, 200)!r}") from None
         except RecursionError:
