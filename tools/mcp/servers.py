@@ -251,9 +251,15 @@ class McpServers:
         """Every page of the server's tool list, at most :attr:`max_pages` of them and none after
         the one that reached :attr:`max_tools` tools. A list cut there is said in ``s.list_cut``
         (the inventory's ``listCut``) and logged when the cut starts or changes: the tools on the
-        unread pages are unknown, so ``skippedTools`` cannot name them."""
+        unread pages are unknown, so ``skippedTools`` cannot name them.
+
+        A page whose ``nextCursor`` is empty ends the list, as one without it does (servers write
+        ``""`` for "no more pages", and a client's ``while (cursor)`` reads it so). A cursor the
+        server gave already ends it too, said in ``s.list_cut``: asked for again, it would answer
+        the pages read already, round and round until the page limit, every tool "listed twice"."""
         tools: list[Any] = []
         cursor: Any = None
+        given: list[Any] = []  # the cursors the server gave (a list: a cursor that is no string may be unhashable)
         pages = 0
         while True:
             try:
@@ -268,9 +274,15 @@ class McpServers:
             tools += page["tools"]
             pages += 1
             cursor = page.get("nextCursor")
-            if cursor is None:
+            if cursor is None or cursor == "":
                 _say_cut(s, None)
                 return tools
+            if cursor in given:
+                _say_cut(s, f"tools/list stopped after {pages} page(s), {len(tools)} tool(s): the server gave the "
+                            f"cursor {self.secrets.cut(_clean(str(cursor)), 100, '…')!r} again, which would list "
+                            f"its pages again; the tools of the pages read are available")
+                return tools
+            given.append(cursor)
             if len(tools) >= self.max_tools or pages >= self.max_pages:
                 break
         limit = f"{self.max_tools} tools" if len(tools) >= self.max_tools else f"{self.max_pages} pages"
