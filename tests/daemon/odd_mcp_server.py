@@ -8,7 +8,9 @@ allow: ``properties`` a list, ``required`` a string, a property's schema a numbe
 naming no JSON type, an array's ``items`` a string below ``$defs``, an empty ``anyOf``; and
 ``fine``, whose valid schema uses boolean schemas, a type list, ``prefixItems`` and properties
 named as keywords), ``--latin1`` (adds ``latin1``, whose result's text holds ``caf\\xe9``: a byte
-of Latin-1, not UTF-8, written as it is).
+of Latin-1, not UTF-8, written as it is), ``--batch`` (answers ``initialize`` with the version
+``2025-03-26``, whose clients receive JSON-RPC batches, and ``tools/list`` and ``tools/call`` each
+as a batch: a ``notifications/message`` first, then the answer).
 
 Tools: ``mixed`` (``isError: true`` with text, an image and ``structuredContent``), ``ok`` (a
 result of text, an image and ``structuredContent``).
@@ -50,10 +52,13 @@ LOOSE = [
          "properties": {"enum": [1, 2]}},
      "required": ["type"]}},
 ]
+BATCH = "--batch" in sys.argv[1:]
 LATIN1 = [{"name": "latin1", "description": "A result holding a byte of Latin-1", "inputSchema": OBJ}]
 
 
 def send(msg: dict) -> None:
+    if BATCH and "result" in msg and "protocolVersion" not in msg["result"]:
+        msg = [{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "batched"}}, msg]
     sys.stdout.write(json.dumps(msg) + "\n")
     sys.stdout.flush()
 
@@ -71,7 +76,7 @@ def main() -> None:
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
         if method == "initialize":
             send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
+                "protocolVersion": "2025-03-26" if BATCH else params.get("protocolVersion"), "capabilities": {"tools": {}},
                 "serverInfo": {"name": "odd", "version": "1"}}})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})

@@ -5,7 +5,7 @@ server ``tests/mcp/server.py`` and ``odd_mcp_server.py`` beside this file), ``GE
 ``test_catalog_mcp_second_pass.py``), ``test_mcp.py`` and ``tests/mcp/`` hold is not repeated:
 input schemas JSON Schema does not allow, two sessions calling one server at once, an error
 result carrying an image and structured content, a server that writes a banner on stdout before
-the handshake or a byte that is not UTF-8 in a result, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
+the handshake or a byte that is not UTF-8 in a result, one answering in JSON-RPC batches, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
 alias of a tool whose server is down, and a provider's key kept from a server unless named."""
 
 from __future__ import annotations
@@ -162,6 +162,23 @@ async def test_a_server_writing_a_byte_that_is_not_utf8_is_failed_saying_so_and_
     server = await wait_until(failed, what="server l failed")
     assert server["error"] == text[len(head):-1], server
     assert (await run_tool(d, token, sid, "r2", "get_system_time", {}))["status"] == "ok"
+
+
+async def test_a_server_answering_in_json_rpc_batches_is_read_message_by_message(
+        daemon_factory: DaemonFactory) -> None:
+    # JSON-RPC 2.0 lets a peer send an array of messages, and MCP 2025-03-26 (a version the daemon
+    # takes) has clients receive them. A server of that version answering `tools/list` as a batch
+    # (a log notification, then the answer) was failed at start for writing "something that is
+    # not JSON-RPC 2.0". Its messages are read in order: it runs, its tools answer.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"b": odd_server("--batch", maxRestarts=0)}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await d.new_session(token)
+    [server] = (await inventory(d, token))["mcpServers"]
+    assert server["status"] == "running" and server["error"] is None, server
+    assert server["protocolVersion"] == "2025-03-26" and server["tools"] == ["mcp__b__mixed", "mcp__b__ok"]
+    body = await run_tool(d, token, sid, "r1", "mcp__b__ok", {})
+    assert body["status"] == "ok" and body["content"][0] == {"type": "text", "text": "ok said so"}, body
 
 
 async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_eager(

@@ -254,8 +254,19 @@ class Connection:
             raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {self.secrets.cut(line, 200)!r}") from None
         except RecursionError:
             raise _ProtocolViolation(f"the server wrote JSON nested too deep to read on stdout: {self.secrets.cut(line, 200)!r}") from None
-        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        # A batch (JSON-RPC 2.0's array of messages, which MCP 2025-03-26 has clients receive) is
+        # its messages in order; an empty one, or one holding something else, is no JSON-RPC.
+        batch = msg if isinstance(msg, list) and msg else [msg]
+        if not all(isinstance(m, dict) and m.get("jsonrpc") == "2.0" for m in batch):
             raise _ProtocolViolation(f"the server wrote something that is not JSON-RPC 2.0: {self.secrets.cut(line, 200)!r}")
+        for i, m in enumerate(batch):
+            if i % 1000 == 999:  # (a batch of a million pings is answered without holding the loop)
+                await trio.lowlevel.checkpoint()
+            await self._dispatch_message(m)
+
+    async def _dispatch_message(self, msg: dict[str, Any]) -> None:
+        """One JSON-RPC 2.0 message of the server's: a request it makes, a notification, or the
+        answer to a request of ours."""
         method = msg.get("method")
         if isinstance(method, str):
             if "id" in msg:  # a request from the server: answer the ones a client must
