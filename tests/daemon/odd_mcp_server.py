@@ -10,7 +10,9 @@ naming no JSON type, an array's ``items`` a string below ``$defs``, an empty ``a
 named as keywords), ``--latin1`` (adds ``latin1``, whose result's text holds ``caf\\xe9``: a byte
 of Latin-1, not UTF-8, written as it is), ``--batch`` (answers ``initialize`` with the version
 ``2025-03-26``, whose clients receive JSON-RPC batches, and ``tools/list`` and ``tools/call`` each
-as a batch: a ``notifications/message`` first, then the answer).
+as a batch: a ``notifications/message`` first, then the answer), ``--structured`` (adds ``data``, a
+result of ``structuredContent`` and an empty content list, and ``data_error``, the same with
+``isError: true``).
 
 Tools: ``mixed`` (``isError: true`` with text, an image and ``structuredContent``), ``ok`` (a
 result of text, an image and ``structuredContent``).
@@ -53,6 +55,8 @@ LOOSE = [
      "required": ["type"]}},
 ]
 BATCH = "--batch" in sys.argv[1:]
+STRUCTURED = [{"name": "data", "description": "Structured content alone", "inputSchema": OBJ},
+              {"name": "data_error", "description": "An error of structured content alone", "inputSchema": OBJ}]
 LATIN1 = [{"name": "latin1", "description": "A result holding a byte of Latin-1", "inputSchema": OBJ}]
 
 
@@ -68,7 +72,8 @@ def main() -> None:
     if "--banner" in args:
         sys.stdout.write(args[args.index("--banner") + 1] + "\n")
         sys.stdout.flush()
-    tools = TOOLS + (LOOSE if "--loose" in args else []) + (LATIN1 if "--latin1" in args else [])
+    tools = TOOLS + (LOOSE if "--loose" in args else []) + (LATIN1 if "--latin1" in args else []) + (
+        STRUCTURED if "--structured" in args else [])
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -87,6 +92,10 @@ def main() -> None:
                     "content": [{"type": "text", "text": "caf@"}]}}).encode().replace(b"@", b"\xe9")
                 sys.stdout.buffer.write(line + b"\n")
                 sys.stdout.flush()
+                continue
+            if name in ("data", "data_error"):
+                send({"jsonrpc": "2.0", "id": rid, "result": {"content": [], "isError": name == "data_error",
+                                                              "structuredContent": {"city": "Oslo", "temperature": 21.5}}})
                 continue
             content = [{"type": "text", "text": f"{name} said so"},
                        {"type": "image", "data": PNG, "mimeType": "image/png"}]

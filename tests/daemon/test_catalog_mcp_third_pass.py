@@ -5,7 +5,7 @@ server ``tests/mcp/server.py`` and ``odd_mcp_server.py`` beside this file), ``GE
 ``test_catalog_mcp_second_pass.py``), ``test_mcp.py`` and ``tests/mcp/`` hold is not repeated:
 input schemas JSON Schema does not allow, two sessions calling one server at once, an error
 result carrying an image and structured content, a server that writes a banner on stdout before
-the handshake or a byte that is not UTF-8 in a result, one answering in JSON-RPC batches, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
+the handshake or a byte that is not UTF-8 in a result, one answering in JSON-RPC batches, a result of structured content alone, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
 alias of a tool whose server is down, and a provider's key kept from a server unless named."""
 
 from __future__ import annotations
@@ -179,6 +179,28 @@ async def test_a_server_answering_in_json_rpc_batches_is_read_message_by_message
     assert server["protocolVersion"] == "2025-03-26" and server["tools"] == ["mcp__b__mixed", "mcp__b__ok"]
     body = await run_tool(d, token, sid, "r1", "mcp__b__ok", {})
     assert body["status"] == "ok" and body["content"][0] == {"type": "text", "text": "ok said so"}, body
+
+
+async def test_a_result_of_structured_content_alone_shows_the_model_its_json(daemon_factory: DaemonFactory) -> None:
+    # MCP has a tool that returns `structuredContent` repeat it as text, but a server need not.
+    # A result of structured content and no content blocks reached the model as an empty result
+    # (a model sees a result's content alone): the data never reached it, and an error result
+    # said "reported an error without a message". The JSON is the result's text when its content
+    # gives none; the structured content stays as it was.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"o": odd_server("--structured")}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await d.new_session(token)
+    data = '{"city":"Oslo","temperature":21.5}'
+    body = await run_tool(d, token, sid, "r1", "mcp__o__data", {})
+    assert body["status"] == "ok" and body["content"] == [{"type": "text", "text": data}], body
+    assert body["structured_content"] == {"city": "Oslo", "temperature": 21.5}
+    view = (await d.get(f"/sessions/{sid}", token)).json()
+    assert view["items"][-1]["text"] == f"The tool answered: {data}"  # (the faux model echoes what it was sent)
+    body = await run_tool(d, token, sid, "r2", "mcp__o__data_error", {})
+    assert body["error_code"] == "MCP_TOOL_ERROR" and body["content"] == [{"type": "text", "text": data}], body
+    assert body["structured_content"] == {"error": {"code": "MCP_TOOL_ERROR", "message": data},
+                                          "structured": {"city": "Oslo", "temperature": 21.5}}
 
 
 async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_eager(
