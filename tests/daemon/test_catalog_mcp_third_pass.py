@@ -203,6 +203,25 @@ async def test_a_result_of_structured_content_alone_shows_the_model_its_json(dae
                                           "structured": {"city": "Oslo", "temperature": 21.5}}
 
 
+async def test_a_tool_name_of_128_characters_is_taken_and_one_of_129_is_left_out_saying_its_length(
+        daemon_factory: DaemonFactory) -> None:
+    # MCP names a tool in at most 128 characters. At the limit it is taken (offered under an
+    # alias, its id being past 64); one past it is left out, and its skipped entry, whose name is
+    # shown cut to 128 characters, said only "a tool name is a string of 1 to 128 characters"
+    # of a name 128 characters long as shown. The reason says the length the server sent.
+    at, past = "n" * 128, "m" * 129
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"s": mcp_server("--named", at, "--named", past)}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await d.new_session(token)
+    [server] = (await inventory(d, token))["mcpServers"]
+    assert f"mcp__s__{at}" in server["tools"] and not any(past[:100] in n for n in server["tools"])
+    assert {"name": past[:128], "reason": "a tool name is a string of 1 to 128 characters; this one has 129"} in \
+        server["skippedTools"], server["skippedTools"]
+    body = await run_tool(d, token, sid, "r1", f"mcp__s__{at}", {"text": "at the limit"})
+    assert body["content"] == [{"type": "text", "text": f"{at}: at the limit"}], body
+
+
 async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_eager(
         daemon_factory: DaemonFactory) -> None:
     # `tools.mcpDeferAbove: 11` with two servers of 11 tools: all 22 deferred. One server fails

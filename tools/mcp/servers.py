@@ -31,6 +31,7 @@ from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.json_values import lone_surrogate, nesting, scalars
+from tools.schema_shape import _kind as json_kind
 from tools.schema_shape import schema_problem
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
@@ -429,7 +430,10 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
     if not isinstance(raw, dict):
         return "not an object"
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_TOOL_NAME:
-        return f"a tool name is a string of 1 to {MAX_TOOL_NAME} characters"
+        # (the name a skipped entry shows is cut to the limit: the length says why it was refused)
+        has = (f"this one is {json_kind(name)}" if not isinstance(name, str)
+               else f"this one has {len(name)}" if name else "this one is empty")
+        return f"a tool name is a string of 1 to {MAX_TOOL_NAME} characters; {has}"
     if any(ch.isspace() or not ch.isprintable() for ch in name):
         return "the name holds spaces or control characters"
     if name in seen:
