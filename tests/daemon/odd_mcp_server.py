@@ -12,7 +12,7 @@ of Latin-1, not UTF-8, written as it is), ``--batch`` (answers ``initialize`` wi
 ``2025-03-26``, whose clients receive JSON-RPC batches, and ``tools/list`` and ``tools/call`` each
 as a batch: a ``notifications/message`` first, then the answer), ``--structured`` (adds ``data``, a
 result of ``structuredContent`` and an empty content list, and ``data_error``, the same with
-``isError: true``).
+``isError: true``), ``--no-version`` (answers ``initialize`` without a ``protocolVersion``).
 
 Tools: ``mixed`` (``isError: true`` with text, an image and ``structuredContent``), ``ok`` (a
 result of text, an image and ``structuredContent``).
@@ -80,9 +80,11 @@ def main() -> None:
         msg = json.loads(line)
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
         if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": "2025-03-26" if BATCH else params.get("protocolVersion"), "capabilities": {"tools": {}},
-                "serverInfo": {"name": "odd", "version": "1"}}})
+            answer = {"protocolVersion": "2025-03-26" if BATCH else params.get("protocolVersion"),
+                      "capabilities": {"tools": {}}, "serverInfo": {"name": "odd", "version": "1"}}
+            if "--no-version" in args:
+                del answer["protocolVersion"]
+            send({"jsonrpc": "2.0", "id": rid, "result": answer})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
         elif method == "tools/call":

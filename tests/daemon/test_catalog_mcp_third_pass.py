@@ -222,6 +222,18 @@ async def test_a_tool_name_of_128_characters_is_taken_and_one_of_129_is_left_out
     assert body["content"] == [{"type": "text", "text": f"{at}: at the limit"}], body
 
 
+async def test_a_server_whose_initialize_answer_gives_no_protocol_version_is_failed_saying_so(
+        daemon_factory: DaemonFactory) -> None:
+    # An `initialize` answer without `protocolVersion` was failed as a server speaking "MCP
+    # protocol version 'None'", Python's word for what the server left out. It says so in JSON's.
+    d = await daemon_factory(config={**FAUX, "mcpServers": {"v": odd_server("--no-version", maxRestarts=0)}})
+    token = await d.pair("third-pass", strong=True)
+    [server] = (await inventory(d, token))["mcpServers"]
+    assert server["status"] == "failed" and server["error"] == (
+        "the server's initialize answer gives no protocolVersion; Lens speaks 2025-11-25, 2025-06-18, "
+        "2025-03-26, 2024-11-05"), server
+
+
 async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_eager(
         daemon_factory: DaemonFactory) -> None:
     # `tools.mcpDeferAbove: 11` with two servers of 11 tools: all 22 deferred. One server fails

@@ -28,6 +28,7 @@ import trio
 from events.secrets import Secrets
 from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
 from tools.json_values import lone_surrogate
+from tools.schema_shape import _kind as json_kind
 
 from .escaped import Escaped
 
@@ -428,6 +429,11 @@ async def _initialize(conn: Connection, timeout: float) -> None:
     if not isinstance(result, dict):
         raise McpError("MCP_START_FAILED", "initialize answered something that is not an object")
     version = result.get("protocolVersion")
+    if not isinstance(version, str):  # (said as JSON says it: a missing one was "version 'None'")
+        said = ("gives no protocolVersion" if "protocolVersion" not in result
+                else f"gives a protocolVersion that is {json_kind(version)}, not a version string")
+        raise McpError("MCP_START_FAILED", f"the server's initialize answer {said}; "
+                                           f"Lens speaks {', '.join(PROTOCOL_VERSIONS)}")
     if version not in PROTOCOL_VERSIONS:
         raise McpError("MCP_START_FAILED", f"the server speaks MCP protocol version "
                                            f"{conn.secrets.cut(str(version), 40)!r}; "
