@@ -7,7 +7,12 @@ that logs to stdout does), ``--loose`` (adds tools whose input schemas are objec
 allow: ``properties`` a list, ``required`` a string, a property's schema a number, a ``type``
 naming no JSON type, an array's ``items`` a string below ``$defs``, an empty ``anyOf``; and
 ``fine``, whose valid schema uses boolean schemas, a type list, ``prefixItems`` and properties
-named as keywords).
+named as keywords), ``--latin1`` (adds ``latin1``, whose result's text holds ``caf\\xe9``: a byte
+of Latin-1, not UTF-8, written as it is), ``--batch`` (answers ``initialize`` with the version
+``2025-03-26``, whose clients receive JSON-RPC batches, and ``tools/list`` and ``tools/call`` each
+as a batch: a ``notifications/message`` first, then the answer), ``--structured`` (adds ``data``, a
+result of ``structuredContent`` and an empty content list, and ``data_error``, the same with
+``isError: true``), ``--no-version`` (answers ``initialize`` without a ``protocolVersion``).
 
 Tools: ``mixed`` (``isError: true`` with text, an image and ``structuredContent``), ``ok`` (a
 result of text, an image and ``structuredContent``).
@@ -49,9 +54,15 @@ LOOSE = [
          "properties": {"enum": [1, 2]}},
      "required": ["type"]}},
 ]
+BATCH = "--batch" in sys.argv[1:]
+STRUCTURED = [{"name": "data", "description": "Structured content alone", "inputSchema": OBJ},
+              {"name": "data_error", "description": "An error of structured content alone", "inputSchema": OBJ}]
+LATIN1 = [{"name": "latin1", "description": "A result holding a byte of Latin-1", "inputSchema": OBJ}]
 
 
 def send(msg: dict) -> None:
+    if BATCH and "result" in msg and "protocolVersion" not in msg["result"]:
+        msg = [{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "batched"}}, msg]
     sys.stdout.write(json.dumps(msg) + "\n")
     sys.stdout.flush()
 
@@ -61,20 +72,33 @@ def main() -> None:
     if "--banner" in args:
         sys.stdout.write(args[args.index("--banner") + 1] + "\n")
         sys.stdout.flush()
-    tools = TOOLS + (LOOSE if "--loose" in args else [])
+    tools = TOOLS + (LOOSE if "--loose" in args else []) + (LATIN1 if "--latin1" in args else []) + (
+        STRUCTURED if "--structured" in args else [])
     for line in sys.stdin:
         if not line.strip():
             continue
         msg = json.loads(line)
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
         if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
-                "serverInfo": {"name": "odd", "version": "1"}}})
+            answer = {"protocolVersion": "2025-03-26" if BATCH else params.get("protocolVersion"),
+                      "capabilities": {"tools": {}}, "serverInfo": {"name": "odd", "version": "1"}}
+            if "--no-version" in args:
+                del answer["protocolVersion"]
+            send({"jsonrpc": "2.0", "id": rid, "result": answer})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
         elif method == "tools/call":
             name = params.get("name")
+            if name == "latin1":  # (the JSON is written, then its marker replaced by a byte of Latin-1)
+                line = json.dumps({"jsonrpc": "2.0", "id": rid, "result": {
+                    "content": [{"type": "text", "text": "caf@"}]}}).encode().replace(b"@", b"\xe9")
+                sys.stdout.buffer.write(line + b"\n")
+                sys.stdout.flush()
+                continue
+            if name in ("data", "data_error"):
+                send({"jsonrpc": "2.0", "id": rid, "result": {"content": [], "isError": name == "data_error",
+                                                              "structuredContent": {"city": "Oslo", "temperature": 21.5}}})
+                continue
             content = [{"type": "text", "text": f"{name} said so"},
                        {"type": "image", "data": PNG, "mimeType": "image/png"}]
             result = {"content": content, "structuredContent": {"tool": name}}

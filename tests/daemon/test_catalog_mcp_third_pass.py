@@ -5,11 +5,13 @@ server ``tests/mcp/server.py`` and ``odd_mcp_server.py`` beside this file), ``GE
 ``test_catalog_mcp_second_pass.py``), ``test_mcp.py`` and ``tests/mcp/`` hold is not repeated:
 input schemas JSON Schema does not allow, two sessions calling one server at once, an error
 result carrying an image and structured content, a server that writes a banner on stdout before
-the handshake, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
+the handshake or a byte that is not UTF-8 in a result, one answering in JSON-RPC batches, a result of structured content alone, one server's failure and the deferral of another's tools (`mcpDeferAbove`), the
 alias of a tool whose server is down, and a provider's key kept from a server unless named."""
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -131,6 +133,105 @@ async def test_a_server_writing_a_banner_on_stdout_before_the_handshake_is_faile
     assert body["error_code"] == "MCP_SERVER_UNAVAILABLE"
     assert body["content"][0]["text"] == f"MCP_SERVER_UNAVAILABLE: mcp__b__ok: MCP server 'b' failed: {why}"
     assert (await run_tool(d, token, sid, "r2", "get_system_time", {}))["status"] == "ok"
+
+
+async def test_a_server_writing_a_byte_that_is_not_utf8_is_failed_saying_so_and_naming_the_byte(
+        daemon_factory: DaemonFactory) -> None:
+    # MCP's stdio messages are UTF-8. A result line that is JSON but for one byte of Latin-1 ends
+    # the connection as a line that is not JSON-RPC does ("MCP servers (F-TOOL-5)"), and the call,
+    # the inventory and the daemon's log said "a line that is not JSON", of a line that reads as
+    # JSON. They say it is not UTF-8, with the byte and its offset in the line; the session goes on.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"l": odd_server("--latin1", maxRestarts=0)}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await d.new_session(token)
+    body = await run_tool(d, token, sid, "r1", "mcp__l__latin1", {})
+    assert body["error_code"] == "MCP_SERVER_UNAVAILABLE", body
+    text = body["content"][0]["text"]
+    m = re.search(r"the server wrote a line that is not UTF-8 on stdout \(byte 0xe9 at offset (\d+); MCP "
+                  r"messages are UTF-8\): (b'.*')\)$", text)
+    assert m is not None and "not JSON" not in text, text
+    head = "MCP_SERVER_UNAVAILABLE: mcp__l__latin1: MCP server 'l' stopped during the call ("
+    assert text.startswith(head)
+    line = ast.literal_eval(m.group(2))
+    assert line.endswith(b'"text": "caf\xe9"}]}}') and line.index(b"\xe9") == int(m.group(1))
+
+    async def failed() -> dict[str, Any] | None:
+        [server] = (await inventory(d, token))["mcpServers"]
+        return server if server["status"] == "failed" else None
+    server = await wait_until(failed, what="server l failed")
+    assert server["error"] == text[len(head):-1], server
+    assert (await run_tool(d, token, sid, "r2", "get_system_time", {}))["status"] == "ok"
+
+
+async def test_a_server_answering_in_json_rpc_batches_is_read_message_by_message(
+        daemon_factory: DaemonFactory) -> None:
+    # JSON-RPC 2.0 lets a peer send an array of messages, and MCP 2025-03-26 (a version the daemon
+    # takes) has clients receive them. A server of that version answering `tools/list` as a batch
+    # (a log notification, then the answer) was failed at start for writing "something that is
+    # not JSON-RPC 2.0". Its messages are read in order: it runs, its tools answer.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"b": odd_server("--batch", maxRestarts=0)}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await d.new_session(token)
+    [server] = (await inventory(d, token))["mcpServers"]
+    assert server["status"] == "running" and server["error"] is None, server
+    assert server["protocolVersion"] == "2025-03-26" and server["tools"] == ["mcp__b__mixed", "mcp__b__ok"]
+    body = await run_tool(d, token, sid, "r1", "mcp__b__ok", {})
+    assert body["status"] == "ok" and body["content"][0] == {"type": "text", "text": "ok said so"}, body
+
+
+async def test_a_result_of_structured_content_alone_shows_the_model_its_json(daemon_factory: DaemonFactory) -> None:
+    # MCP has a tool that returns `structuredContent` repeat it as text, but a server need not.
+    # A result of structured content and no content blocks reached the model as an empty result
+    # (a model sees a result's content alone): the data never reached it, and an error result
+    # said "reported an error without a message". The JSON is the result's text when its content
+    # gives none; the structured content stays as it was.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"o": odd_server("--structured")}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await d.new_session(token)
+    data = '{"city":"Oslo","temperature":21.5}'
+    body = await run_tool(d, token, sid, "r1", "mcp__o__data", {})
+    assert body["status"] == "ok" and body["content"] == [{"type": "text", "text": data}], body
+    assert body["structured_content"] == {"city": "Oslo", "temperature": 21.5}
+    view = (await d.get(f"/sessions/{sid}", token)).json()
+    assert view["items"][-1]["text"] == f"The tool answered: {data}"  # (the faux model echoes what it was sent)
+    body = await run_tool(d, token, sid, "r2", "mcp__o__data_error", {})
+    assert body["error_code"] == "MCP_TOOL_ERROR" and body["content"] == [{"type": "text", "text": data}], body
+    assert body["structured_content"] == {"error": {"code": "MCP_TOOL_ERROR", "message": data},
+                                          "structured": {"city": "Oslo", "temperature": 21.5}}
+
+
+async def test_a_tool_name_of_128_characters_is_taken_and_one_of_129_is_left_out_saying_its_length(
+        daemon_factory: DaemonFactory) -> None:
+    # MCP names a tool in at most 128 characters. At the limit it is taken (offered under an
+    # alias, its id being past 64); one past it is left out, and its skipped entry, whose name is
+    # shown cut to 128 characters, said only "a tool name is a string of 1 to 128 characters"
+    # of a name 128 characters long as shown. The reason says the length the server sent.
+    at, past = "n" * 128, "m" * 129
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]},
+                                     "mcpServers": {"s": mcp_server("--named", at, "--named", past)}})
+    token = await d.pair("third-pass", strong=True)
+    sid = await d.new_session(token)
+    [server] = (await inventory(d, token))["mcpServers"]
+    assert f"mcp__s__{at}" in server["tools"] and not any(past[:100] in n for n in server["tools"])
+    assert {"name": past[:128], "reason": "a tool name is a string of 1 to 128 characters; this one has 129"} in \
+        server["skippedTools"], server["skippedTools"]
+    body = await run_tool(d, token, sid, "r1", f"mcp__s__{at}", {"text": "at the limit"})
+    assert body["content"] == [{"type": "text", "text": f"{at}: at the limit"}], body
+
+
+async def test_a_server_whose_initialize_answer_gives_no_protocol_version_is_failed_saying_so(
+        daemon_factory: DaemonFactory) -> None:
+    # An `initialize` answer without `protocolVersion` was failed as a server speaking "MCP
+    # protocol version 'None'", Python's word for what the server left out. It says so in JSON's.
+    d = await daemon_factory(config={**FAUX, "mcpServers": {"v": odd_server("--no-version", maxRestarts=0)}})
+    token = await d.pair("third-pass", strong=True)
+    [server] = (await inventory(d, token))["mcpServers"]
+    assert server["status"] == "failed" and server["error"] == (
+        "the server's initialize answer gives no protocolVersion; Lens speaks 2025-11-25, 2025-06-18, "
+        "2025-03-26, 2024-11-05"), server
 
 
 async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_eager(

@@ -389,6 +389,34 @@ async def test_a_tool_list_past_100_pages_is_reported_cut(daemon_factory: Daemon
     assert f"MCP server long: {long['listCut']}" in caplog.messages
 
 
+async def test_a_tool_list_ends_at_an_empty_cursor_and_at_a_cursor_given_again(
+        daemon_factory: DaemonFactory, caplog: pytest.LogCaptureFixture) -> None:
+    # A last page with `nextCursor: ""` (servers write it for "no more pages") or with a cursor
+    # the server gave already was asked for again, 100 pages in all: every tool came back "listed
+    # twice" (97 skipped entries for 13 tools) and the listing was reported cut, its tools
+    # "not available". The empty cursor ends the list; a cursor given again ends it, said so.
+    caplog.set_level("WARNING", logger="lens.mcp")
+    d = await daemon_factory(config={"tools": {"eager": ["mcp__*"]}, "mcpServers": {
+        "empty": server("--page-size", "4", "--last-cursor", ""),
+        "again": server("--page-size", "4", "--last-cursor", "8")}})
+    token = await d.pair("mcp-client", strong=True)
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    unusable = [{"name": "bad schema", "reason": "the name holds spaces or control characters"},
+                {"name": "no_schema", "reason": "inputSchema is not a JSON object schema (type: object)"}]
+    for name in ("empty", "again"):  # (13 tools on 4 pages, two of them unusable)
+        srv = servers[name]
+        assert srv["status"] == "running" and srv["toolCount"] == 11, srv
+        assert srv["skippedTools"] == unusable and len(srv["tools"]) == len(set(srv["tools"])) == 11
+    assert servers["empty"]["listCut"] is None
+    assert servers["again"]["listCut"] == ("tools/list stopped after 4 page(s), 13 tool(s): the server gave the cursor "
+                                           "'8' again, which would list its pages again; the tools of the pages "
+                                           "read are available")
+    assert [m for m in caplog.messages if "tools/list" in m] == [f"MCP server again: {servers['again']['listCut']}"]
+    sid = await d.new_session(token)
+    body = await run_tool(d, token, sid, "r1", "mcp__again__echo", {"text": "listed once"})
+    assert body["content"] == [{"type": "text", "text": "echo: listed once"}], body
+
+
 async def test_a_tool_whose_schema_nests_too_deep_is_left_out_not_offered(
         daemon_factory: DaemonFactory, nursery: trio.Nursery) -> None:
     # A schema nested deep enough to pass the JSON reader but not the SDK's JSON writer (which

@@ -28,6 +28,7 @@ import trio
 from events.secrets import Secrets
 from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
 from tools.json_values import lone_surrogate
+from tools.schema_shape import _kind as json_kind
 
 from .escaped import Escaped
 
@@ -244,12 +245,29 @@ class Connection:
         try:
             # (a large result is parsed off the event loop)
             msg = json.loads(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(json.loads, line)
+        except UnicodeDecodeError as exc:
+            # (MCP's stdio messages are UTF-8: a line of JSON holding another encoding's bytes is
+            # refused as one that is not JSON is, but said as what it is, with the first bad byte)
+            raise _ProtocolViolation(
+                f"the server wrote a line that is not UTF-8 on stdout (byte 0x{line[exc.start]:02x} at offset "
+                f"{exc.start}; MCP messages are UTF-8): {self.secrets.cut(line, 200)!r}") from None
         except ValueError:
             raise _ProtocolViolation(f"the server wrote a line that is not JSON on stdout: {self.secrets.cut(line, 200)!r}") from None
         except RecursionError:
             raise _ProtocolViolation(f"the server wrote JSON nested too deep to read on stdout: {self.secrets.cut(line, 200)!r}") from None
-        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        # A batch (JSON-RPC 2.0's array of messages, which MCP 2025-03-26 has clients receive) is
+        # its messages in order; an empty one, or one holding something else, is no JSON-RPC.
+        batch = msg if isinstance(msg, list) and msg else [msg]
+        if not all(isinstance(m, dict) and m.get("jsonrpc") == "2.0" for m in batch):
             raise _ProtocolViolation(f"the server wrote something that is not JSON-RPC 2.0: {self.secrets.cut(line, 200)!r}")
+        for i, m in enumerate(batch):
+            if i % 1000 == 999:  # (a batch of a million pings is answered without holding the loop)
+                await trio.lowlevel.checkpoint()
+            await self._dispatch_message(m)
+
+    async def _dispatch_message(self, msg: dict[str, Any]) -> None:
+        """One JSON-RPC 2.0 message of the server's: a request it makes, a notification, or the
+        answer to a request of ours."""
         method = msg.get("method")
         if isinstance(method, str):
             if "id" in msg:  # a request from the server: answer the ones a client must
@@ -411,6 +429,11 @@ async def _initialize(conn: Connection, timeout: float) -> None:
     if not isinstance(result, dict):
         raise McpError("MCP_START_FAILED", "initialize answered something that is not an object")
     version = result.get("protocolVersion")
+    if not isinstance(version, str):  # (said as JSON says it: a missing one was "version 'None'")
+        said = ("gives no protocolVersion" if "protocolVersion" not in result
+                else f"gives a protocolVersion that is {json_kind(version)}, not a version string")
+        raise McpError("MCP_START_FAILED", f"the server's initialize answer {said}; "
+                                           f"Lens speaks {', '.join(PROTOCOL_VERSIONS)}")
     if version not in PROTOCOL_VERSIONS:
         raise McpError("MCP_START_FAILED", f"the server speaks MCP protocol version "
                                            f"{conn.secrets.cut(str(version), 40)!r}; "

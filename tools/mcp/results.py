@@ -4,7 +4,8 @@ Content blocks map as: ``text`` → text part; ``image`` (PNG, JPEG, GIF, WebP u
 artifact + image part (a whole one of at most 8000 pixels a side, as ``view_image`` takes; else
 a text line saying why it is not shown); any other binary (``audio``, a ``resource`` with a
 ``blob``, an image of another type) → artifact + a text line naming it; ``resource`` with ``text`` → text headed by its
-URI; ``resource_link`` → a text line. ``structuredContent`` becomes the structured content.
+URI; ``resource_link`` → a text line. ``structuredContent`` becomes the structured content, and,
+in a result whose content gives nothing (none, or empty text), its JSON is the text too.
 ``isError: true`` makes an error result (``MCP_TOOL_ERROR``) carrying the server's content.
 
 Caps: the text of one result at most :data:`MAX_TEXT_BYTES` (the rest is cut, and the result
@@ -147,6 +148,10 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
             b.content.append(t.TextPart(f"[structured content left out: "
                                         f"{problem or f'{size} bytes of JSON, above the {MAX_STRUCTURED_BYTES}-byte cap'}]"))
             structured = None
+    if structured is not None and not b.content:
+        # (structured content alone: MCP asks a server to repeat it as text, and one that does not
+        # would answer the model nothing, which sees a result's content only: it sees the JSON)
+        b.text(msgspec.json.encode(structured).decode())
     if result.get("isError") is True:
         message = (b.secrets.cut("".join(p.text for p in b.content if isinstance(p, t.TextPart)), 2000)
                    or f"{tool} reported an error without a message")

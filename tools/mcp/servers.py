@@ -31,6 +31,7 @@ from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
 from tools.json_values import lone_surrogate, nesting, scalars
+from tools.schema_shape import _kind as json_kind
 from tools.schema_shape import schema_problem
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
@@ -251,9 +252,15 @@ class McpServers:
         """Every page of the server's tool list, at most :attr:`max_pages` of them and none after
         the one that reached :attr:`max_tools` tools. A list cut there is said in ``s.list_cut``
         (the inventory's ``listCut``) and logged when the cut starts or changes: the tools on the
-        unread pages are unknown, so ``skippedTools`` cannot name them."""
+        unread pages are unknown, so ``skippedTools`` cannot name them.
+
+        A page whose ``nextCursor`` is empty ends the list, as one without it does (servers write
+        ``""`` for "no more pages", and a client's ``while (cursor)`` reads it so). A cursor the
+        server gave already ends it too, said in ``s.list_cut``: asked for again, it would answer
+        the pages read already, round and round until the page limit, every tool "listed twice"."""
         tools: list[Any] = []
         cursor: Any = None
+        given: list[Any] = []  # the cursors the server gave (a list: a cursor that is no string may be unhashable)
         pages = 0
         while True:
             try:
@@ -268,9 +275,15 @@ class McpServers:
             tools += page["tools"]
             pages += 1
             cursor = page.get("nextCursor")
-            if cursor is None:
+            if cursor is None or cursor == "":
                 _say_cut(s, None)
                 return tools
+            if cursor in given:
+                _say_cut(s, f"tools/list stopped after {pages} page(s), {len(tools)} tool(s): the server gave the "
+                            f"cursor {self.secrets.cut(_clean(str(cursor)), 100, '…')!r} again, which would list "
+                            f"its pages again; the tools of the pages read are available")
+                return tools
+            given.append(cursor)
             if len(tools) >= self.max_tools or pages >= self.max_pages:
                 break
         limit = f"{self.max_tools} tools" if len(tools) >= self.max_tools else f"{self.max_pages} pages"
@@ -417,7 +430,10 @@ def _unusable(raw: Any, name: Any, seen: set[str]) -> str | None:
     if not isinstance(raw, dict):
         return "not an object"
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_TOOL_NAME:
-        return f"a tool name is a string of 1 to {MAX_TOOL_NAME} characters"
+        # (the name a skipped entry shows is cut to the limit: the length says why it was refused)
+        has = (f"this one is {json_kind(name)}" if not isinstance(name, str)
+               else f"this one has {len(name)}" if name else "this one is empty")
+        return f"a tool name is a string of 1 to {MAX_TOOL_NAME} characters; {has}"
     if any(ch.isspace() or not ch.isprintable() for ch in name):
         return "the name holds spaces or control characters"
     if name in seen:
