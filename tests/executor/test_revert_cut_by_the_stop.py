@@ -39,31 +39,15 @@ PART = ("[the revert was applied in part before the call was cut off: b.txt rest
 WHOLE = "[the revert was applied all the same before the call was cut off: b.txt, a.txt restored]"
 
 
-def restore_held(tmp_path: Path, n: int, point: str) -> Any:
-    """A relay's ``before_call`` that has the executor hold restore ``n`` at ``point``."""
-    if n == 1:
-        return restore_held_second(tmp_path, point)
-
-    def hold(request: Any) -> None:
-        if request.tool == "restore" and request.call_id.endswith(f"/{n}"):
-            (tmp_path / "hold").write_text(point)
-
-    return hold
-
-
 async def cut_by_the_stop(tmp_path: Path, relay: Relay, token: str, ws: Path, held: Path, *, abort: bool,
                           held_restore: int) -> str:
     """Session edit1 (a.txt, then b.txt), then revert1 of it, cut off by the daemon's stop while
     the executor holds restore ``held_restore``; with ``abort``, an abort waits for that
     restore's end (Core's ``Stop`` sent) when the stop comes. Returns the session's id once that
-    runtime has ended and the held restore has been let go and has ended."""
+    runtime has ended and the held restore has been let go (with the abort, once it completed)."""
     stopping = trio.Event()
     remote = RemoteExecutor(relay.address, token)
     stopped = f"revert1/{held_restore}"
-    # (let go once the executor has answered Core's Stop, not once the relay has it: a restore
-    # received and not run then writes nothing, its look finding the stop)
-    answered: list[Any] = []
-    relay.stop_reply = lambda reply: answered.append(reply) or reply
     with trio.fail_after(30):
         async with trio.open_nursery() as helpers:
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, stopping=stopping, **TOOLS) as (
@@ -85,11 +69,11 @@ async def cut_by_the_stop(tmp_path: Path, relay: Relay, token: str, ws: Path, he
                     helpers.start_soon(release_once_stopped)
             if abort:
                 await until(lambda: (ws / "a.txt").read_text() == "a\n")  # (the restore completed)
-            else:  # (the stop cut the call off: Core's Stop answered, the restore is let go)
-                await until(lambda: answered)
+            else:  # (let go once the executor has answered Core's Stop, not once the relay has it:
+                # received and not run, the restore then writes nothing, its look finding the stop)
+                await until(lambda: f"{sid}:{stopped}" in relay.stops_answered)
                 release_held(tmp_path)
             helpers.cancel_scope.cancel()  # (the client's request goes with the stop)
-    relay.stop_reply = None
     events = log_of(tmp_path, sid)
     assert [e.kind for e in events if e.kind in ("run.aborted", "file.reverted")
             or (e.kind == "tool.finished" and e.event.call_id == "revert1")] == []
@@ -105,7 +89,7 @@ async def test_a_revert_the_daemons_stop_cut_off_is_recorded_at_restart_with_the
     point = "before_publish" if abort else "call:restore"
     with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
         ws = with_two_files(executor.workspace)
-        with Relay(executor.address, before_call=restore_held(tmp_path, 1, point)) as relay:
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, point)) as relay:
             sid = await cut_by_the_stop(tmp_path, relay, executor.token, ws, held, abort=abort, held_restore=1)
             assert (ws / "b.txt").read_text() == "b\n" and (ws / "a.txt").read_text() == ("a\n" if abort else "A\n")
 
@@ -157,7 +141,7 @@ async def test_a_revert_the_daemons_stop_cut_off_before_any_restore_records_noth
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
         ws = with_two_files(executor.workspace)
-        with Relay(executor.address, before_call=restore_held(tmp_path, 0, "call:restore")) as relay:
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore", n=0)) as relay:
             sid = await cut_by_the_stop(tmp_path, relay, executor.token, ws, held, abort=False, held_restore=0)
             asked = len(relay.stops)
             async with agent_runtime(tmp_path, ws, SCRIPT, remote=RemoteExecutor(relay.address, executor.token),
@@ -179,7 +163,7 @@ async def test_a_revert_cut_off_whose_executor_is_out_of_reach_at_restart_is_rec
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
         ws = with_two_files(executor.workspace)
-        with Relay(executor.address, before_call=restore_held(tmp_path, 1, "call:restore")) as relay:
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore")) as relay:
             sid = await cut_by_the_stop(tmp_path, relay, executor.token, ws, held, abort=False, held_restore=1)
             gone = relay.address
     # (the relay is closed: nothing listens at its address any more)

@@ -76,10 +76,11 @@ def with_two_files(ws: Path) -> Path:
     return ws
 
 
-def restore_held_second(tmp_path: Path, point: str) -> Any:
-    """A relay's ``before_call`` that has the executor hold the second restore at ``point``."""
+def restore_held_second(tmp_path: Path, point: str, n: int = 1) -> Any:
+    """A relay's ``before_call`` that has the executor hold the second restore (``n``: restore
+    ``n``, counted from 0) at ``point``."""
     def hold(request: pb.ToolRequest) -> None:
-        if request.tool == "restore" and request.call_id.endswith("/1"):
+        if request.tool == "restore" and request.call_id.endswith(f"/{n}"):
             (tmp_path / "hold").write_text(point)
 
     return hold
@@ -293,7 +294,9 @@ async def test_a_revert_cut_off_before_its_first_restore_hands_nothing_to_record
                             async def cut_off() -> None:
                                 await wait_path(held, timeout=20)
                                 scope.cancel()
-                                await until(lambda: "ses_cut:r1/0" in relay.stops)
+                                # (answered: the restore, let go before the executor had the
+                                # Stop, would find its caller, the relay, waiting, and write)
+                                await until(lambda: "ses_cut:r1/0" in relay.stops_answered)
                                 release_held(tmp_path)
 
                             nursery.start_soon(cut_off)
