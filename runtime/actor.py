@@ -959,10 +959,7 @@ class SessionActor:
         elif isinstance(step, d.RunCall):
             await self._run_call(agent_id, task_id, step)
         elif isinstance(step, d.InterruptCall):
-            said = (QUESTION_INTERRUPTED_TEXT if d.question_cancelled(self.state, step.call) else INTERRUPTED_TEXT)
-            await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ToolFinished(
-                call_id=step.call.call_id, name=step.call.name, status="interrupted", is_error=True,
-                content=[t.TextPart(said)], error_code="INTERRUPTED"), agent_id, task_id)]))
+            await self._interrupt_call(agent_id, task_id, step)
         elif isinstance(step, d.SkipCalls):
             await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ToolFinished(
                 call_id=c.call_id, name=c.name, status="skipped", is_error=True,
@@ -974,6 +971,32 @@ class SessionActor:
         elif isinstance(step, d.FinishAgent):
             await self._emit(self._if_current(agent_id, step, lambda: [
                 d.Scoped(t.AgentFinished(status=step.status, result=step.result), agent_id, task_id)]))
+
+    async def _interrupt_call(self, agent_id: str, task_id: str | None, step: d.InterruptCall) -> None:
+        """Record ``step.call``, cut off by the daemon's stop or a crash and not replay-safe,
+        ``interrupted``; first its tool is asked what the call completed all the same
+        (``ToolSpec.completed_when_interrupted``: a ``revert_call``'s restores), recorded after
+        its ``tool.finished``, in the same write, and said first in its text, as an abort records
+        a cut-off call's (held as its cut events meanwhile: an abort coming first records them)."""
+        call = step.call
+        spec = self.deps.tools.get(call.name)
+        if spec is not None and spec.completed_when_interrupted is not None:
+            ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
+                              agent_id == MAIN_AGENT,
+                              file_edits=lambda cid: list(self.state.file_edits.get(cid, [])),
+                              secrets=self.deps.store.secrets)
+            done = await spec.completed_when_interrupted(call.arguments, ctx)
+            if done:
+                self._cut_events.setdefault(call.call_id, d.CutEdits()).events.extend(done)
+        cut = self._cut_events.get(call.call_id)
+        said = (QUESTION_INTERRUPTED_TEXT if d.question_cancelled(self.state, call) else INTERRUPTED_TEXT)
+        try:
+            await self._emit(self._if_current(agent_id, step, lambda: [d.Scoped(t.ToolFinished(
+                call_id=call.call_id, name=call.name, status="interrupted", is_error=True,
+                content=d.with_note([t.TextPart(said)], d.applied_edits_note(cut)), error_code="INTERRUPTED"),
+                agent_id, task_id)] + [d.Scoped(e, agent_id, task_id) for e in (cut.events if cut else ())]))
+        finally:
+            self._let_go_cut_events(call.call_id)
 
     async def _request_model(self, agent_id: str, task_id: str | None, step: d.Step) -> None:
         state = self.state

@@ -168,6 +168,12 @@ class ToolResult:
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+# What a call of a tool that is not replay-safe, cut off by the daemon's stop or a crash, did all
+# the same: asked by the session's restart as it records the call interrupted (it never runs
+# again), given the call's arguments as the model's JSON text; the events it returns (never
+# raises for the executor's failures: it logs them) are recorded after the call's interrupted
+# ``tool.finished``, in the same write.
+CompletedFn = Callable[[str, ToolContext], Awaitable[list[t._Event]]]
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,9 @@ class ToolSpec:
     # Example argument objects (the context plane's): sent to the model after the description
     # (:meth:`offered_description`), shown by ``capability_search`` and in the inventory.
     input_examples: tuple[dict[str, Any], ...] = ()
+    # For a tool that is not replay-safe: what a call of it cut off before a restart completed
+    # (:data:`CompletedFn`; ``revert_call``: its restores). None: nothing is asked.
+    completed_when_interrupted: CompletedFn | None = None
 
     def schema(self) -> dict[str, Any]:
         """The tool as model requests offer it (providers send the name under its F-MOD-3 alias)."""

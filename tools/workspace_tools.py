@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import secrets
 import signal
@@ -176,6 +177,15 @@ def restore_call_id(session_id: str, call_id: str, n: int) -> str:
     keeps to the id rule (``recordable_call_id``): no ``/``. So no call's id, whatever a model
     names it, is a restore's (``session:c1:0``, the form before, was also an edit ``c1:0``'s)."""
     return f"{session_id}:{call_id}/{n}"
+
+
+def reverted_event(call_id: str, target: str, restored: list[str], edits: Sequence[t.FileEdited]) -> t.FileReverted:
+    """The ``file.reverted`` of ``revert_call`` ``call_id`` of call ``target`` whose edits were
+    ``edits``, that restored ``restored`` (one path per restore, in order: the last edits, last
+    first): ``partial`` when it stopped before the last, and the state keeps the call's other
+    edits, which ``revert_call`` of the call again restores."""
+    return t.FileReverted(call_id=call_id, reverted_call_id=target, paths=list(restored),
+                          partial=len(restored) < len(edits))
 
 
 async def check_where_it_leads(ctx: ToolContext, client: Any, tool: str, arg: str, path: str,
@@ -460,10 +470,7 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         restored: list[str] = []  # (one per restore done, in order: the last edits, last first)
 
         def reverted() -> t.FileReverted:
-            # (what was restored: a revert that stopped part way says so, and the state keeps the
-            # call's other edits, which revert_call of the call again restores)
-            return t.FileReverted(call_id=ctx.call_id, reverted_call_id=target, paths=list(restored),
-                                  partial=len(restored) < len(edits))
+            return reverted_event(ctx.call_id, target, restored, edits)
 
         def refused(e: t.FileEdited, where: str, code: str, message: str) -> ToolError:
             # (a restore that could not be done, whatever stopped it: its file, and what was restored before it)
@@ -516,6 +523,53 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             return dataclasses.replace(ToolResult.error(exc.code, exc.message), events=[reverted()])
         return ToolResult.text(f"reverted call {target}: restored {', '.join(restored)}",
                                {"call_id": target, "paths": restored}, events=[reverted()])
+
+    async def restores_completed(arguments: str, ctx: ToolContext) -> list[t._Event]:
+        """``revert_call``'s :data:`tools.base.CompletedFn`: the ``file.reverted`` of the restores
+        that a call cut off before the session's restart completed on the executor (none: no event).
+
+        The restores ran one after another, the n-th (:func:`restore_call_id`) sent only once the
+        one before it had completed, so they are asked in order, each by a ``Stop`` with its id
+        (the answer carries a completed call's reply, from the executor's call journal), until one
+        that did not complete: none after it was sent. The ``Stop`` leaves each id remembered,
+        refusing a later send under it: right for a call that never runs again. All the asks are
+        bounded together (``ABORT_STOP_ANSWER_WAIT_S``); past it, or when the executor cannot be
+        reached, or a restore asked has not ended, a warning names the call, and the restores
+        confirmed before are recorded alone (an answer that cannot be read is logged by
+        :func:`completed_outcome`, and ends the asks the same way)."""
+        try:
+            args = json.loads(arguments)
+        except ValueError:
+            return []
+        target = args.get("call_id") if isinstance(args, dict) else None
+        edits = ctx.file_edits(target) if isinstance(target, str) and target and ctx.file_edits is not None else []
+        if not edits or ctx.project_id is None:
+            return []  # (nothing to revert: the call restored nothing)
+        restored: list[str] = []
+        why: str | None = None
+        with trio.move_on_after(ABORT_STOP_ANSWER_WAIT_S) as asking:
+            try:
+                ex = await pool.get(ctx.project_id)
+                for n, e in enumerate(reversed(edits)):
+                    call_id = restore_call_id(ctx.session_id, ctx.call_id, n)
+                    reply = await ex.client.stop(call_id, max(asking.deadline - trio.current_time(), 0.01))
+                    if reply.found and not reply.ended:
+                        why = f"had not ended its restore {call_id} when asked"
+                        break
+                    if not reply.HasField("call") or completed_outcome("restore", call_id, reply.call) is None:
+                        break
+                    restored.append(_restored(e))
+            except EXECUTOR_FAILURES as exc:
+                why = (f"could not be asked about them ({getattr(exc, 'code', type(exc).__name__)}: "
+                       f"{getattr(exc, 'message', None) or exc})")
+        if asking.cancelled_caught:
+            why = f"did not answer about them within {ABORT_STOP_ANSWER_WAIT_S:g} s"
+        if why is not None:
+            log.warning("call %s:%s (revert_call), cut off before the session's restart, is recorded interrupted; "
+                        "the restores it completed on the executor are recorded as far as confirmed (%d of %d), "
+                        "as the executor of project %s %s", ctx.session_id, ctx.call_id, len(restored), len(edits),
+                        ctx.project_id, why)
+        return [reverted_event(ctx.call_id, target, restored, edits)] if restored else []
 
     async def run_command(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         usage = "run_command takes {command, timeout_ms?, max_output_bytes?, cwd?}"
@@ -673,7 +727,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
         ToolSpec("revert_call", "Restore the files an earlier edit_file/patch_file call of this session changed "
                  "to their exact prior bytes (refused if they changed since).",
                  {"type": "object", "properties": {"call_id": {"type": "string"}}, "required": ["call_id"],
-                  "additionalProperties": False}, revert_call, read_only=False),
+                  "additionalProperties": False}, revert_call, read_only=False,
+                 completed_when_interrupted=restores_completed),
         ToolSpec("run_command", "Run a shell command in the workspace (timeout_ms default 120000, output capped, "
                  "cancellable).",
                  {"type": "object", "properties": {"command": {"type": "string"},

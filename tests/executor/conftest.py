@@ -173,16 +173,18 @@ def release_held(tmp_path: Path) -> None:
 
 
 async def cut_off_when_held(relay: Relay, held: Path, stop_id: str, cut: Callable[[], Any] | None = None, *,
-                            timeout: float = 20.0) -> None:
+                            timeout: float = 20.0, answered: bool = False) -> None:
     """Once the executor of :func:`executor_held_at` holds the call (``held`` appears), ``cut()``
     it off (a cancel scope's ``cancel``, a clock's jump past its time limit, an abort started;
     None: something else cuts it, its deadline or the daemon's stop), wait until Core has sent
-    its ``Stop`` by ``stop_id`` through ``relay``, and let the held call go on
-    (:func:`release_held`). Each wait is bounded by ``timeout`` (``trio.TooSlowError``)."""
+    its ``Stop`` by ``stop_id`` through ``relay`` (``answered``: until the executor has answered
+    it, so a call let go finds its caller gone rather than the relay still waiting on it), and let
+    the held call go on (:func:`release_held`). Each wait is bounded by ``timeout``
+    (``trio.TooSlowError``)."""
     await wait_path(held, timeout)
     if cut is not None:
         cut()
-    await until(lambda: stop_id in relay.stops, timeout)
+    await until(lambda: stop_id in (relay.stops_answered if answered else relay.stops), timeout)
     release_held(held.parent)
 
 

@@ -15,7 +15,8 @@ one whose caller had gone by then. ``cut_run`` cuts the first ``Run`` stream onc
 has been passed on, before the command's exit: ``"unavailable"`` fails it as a connection lost
 does (grpc UNAVAILABLE), ``"end"`` ends it as if all was sent; the executor's call is cancelled
 either way, as Core leaving it would. ``stops`` lists the run id of each ``Stop`` Core sent, in
-order; while ``hold_stop`` is set, a ``Stop`` is held there, never passed on nor answered, until
+order, and ``stops_answered`` each whose executor's answer came back (on its way to Core);
+while ``hold_stop`` is set, a ``Stop`` is held there, never passed on nor answered, until
 Core leaves it (an executor that does not answer), or at most :data:`HOLD_BOUND_S` of real time:
 then it fails ABORTED and ``held_past`` is set, so a Core that sent no deadline (a test whose
 trio clock stands still cannot end the wait) fails the test rather than hanging it. ``stop_orders`` lists each ``Stop``'s
@@ -66,6 +67,7 @@ class Relay(grpc.GenericRpcHandler):
         self.hold_stop = hold_stop
         self.stop_reply = stop_reply
         self.stops: list[str] = []
+        self.stops_answered: list[str] = []
         self.stop_orders: list[tuple[int, int] | None] = []
         self.held_past = False
         self._runs = 0
@@ -144,8 +146,10 @@ class Relay(grpc.GenericRpcHandler):
                 context.abort(exc.code(), exc.details() or "")  # type: ignore[attr-defined]
             if tool in ("edit_file", "patch_file", "restore") and self.edit_reply is not None:
                 reply = self.edit_reply(pb.ToolReply.FromString(reply)).SerializeToString()
-            if method.endswith("/Stop") and self.stop_reply is not None:
-                reply = self.stop_reply(pb.StopReply.FromString(reply)).SerializeToString()
+            if method.endswith("/Stop"):
+                self.stops_answered.append(pb.StopRequest.FromString(raw).run_id)
+                if self.stop_reply is not None:
+                    reply = self.stop_reply(pb.StopReply.FromString(reply)).SerializeToString()
             return reply
 
         return grpc.unary_unary_rpc_method_handler(unary)

@@ -14,6 +14,7 @@ that restore passes), the program's calls through the actor's ``call_tool``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,11 @@ def with_two_files(ws: Path) -> Path:
     return ws
 
 
-def restore_held_second(tmp_path: Path, point: str) -> Any:
-    """A relay's ``before_call`` that has the executor hold the second restore at ``point``."""
+def restore_held_second(tmp_path: Path, point: str, n: int = 1) -> Any:
+    """A relay's ``before_call`` that has the executor hold the second restore (``n``: restore
+    ``n``, counted from 0) at ``point``."""
     def hold(request: pb.ToolRequest) -> None:
-        if request.tool == "restore" and request.call_id.endswith("/1"):
+        if request.tool == "restore" and request.call_id.endswith(f"/{n}"):
             (tmp_path / "hold").write_text(point)
 
     return hold
@@ -287,7 +289,10 @@ async def test_a_revert_cut_off_before_its_first_restore_hands_nothing_to_record
                 with trio.fail_after(30):
                     async with trio.open_nursery() as nursery:
                         with trio.CancelScope() as scope:
-                            nursery.start_soon(cut_off_when_held, relay, held, "ses_cut:r1/0", scope.cancel)
+                            # (answered: the restore, let go before the executor had the
+                            # Stop, would find its caller, the relay, waiting, and write)
+                            nursery.start_soon(functools.partial(cut_off_when_held, relay, held, "ses_cut:r1/0",
+                                                                 scope.cancel, answered=True))
                             results.append(await revert.run({"call_id": "e1"}, ctx))
         assert scope.cancelled_caught and results == [] and taken == []
         assert (executor.workspace / "f.txt").read_text() == "b\n"

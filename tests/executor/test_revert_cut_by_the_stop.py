@@ -1,0 +1,182 @@
+"""A ``revert_call`` the daemon's stop cut off is recorded with the restores it completed.
+
+``revert_call`` is not replay-safe: the session's restart records it interrupted and never runs
+it again. Restores it completed on the executor before the stop (each under
+``<session>:<call>/<n>``, one after another) changed the workspace: the restart asks the
+executor's call journal about them (``Stop`` by each id, whose answer carries a completed call's
+reply) and records a ``file.reverted`` of those it completed (``partial`` when not all) in the
+write of the interrupted result, so that the state, the file history, a later replay and a
+second ``revert_call`` agree with the workspace. Nothing completed: nothing recorded; the
+executor out of reach at the restart: the call is recorded interrupted as before, and a warning
+names it.
+
+Everything is real: the session actor and its log, the pool, an executor process over gRPC held
+at an exact point of a restore (``TEST_HOLD_ENV``, set by a relay in front of it as that restore
+passes), the daemon's stop (``stopping``), a restart over the same log.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from events import types as t
+from runtime.actor import INTERRUPTED_TEXT, Abort, GetState, Submit, WaitIdle
+from runtime.executors import RemoteExecutor
+
+from .conftest import agent_runtime, executor_held_at, release_held, run_to_idle, until, wait_path
+from .relay import Relay
+from .test_edit_finished_under_abort import events_of, log_of, text_of
+from .test_revert_in_part import EDIT_TWO, SCRIPT, finished_of, restore_held_second, statuses, with_two_files
+
+TOOLS = {"more_tools": lambda pool: [EDIT_TWO]}
+PART = ("[the revert was applied in part before the call was cut off: b.txt restored; revert_call of call "
+        "edit1 again restores the rest]")
+WHOLE = "[the revert was applied all the same before the call was cut off: b.txt, a.txt restored]"
+
+
+async def cut_by_the_stop(tmp_path: Path, relay: Relay, token: str, ws: Path, held: Path, *, abort: bool,
+                          held_restore: int) -> str:
+    """Session edit1 (a.txt, then b.txt), then revert1 of it, cut off by the daemon's stop while
+    the executor holds restore ``held_restore``; with ``abort``, an abort waits for that
+    restore's end (Core's ``Stop`` sent) when the stop comes. Returns the session's id once that
+    runtime has ended and the held restore has been let go (with the abort, once it completed)."""
+    stopping = trio.Event()
+    remote = RemoteExecutor(relay.address, token)
+    stopped = f"revert1/{held_restore}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as helpers:
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, stopping=stopping, **TOOLS) as (
+                    sup, _store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await run_to_idle(sup, sid, "r1", "step-edit")
+                await sup.call(sid, Submit("r2", [t.TextPart("step-revert-one")], "followUp"))
+                await wait_path(held, timeout=20)
+                if abort:
+                    helpers.start_soon(sup.call, sid, Abort())  # (never answered: the stop cuts it)
+                    await until(lambda: f"{sid}:{stopped}" in relay.stops)  # (the abort waits for its end)
+                stopping.set()
+                if abort:
+                    async def release_once_stopped() -> None:
+                        release_held(tmp_path)
+
+                    # (runs once this task waits, which it first does leaving the block below: past
+                    # the stop's cancel of the actors, which cuts the abort's wait)
+                    helpers.start_soon(release_once_stopped)
+            if abort:
+                await until(lambda: (ws / "a.txt").read_text() == "a\n")  # (the restore completed)
+            else:  # (let go once the executor has answered Core's Stop, not once the relay has it:
+                # received and not run, the restore then writes nothing, its look finding the stop)
+                await until(lambda: f"{sid}:{stopped}" in relay.stops_answered)
+                release_held(tmp_path)
+            helpers.cancel_scope.cancel()  # (the client's request goes with the stop)
+    events = log_of(tmp_path, sid)
+    assert [e.kind for e in events if e.kind in ("run.aborted", "file.reverted")
+            or (e.kind == "tool.finished" and e.event.call_id == "revert1")] == []
+    return sid
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["stop", "stop-with-an-abort-waiting"])
+async def test_a_revert_the_daemons_stop_cut_off_is_recorded_at_restart_with_the_restores_it_completed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, abort: bool) -> None:
+    # The daemon's stop cuts the call while the executor holds its second restore: received and not
+    # run (the restore is stopped and writes nothing: b.txt alone restored), or past its look with
+    # an abort waiting for its end (the restore completes, and the stop cuts the abort: both).
+    point = "before_publish" if abort else "call:restore"
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, point)) as relay:
+            sid = await cut_by_the_stop(tmp_path, relay, executor.token, ws, held, abort=abort, held_restore=1)
+            assert (ws / "b.txt").read_text() == "b\n" and (ws / "a.txt").read_text() == ("a\n" if abort else "A\n")
+
+            remote = RemoteExecutor(relay.address, executor.token)
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, **TOOLS) as (sup, store, _faux, _pool):
+                with trio.fail_after(30):
+                    await sup.call(sid, WaitIdle())
+                state = await sup.call(sid, GetState())
+                events = await events_of(store, sid)
+            at = finished_of(events, "revert1")
+            finished = events[at].event
+            # Interrupted, as before, and what it did said first; in its write, right after it, the
+            # revert of what was restored (partial when not all).
+            assert (finished.status, finished.error_code) == ("interrupted", "INTERRUPTED")
+            assert text_of(finished) == f"{WHOLE if abort else PART}\n{INTERRUPTED_TEXT}"
+            assert events[at + 1].kind == "file.reverted" and events[at + 1].seq == events[at].seq + 1
+            reverted = events[at + 1].event
+            assert [e.kind for e in events].count("file.reverted") == 1
+            if abort:
+                assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
+                    "revert1", "edit1", ["b.txt", "a.txt"], False)
+                assert "edit1" not in state.file_edits
+                assert statuses(events) == {"a.txt": ("reverted", [True]), "b.txt": ("reverted", [True])}
+                async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, **TOOLS) as (sup, store, _faux, _pool):
+                    assert "edit1" not in (await sup.call(sid, GetState())).file_edits  # (a replay agrees)
+                return
+            assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
+                "revert1", "edit1", ["b.txt"], True)
+            assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
+            assert statuses(events) == {"a.txt": ("modified", [False]), "b.txt": ("reverted", [True])}
+
+            # A second restart's replay agrees, records nothing more, and revert_call of the call
+            # again restores the rest.
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=remote, **TOOLS) as (sup, store, _faux, _pool):
+                assert [e.path for e in (await sup.call(sid, GetState())).file_edits["edit1"]] == ["a.txt"]
+                state = await run_to_idle(sup, sid, "r3", "step-revert-two")
+                events = await events_of(store, sid)
+    assert (ws / "a.txt").read_text() == "a\n" and (ws / "b.txt").read_text() == "b\n"
+    assert [e.kind for e in events].count("file.reverted") == 2
+    at = finished_of(events, "revert2")
+    assert not events[at].event.is_error, events[at].event.content
+    reverted = events[at + 1].event
+    assert (reverted.reverted_call_id, reverted.paths, reverted.partial) == ("edit1", ["a.txt"], False)
+    assert "edit1" not in state.file_edits
+    assert statuses(events) == {"a.txt": ("reverted", [True]), "b.txt": ("reverted", [True])}
+
+
+async def test_a_revert_the_daemons_stop_cut_off_before_any_restore_records_nothing_but_interrupted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore", n=0)) as relay:
+            sid = await cut_by_the_stop(tmp_path, relay, executor.token, ws, held, abort=False, held_restore=0)
+            asked = len(relay.stops)
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=RemoteExecutor(relay.address, executor.token),
+                                     **TOOLS) as (sup, store, _faux, _pool):
+                with trio.fail_after(30):
+                    await sup.call(sid, WaitIdle())
+                state = await sup.call(sid, GetState())
+                events = await events_of(store, sid)
+            assert relay.stops[asked:] == [f"{sid}:revert1/0"]  # (the first restore unknown: no more asked)
+    assert (ws / "a.txt").read_text() == "A\n" and (ws / "b.txt").read_text() == "B\n"
+    finished = events[finished_of(events, "revert1")].event
+    assert (finished.status, finished.error_code, text_of(finished)) == ("interrupted", "INTERRUPTED",
+                                                                         INTERRUPTED_TEXT)
+    assert "file.reverted" not in [e.kind for e in events]
+    assert [e.path for e in state.file_edits["edit1"]] == ["a.txt", "b.txt"]
+
+
+async def test_a_revert_cut_off_whose_executor_is_out_of_reach_at_restart_is_recorded_interrupted_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore")) as relay:
+            sid = await cut_by_the_stop(tmp_path, relay, executor.token, ws, held, abort=False, held_restore=1)
+            gone = relay.address
+    # (the relay is closed: nothing listens at its address any more)
+    with caplog.at_level(logging.WARNING):
+        async with agent_runtime(tmp_path, ws, SCRIPT, remote=RemoteExecutor(gone, executor.token),
+                                 **TOOLS) as (sup, store, _faux, _pool):
+            with trio.fail_after(30):
+                await sup.call(sid, WaitIdle())
+            events = await events_of(store, sid)
+    finished = events[finished_of(events, "revert1")].event
+    assert (finished.status, finished.error_code, text_of(finished)) == ("interrupted", "INTERRUPTED",
+                                                                         INTERRUPTED_TEXT)
+    assert "file.reverted" not in [e.kind for e in events]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "revert1" in r.getMessage()]
+    assert len(warned) == 1 and f"call {sid}:revert1 (revert_call)" in warned[0], warned
+    assert "could not be asked" in warned[0], warned
