@@ -311,6 +311,8 @@ def test_dashboard_keeps_long_rows_and_the_timeline_in_view_on_a_touch_screen(
         sid = wait_for(lambda: driver.execute_script(
             "const b = document.querySelector('#sessions button.selected'); return b && b.dataset.sessionId"), "the session")
         assert d.request("PATCH", f"/sessions/{sid}", {"name": ROWS["session name"][1]}, token=strong)[0] == 200
+        # (the message box is offered once the new session's view is read)
+        wait_for(lambda: one(driver, "#input").is_displayed(), "the message box")
         submit(driver, "long rows")
         wait_for(lambda: by_css(driver, "#changes li.card") and by_css(driver, "#jobs li.card") and by_css(driver, "#todos .t"),
                  "the changed file, the job and the todo")
