@@ -223,8 +223,8 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
 
 
 def _on_ctrl_c(signum: int, frame: object) -> None:
-    """SIGINT's handler while the command starts, and for all of a ``lens log`` command (and
-    SIGALRM's, its re-delivery): Python's own, raising ``KeyboardInterrupt``, but a Ctrl-C is
+    """SIGINT's handler while the command starts, and for all of a ``lens log`` or ``lens pair``
+    command (and SIGALRM's, its re-delivery): Python's own, raising ``KeyboardInterrupt``, but a Ctrl-C is
     delivered again 10 ms later until ``main`` takes it. C code that calls Python and clears what
     it raises (msgspec building a Struct's decoder, hashing ``typing`` objects) drops it, with no
     word, and the command would run on; so does Python in importlib's module-lock callback
@@ -376,7 +376,7 @@ def _main(argv: Sequence[str] | None) -> int:
         else (_executor_secrets(), None)
     args.secrets = secrets
     scrub_uncaught(secrets)
-    if args.command != "log":  # (the daemon and the executor run under trio; pair is quick)
+    if args.command not in ("log", "pair"):  # (the daemon and the executor run under trio)
         _ctrl_c_as_python_does()
     try:
         code = int(args.func(args))
