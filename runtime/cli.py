@@ -223,8 +223,8 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
 
 
 def _on_ctrl_c(signum: int, frame: object) -> None:
-    """SIGINT's handler while the command starts, and for all of a ``lens log`` command (and
-    SIGALRM's, its re-delivery): Python's own, raising ``KeyboardInterrupt``, but a Ctrl-C is
+    """SIGINT's handler while the command starts, and for all of a ``lens log`` or ``lens pair``
+    command (and SIGALRM's, its re-delivery): Python's own, raising ``KeyboardInterrupt``, but a Ctrl-C is
     delivered again 10 ms later until ``main`` takes it. C code that calls Python and clears what
     it raises (msgspec building a Struct's decoder, hashing ``typing`` objects) drops it, with no
     word, and the command would run on; so does Python in importlib's module-lock callback
@@ -232,8 +232,9 @@ def _on_ctrl_c(signum: int, frame: object) -> None:
     …"), where it is not raised at all. The re-delivery raises it again, out of that code, unless
     it is on its way (a ``KeyboardInterrupt`` being handled: an ``except``, a ``finally`` or an
     ``__exit__`` cleaning up before it goes on) or lands in a clean-up its unwinding runs (a
-    generator closed, a ``__del__``), which Python would drop it from with "Exception ignored in"
-    and a traceback: it leaves those alone and looks at them again 10 ms later."""
+    generator closed, a ``__del__``, a ``weakref.finalize``), which Python would drop it from with
+    "Exception ignored in" and a traceback: it leaves those alone and looks at them again 10 ms
+    later."""
     import _signal
 
     _signal.setitimer(_signal.ITIMER_REAL, 0.01)
@@ -263,10 +264,20 @@ def _ctrl_c_on_its_way() -> bool:
 
 
 def _in_a_finalizer(frame: object) -> bool:
-    """Whether ``frame`` runs inside a ``__del__``, which Python runs as what holds its object
-    unwinds and whose exceptions it drops ("Exception ignored in")."""
+    """Whether ``frame`` runs inside a clean-up Python runs as what holds its object unwinds and
+    whose exceptions it drops ("Exception ignored in"): a ``__del__``, or a ``weakref.finalize``
+    run for its object's end (its ``__call__`` handed the dead reference; called by the program,
+    ``finalize()``, it is handed none and raises to its caller as any call does). A bare
+    ``weakref.ref(obj, callback)``'s callback is not told apart: its frame is any function's,
+    called by the frame whose object went, with a dead reference any function may be handed."""
+    finalize = getattr(sys.modules.get("weakref"), "finalize", None)  # (none made before it loaded)
+    finalize_call = getattr(getattr(finalize, "__call__", None), "__code__", None)
     while frame is not None:
-        if getattr(getattr(frame, "f_code", None), "co_name", None) == "__del__":
+        code = getattr(frame, "f_code", None)
+        if getattr(code, "co_name", None) == "__del__":
+            return True
+        if finalize_call is not None and code is finalize_call \
+                and getattr(frame, "f_locals", {}).get("_") is not None:
             return True
         frame = getattr(frame, "f_back", None)
     return False
@@ -365,7 +376,7 @@ def _main(argv: Sequence[str] | None) -> int:
         else (_executor_secrets(), None)
     args.secrets = secrets
     scrub_uncaught(secrets)
-    if args.command != "log":  # (the daemon and the executor run under trio; pair is quick)
+    if args.command not in ("log", "pair"):  # (the daemon and the executor run under trio)
         _ctrl_c_as_python_does()
     try:
         code = int(args.func(args))

@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from runtime.pairing import MAX_REVOKED, ClientNotFound, PairStore
+from tests.cli.ctrl_c import INTERRUPTED, ctrl_c_sweep, interrupted_where
 
 
 def lens_command() -> list[str]:
@@ -126,3 +127,43 @@ def test_a_dash_led_client_id_after_the_option_abbreviated_gets_the_same_hint(tm
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
     assert PairStore(pair).find("-phone").status == "approved"
+
+
+def _as_before_or_approved(pair: Path, before: bytes) -> str:
+    """"before" or "approved": the pair file is exactly as it was, or is it with client c1 approved
+    (read-only) and nothing else changed, and no other file (a temporary one) is left beside it."""
+    assert sorted(p.name for p in pair.parent.iterdir()) == ["pair.json", "pair.json.lock"]
+    raw = pair.read_bytes()
+    if raw == before:
+        return "before"
+    was, now = msgspec.json.decode(before), msgspec.json.decode(raw)
+    [c1] = now["clients"]
+    assert re.fullmatch(r"[0-9a-f]{64}", c1.pop("credentialHash")) and isinstance(c1.pop("approvedAt"), int), raw
+    assert now == {**was, "clients": [{**was["clients"][0], "status": "approved"}]}, raw
+    return "approved"
+
+
+def test_ctrl_c_at_every_stage_of_an_approve_exits_130_and_leaves_the_pair_file_whole(tmp_path: Path):
+    # `lens pair approve` had Python's own SIGINT handler back once its arguments were read: a
+    # Ctrl-C that C code dropped (msgspec building the pair file's decoder) was lost, and the
+    # approve ran on to its end with 0. Now every point ends 130, saying so; the pair file is as
+    # it was or approved whole (a Ctrl-C dropped in the command's last 10 ms, which may hold its
+    # write, ends it once it has ended), never part written.
+    pair = pending_client(tmp_path)
+    before = pair.read_bytes()
+    found = [_as_before_or_approved(pair, before)
+             for _ in ctrl_c_sweep(["pair", "approve", "--client", "c1"], tmp_path, points=10, tail=(1100, 20),
+                                   reset=lambda: pair.write_bytes(before))]
+    assert "before" in found and "approved" in found, found  # (the last points lie past its write)
+
+
+def test_ctrl_c_dropped_while_the_pair_file_is_decoded_still_stops_the_approve(tmp_path: Path):
+    # msgspec's C code, building the pair file's decoder, hashes `typing` objects and clears what
+    # that raises: a Ctrl-C there was dropped, and the approve printed its credential with 0.
+    pair = pending_client(tmp_path)
+    before = pair.read_bytes()
+    where = ('code.co_name == "__hash__" and code.co_filename.endswith("typing.py")'
+             ' and frame.f_back.f_code.co_name == "parse_pair_file"')
+    res = interrupted_where(where, ["pair", "approve", "--client", "c1"], tmp_path)
+    assert (res.returncode, res.stderr) == (130, INTERRUPTED), (res.returncode, res.stdout, res.stderr)
+    assert _as_before_or_approved(pair, before) in ("before", "approved")
