@@ -5,7 +5,7 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
 ``big {bytes}`` (or ``{line}``: a response line of that many bytes), ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
-``garbage`` (writes a line that is not JSON), ``blocks {n, kind}`` (with ``--blocks``: a result of ``n``
+``garbage`` (writes a line that is not JSON, or with ``{hex}`` the bytes it gives), ``blocks {n, kind}`` (with ``--blocks``: a result of ``n``
 content blocks, each a distinct 4-byte ``audio`` binary or a one-character ``text``), ``deaf {until}``
 (with ``--deaf``: answers, then reads nothing from stdin until the file ``until`` exists), ``shout {bytes}``
 (with ``--shout``: writes that many bytes to stderr, ending in ``END``, then exits with status 5), ``env {name}`` (a variable of its environment, or ``<unset>``),
@@ -136,7 +136,7 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         return  # a cancelled request is not answered
     elif name == "garbage":
         with out_lock:
-            sys.stdout.write("this is not JSON-RPC\n")
+            sys.stdout.buffer.write(bytes.fromhex(args["hex"]) + b"\n" if "hex" in args else b"this is not JSON-RPC\n")
             sys.stdout.flush()
         return
     elif name == "big" and "line" in args:  # a response line of exactly that many bytes

@@ -165,6 +165,24 @@ async def test_a_server_writing_something_that_is_not_json_rpc_is_stopped(start:
     assert r.state("t")["pid"] is None
 
 
+ANSWER = b'{"jsonrpc": "2.0", "id": 9, "result": {"content": [{"type": "text", "text": "caf@"}]}}'
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    # (given bytes, the JSON parser guessed the encoding: a BOM's line was said to break at the
+    # BOM's length before the real byte, one starting with NUL read as UTF-16, and a surrogate
+    # encoded in UTF-8 let through)
+    (b"\xef\xbb\xbf" + ANSWER.replace(b"@", b"\xe9"), "not UTF-8 on stdout (byte 0xe9 at offset 83;"),
+    (b"\x00" + ANSWER.replace(b"@", b"e"), "not JSON on stdout: b'\\x00{"),
+    (ANSWER.replace(b"@", b"\xed\xa0\x80"), "not UTF-8 on stdout (byte 0xed at offset 80;"),
+], ids=["bom", "nul", "surrogate"])
+async def test_a_line_is_read_as_strict_utf8_before_its_json(start: Any, line: bytes, said: str) -> None:
+    r = await start({"t": srv(max_restarts=0)})
+    res = await r.call("mcp__t__garbage", {"hex": line.hex()})
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE"
+    assert f"the server wrote a line that is {said}" in res.content[0].text, res.content[0].text
+
+
 async def test_servers_that_cannot_start_are_reported_and_bounded(start: Any) -> None:
     with trio.fail_after(5):  # the start-up timeout bounds a server that never answers initialize
         r = await start({"hang": srv("--hang", startup_timeout_seconds=0.5, max_restarts=0),
