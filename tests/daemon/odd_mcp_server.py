@@ -12,7 +12,9 @@ of Latin-1, not UTF-8, written as it is), ``--batch`` (answers ``initialize`` wi
 ``2025-03-26``, whose clients receive JSON-RPC batches, and ``tools/list`` and ``tools/call`` each
 as a batch: a ``notifications/message`` first, then the answer), ``--structured`` (adds ``data``, a
 result of ``structuredContent`` and an empty content list, and ``data_error``, the same with
-``isError: true``), ``--no-version`` (answers ``initialize`` without a ``protocolVersion``).
+``isError: true``), ``--no-version`` (answers ``initialize`` without a ``protocolVersion``),
+``--number-version`` (answers it with the number ``20250326``), ``--odd-names`` (adds tools whose
+``name`` is missing, null, an array and empty).
 
 Tools: ``mixed`` (``isError: true`` with text, an image and ``structuredContent``), ``ok`` (a
 result of text, an image and ``structuredContent``).
@@ -57,6 +59,8 @@ LOOSE = [
 BATCH = "--batch" in sys.argv[1:]
 STRUCTURED = [{"name": "data", "description": "Structured content alone", "inputSchema": OBJ},
               {"name": "data_error", "description": "An error of structured content alone", "inputSchema": OBJ}]
+ODD_NAMES = [{"description": "No name", "inputSchema": OBJ}, {"name": None, "inputSchema": OBJ},
+             {"name": ["a"], "inputSchema": OBJ}, {"name": "", "inputSchema": OBJ}]
 LATIN1 = [{"name": "latin1", "description": "A result holding a byte of Latin-1", "inputSchema": OBJ}]
 
 
@@ -73,7 +77,7 @@ def main() -> None:
         sys.stdout.write(args[args.index("--banner") + 1] + "\n")
         sys.stdout.flush()
     tools = TOOLS + (LOOSE if "--loose" in args else []) + (LATIN1 if "--latin1" in args else []) + (
-        STRUCTURED if "--structured" in args else [])
+        STRUCTURED if "--structured" in args else []) + (ODD_NAMES if "--odd-names" in args else [])
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -84,6 +88,8 @@ def main() -> None:
                       "capabilities": {"tools": {}}, "serverInfo": {"name": "odd", "version": "1"}}
             if "--no-version" in args:
                 del answer["protocolVersion"]
+            if "--number-version" in args:
+                answer["protocolVersion"] = 20250326
             send({"jsonrpc": "2.0", "id": rid, "result": answer})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})

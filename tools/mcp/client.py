@@ -27,8 +27,7 @@ import trio
 
 from events.secrets import Secrets
 from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
-from tools.json_values import lone_surrogate
-from tools.schema_shape import _kind as json_kind
+from tools.json_values import json_kind, lone_surrogate
 
 from .escaped import Escaped
 

@@ -30,8 +30,7 @@ from runtime.mcp_config import McpServerConfig
 from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
-from tools.json_values import lone_surrogate, nesting, scalars
-from tools.schema_shape import _kind as json_kind
+from tools.json_values import MISSING, json_kind, lone_surrogate, nesting, scalars
 from tools.schema_shape import schema_problem
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
@@ -313,7 +312,7 @@ class McpServers:
             if len(s.tools) >= self.max_tools and len(s.skipped) >= MAX_SKIPPED:
                 untold += len(tools) - i  # (all past the tool limit: not looked at one by one)
                 break
-            name = raw.get("name") if isinstance(raw, dict) else None
+            name = raw.get("name", MISSING) if isinstance(raw, dict) else None
             label = name if isinstance(name, str) else f"#{i}"
             reason = _unusable(raw, name, seen)
             schema: Any = None
