@@ -24,7 +24,8 @@ it starts in its process group, and with ``--setsid-child`` that of a child it s
 which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
 orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--last-cursor C`` (the last page's ``nextCursor`` is ``C``, not left out; a cursor is the index
-of a page's first tool, and an empty one the first page's),
+of a page's first tool, and an empty one the first page's), ``--last-cursor-json J`` (the same, the
+cursor being the JSON value ``J``: a number),
 ``--dotted`` (adds ``some.tool``), ``--nested`` (adds ``shapes``, whose input schema types integers
 inside arrays and objects, and ``models``, whose schema reaches them through ``$defs``, ``anyOf`` with
 ``null`` and ``allOf``, as Pydantic writes them; both answer the arguments they received as JSON
@@ -232,6 +233,7 @@ def main() -> None:
     ap.add_argument("--keyed")
     ap.add_argument("--stale-cursor", action="store_true")
     ap.add_argument("--last-cursor")
+    ap.add_argument("--last-cursor-json")
     ap.add_argument("--reply-log")
     ap.add_argument("--named", action="append", default=[])
     ap.add_argument("--blocks", action="store_true")
@@ -371,6 +373,8 @@ def main() -> None:
                 result["nextCursor"] = str(start + opts.page_size)
             elif opts.last_cursor is not None:
                 result["nextCursor"] = opts.last_cursor
+            elif opts.last_cursor_json is not None:
+                result["nextCursor"] = json.loads(opts.last_cursor_json)
             send({"jsonrpc": "2.0", "id": rid, "result": result})
             listings.append(rid)
             if opts.flood:

@@ -15,6 +15,7 @@ tool of a server that is not running answers ``MCP_SERVER_UNAVAILABLE``.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -278,9 +279,11 @@ class McpServers:
                 _say_cut(s, None)
                 return tools
             if cursor in given:
-                _say_cut(s, f"tools/list stopped after {pages} page(s), {len(tools)} tool(s): the server gave the "
-                            f"cursor {self.secrets.cut(_clean(str(cursor)), 100, '…')!r} again, which would list "
-                            f"its pages again; the tools of the pages read are available")
+                # (worded as the cut at a limit is; the cursor quoted as JSON: a number is no string)
+                said = self.secrets.cut(_clean(json.dumps(cursor, ensure_ascii=False)), 100, "…")
+                _say_cut(s, f"tools/list was read up to a cursor the server gave again, {said} ({pages} page(s), "
+                            f"{len(tools)} tool(s)); asked for, it would list the pages read again: their tools "
+                            f"are available")
                 return tools
             given.append(cursor)
             if len(tools) >= self.max_tools or pages >= self.max_pages:
