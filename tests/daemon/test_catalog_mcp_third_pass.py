@@ -181,6 +181,25 @@ async def test_a_server_answering_in_json_rpc_batches_is_read_message_by_message
     assert body["status"] == "ok" and body["content"][0] == {"type": "text", "text": "ok said so"}, body
 
 
+async def test_a_batch_that_is_empty_nested_or_holds_no_message_is_refused_and_a_ping_in_one_answered(
+        daemon_factory: DaemonFactory) -> None:
+    # A batch is read message by message only when each entry is one: `[]`, `[[…]]` and a batch
+    # with one good entry and one bad end the connection, saying what was written; a server's
+    # ping inside a batch is answered, as one on a line of its own is.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]}, "mcpServers": {
+        kind: odd_server("--batch-odd", kind, maxRestarts=0) for kind in ("empty", "nested", "mixed", "ping")}})
+    token = await d.pair("third-pass", strong=True)
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    answer = (b'{"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "mixed", "description": "An error result '
+              b'with an image and structured content", ')
+    for kind, line in (("empty", b"[]"), ("nested", b"[[" + answer), ("mixed", b"[" + answer)):
+        assert servers[kind]["status"] == "failed", servers[kind]
+        assert servers[kind]["error"].startswith(f"the server wrote something that is not JSON-RPC 2.0: {line!r}"[:-1])
+    assert servers["ping"]["status"] == "running" and servers["ping"]["tools"][-1] == "mcp__ping__pongs"
+    body = await run_tool(d, token, await d.new_session(token), "r1", "mcp__ping__pongs", {})
+    assert body["content"] == [{"type": "text", "text": '[{"jsonrpc": "2.0", "id": "p1", "result": {}}]'}], body
+
+
 async def test_a_result_of_structured_content_alone_shows_the_model_its_json(daemon_factory: DaemonFactory) -> None:
     # MCP has a tool that returns `structuredContent` repeat it as text, but a server need not.
     # A result of structured content and no content blocks reached the model as an empty result
