@@ -25,7 +25,7 @@ which sleeps past the end of its parent's stdin, and with ``--double-fork-child`
 orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--last-cursor C`` (the last page's ``nextCursor`` is ``C``, not left out; a cursor is the index
 of a page's first tool, and an empty one the first page's), ``--last-cursor-json J`` (the same, the
-cursor being the JSON value ``J``: a number),
+cursor being the JSON value ``J``: a number, or a list of one),
 ``--dotted`` (adds ``some.tool``), ``--nested`` (adds ``shapes``, whose input schema types integers
 inside arrays and objects, and ``models``, whose schema reaches them through ``$defs``, ``anyOf`` with
 ``null`` and ``allOf``, as Pydantic writes them; both answer the arguments they received as JSON
@@ -366,7 +366,8 @@ def main() -> None:
             TOOLS.append({"name": "extra.tool", "description": "Added at run time", "inputSchema": OBJ})
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif method == "tools/list":
-            start = int(params.get("cursor") or 0)
+            cursor = params.get("cursor")
+            start = int((cursor[0] if isinstance(cursor, list) else cursor) or 0)  # (a list: --last-cursor-json)
             page = TOOLS[start:start + opts.page_size]
             result: dict = {"tools": page}
             if start + opts.page_size < len(TOOLS):

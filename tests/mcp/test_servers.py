@@ -344,13 +344,15 @@ async def test_a_tool_list_cut_at_the_page_or_tool_limit_says_so(start: Any, cap
     assert sorted(warnings) == [f"MCP server pages: {pages['listCut']}", f"MCP server tools: {tools['listCut']}"]
 
 
-async def test_a_cursor_given_again_is_said_as_a_limit_is_and_quoted_as_json(start: Any) -> None:
+@pytest.mark.parametrize(("cursor", "said"), [("12", "12"), ("[12]", "an array")])
+async def test_a_cursor_given_again_is_said_as_a_limit_is_and_quoted_as_json(start: Any, cursor: str, said: str) -> None:
     # (13 tools on 4 pages, the last one's cursor the number 12: that page is asked for and given
-    # again, its tool listed twice, and its cursor given again ends the list; `str()` quoted it '12')
-    r = await start({"n": srv("--page-size", "4", "--last-cursor-json", "12")})
+    # again, its tool listed twice, and its cursor given again ends the list; `str()` quoted it
+    # '12'. An array is named, not written: one nested deep could not be)
+    r = await start({"n": srv("--page-size", "4", "--last-cursor-json", cursor)})
     n = r.state("n")
     assert n["status"] == "running" and n["toolCount"] == 11, n
-    assert n["listCut"] == ("tools/list was read up to a cursor the server gave again, 12 (5 page(s), 14 tool(s)); "
+    assert n["listCut"] == (f"tools/list was read up to a cursor the server gave again, {said} (5 page(s), 14 tool(s)); "
                             "asked for, it would list the pages read again: their tools are available")
 
 

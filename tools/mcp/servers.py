@@ -279,8 +279,10 @@ class McpServers:
                 _say_cut(s, None)
                 return tools
             if cursor in given:
-                # (worded as the cut at a limit is; the cursor quoted as JSON: a number is no string)
-                said = self.secrets.cut(_clean(json.dumps(cursor, ensure_ascii=False)), 100, "…")
+                # (worded as the cut at a limit is; the cursor quoted as JSON, a number being no
+                # string, or, an array or an object, named: one nested deep would not be written)
+                said = self.secrets.cut(_clean(json.dumps(cursor, ensure_ascii=False) if isinstance(
+                    cursor, (str, int, float)) else json_kind(cursor)), 100, "…")
                 _say_cut(s, f"tools/list was read up to a cursor the server gave again, {said} ({pages} page(s), "
                             f"{len(tools)} tool(s)); asked for, it would list the pages read again: their tools "
                             f"are available")
