@@ -19,7 +19,7 @@ from events.secrets import Secrets
 from projections.session_state import HeldSkill
 
 from .integer_arguments import integers_as_int
-from .json_values import lone_surrogate, scalars
+from .json_values import json_kind, lone_surrogate, scalars
 
 
 class ToolError(Exception):
@@ -316,7 +316,7 @@ class ToolRegistry:
         except RecursionError:
             return _invalid(name, arguments, "are nested too deeply")
         if not isinstance(args, Mapping):
-            return _invalid(name, arguments, f"must be a JSON object, not {_json_kind(args)}")
+            return _invalid(name, arguments, f"must be a JSON object, not {json_kind(args)}")
         problem = _unrecordable(args)
         if problem is not None:
             return _invalid(name, arguments, problem)
@@ -341,16 +341,6 @@ QUOTE_CHARS = 300  # how many characters of unusable arguments an error result q
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    return "a number"
 
 
 def _invalid(name: str, arguments: str, problem: str, pos: int | None = None) -> ToolResult:

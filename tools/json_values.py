@@ -47,3 +47,24 @@ def lone_surrogate(text: str) -> int | None:
     except UnicodeEncodeError as exc:
         return exc.start
     return None
+
+
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+"""A key's value when the key is absent (``mapping.get(key, MISSING)``): :func:`json_kind` says
+it is missing, not null."""
+
+
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in JSON's words: "an object", "an array", "a string", "a
+    number", "a boolean", "null"; "missing" for :data:`MISSING`."""
+    if value is MISSING:
+        return "missing"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"

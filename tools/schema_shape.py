@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tools.json_values import json_kind
+
 TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
 # keywords whose value is one schema
 ONE = ("additionalProperties", "additionalItems", "contains", "not", "if", "then", "else",
@@ -37,14 +39,6 @@ def _is_schema(value: Any) -> bool:
     return isinstance(value, (Mapping, bool))
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {str: "a string", list: "a list", type(None): "null"}.get(type(value), "an object")
-
-
 def schema_problem(schema: Any) -> str | None:
     """The first keyword of ``schema`` (or of a schema inside it) whose value has a shape JSON
     Schema does not allow, as ``<JSON pointer>: <what is wrong>``; None when there is none."""
@@ -54,7 +48,7 @@ def schema_problem(schema: Any) -> str | None:
         if isinstance(sub, bool):
             continue
         if not isinstance(sub, Mapping):
-            return f"{at}: a schema is an object or a boolean, not {_kind(sub)}"
+            return f"{at}: a schema is an object or a boolean, not {json_kind(sub)}"
         typ = sub.get("type")
         if "type" in sub and not (typ in TYPES if isinstance(typ, str) else isinstance(typ, list) and typ
                                   and all(isinstance(t, str) and t in TYPES for t in typ)):
@@ -64,17 +58,17 @@ def schema_problem(schema: Any) -> str | None:
         if "required" in sub and (problem := _names_problem(sub["required"])) is not None:
             return f"{at}/required: a list of property names, not {problem}"
         if "enum" in sub and not isinstance(sub["enum"], list):
-            return f"{at}/enum: a list of values, not {_kind(sub['enum'])}"
+            return f"{at}/enum: a list of values, not {json_kind(sub['enum'])}"
         if "$ref" in sub and not isinstance(sub["$ref"], str):
-            return f"{at}/$ref: a reference is a string, not {_kind(sub['$ref'])}"
+            return f"{at}/$ref: a reference is a string, not {json_kind(sub['$ref'])}"
         for key in COUNTS:
             if key in sub and not _count(sub[key]):
-                return f"{at}/{key}: a count (an integer of 0 or more), not {_kind(sub[key])}"
+                return f"{at}/{key}: a count (an integer of 0 or more), not {json_kind(sub[key])}"
         found: list[tuple[str, Any]] = []
         if "dependencies" in sub:  # (each a schema, or the names the property needs)
             value = sub["dependencies"]
             if not isinstance(value, Mapping):
-                return f"{at}/dependencies: an object, not {_kind(value)}"
+                return f"{at}/dependencies: an object, not {json_kind(value)}"
             for name, v in value.items():
                 place = f"{at}/dependencies/{_escaped(name)}"
                 if isinstance(v, list):
@@ -83,7 +77,7 @@ def schema_problem(schema: Any) -> str | None:
                 elif _is_schema(v):
                     found.append((place, v))
                 else:
-                    return f"{place}: a schema or a list of property names, not {_kind(v)}"
+                    return f"{place}: a schema or a list of property names, not {json_kind(v)}"
         for key in ONE:
             if key in sub:
                 found.append((f"{at}/{key}", sub[key]))
@@ -91,13 +85,13 @@ def schema_problem(schema: Any) -> str | None:
             if key in sub:
                 value = sub[key]
                 if not isinstance(value, Mapping):
-                    return f"{at}/{key}: an object of schemas, not {_kind(value)}"
+                    return f"{at}/{key}: an object of schemas, not {json_kind(value)}"
                 found.extend((f"{at}/{key}/{_escaped(name)}", v) for name, v in value.items())
         for key in LIST:
             if key in sub:
                 value = sub[key]
                 if not isinstance(value, list) or not value:
-                    shape = "an empty list" if value == [] else _kind(value)
+                    shape = "an empty list" if value == [] else json_kind(value)
                     return f"{at}/{key}: a non-empty list of schemas, not {shape}"
                 found.extend((f"{at}/{key}/{i}", v) for i, v in enumerate(value))
         if "items" in sub:  # (one schema, or a non-empty list of them before 2020-12)
@@ -108,7 +102,7 @@ def schema_problem(schema: Any) -> str | None:
                          else [(f"{at}/items", items)])
         for place, value in found:
             if not _is_schema(value):
-                return f"{place}: a schema is an object or a boolean, not {_kind(value)}"
+                return f"{place}: a schema is an object or a boolean, not {json_kind(value)}"
         stack.extend(reversed(found))
     return None
 
@@ -122,11 +116,11 @@ def _names_problem(value: Any) -> str | None:
     """What keeps ``value`` from being a list of distinct names (``required``, a property's
     ``dependencies``); None when nothing does."""
     if not isinstance(value, list):
-        return _kind(value)
+        return json_kind(value)
     seen: set[str] = set()
     for v in value:
         if not isinstance(v, str):
-            return f"a list holding {_kind(v)}"
+            return f"a list holding {json_kind(v)}"
         if v in seen:
             return f"one naming {v[:80]!r} twice"
         seen.add(v)

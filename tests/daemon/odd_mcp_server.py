@@ -12,7 +12,12 @@ of Latin-1, not UTF-8, written as it is), ``--batch`` (answers ``initialize`` wi
 ``2025-03-26``, whose clients receive JSON-RPC batches, and ``tools/list`` and ``tools/call`` each
 as a batch: a ``notifications/message`` first, then the answer), ``--structured`` (adds ``data``, a
 result of ``structuredContent`` and an empty content list, and ``data_error``, the same with
-``isError: true``), ``--no-version`` (answers ``initialize`` without a ``protocolVersion``).
+``isError: true``), ``--no-version`` (answers ``initialize`` without a ``protocolVersion``),
+``--number-version`` (answers it with the number ``20250326``), ``--odd-names`` (adds tools whose
+``name`` is missing, null, an array and empty), ``--batch-odd KIND`` (writes its ``tools/list``
+answer as a batch of another shape: ``empty`` ``[]``, ``nested`` ``[[answer]]``, ``mixed``
+``[answer, 5]``, ``ping`` ``[a ping request of its own, answer]``; with ``ping`` it adds ``pongs``,
+whose result's text is the JSON list of the answers it got to its requests).
 
 Tools: ``mixed`` (``isError: true`` with text, an image and ``structuredContent``), ``ok`` (a
 result of text, an image and ``structuredContent``).
@@ -57,11 +62,14 @@ LOOSE = [
 BATCH = "--batch" in sys.argv[1:]
 STRUCTURED = [{"name": "data", "description": "Structured content alone", "inputSchema": OBJ},
               {"name": "data_error", "description": "An error of structured content alone", "inputSchema": OBJ}]
+ODD_NAMES = [{"description": "No name", "inputSchema": OBJ}, {"name": None, "inputSchema": OBJ},
+             {"name": ["a"], "inputSchema": OBJ}, {"name": "", "inputSchema": OBJ}]
+PONGS = [{"name": "pongs", "description": "The answers the server got to its requests", "inputSchema": OBJ}]
 LATIN1 = [{"name": "latin1", "description": "A result holding a byte of Latin-1", "inputSchema": OBJ}]
 
 
-def send(msg: dict) -> None:
-    if BATCH and "result" in msg and "protocolVersion" not in msg["result"]:
+def send(msg: dict | list) -> None:
+    if BATCH and isinstance(msg, dict) and "result" in msg and "protocolVersion" not in msg["result"]:
         msg = [{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "batched"}}, msg]
     sys.stdout.write(json.dumps(msg) + "\n")
     sys.stdout.flush()
@@ -73,20 +81,30 @@ def main() -> None:
         sys.stdout.write(args[args.index("--banner") + 1] + "\n")
         sys.stdout.flush()
     tools = TOOLS + (LOOSE if "--loose" in args else []) + (LATIN1 if "--latin1" in args else []) + (
-        STRUCTURED if "--structured" in args else [])
+        STRUCTURED if "--structured" in args else []) + (ODD_NAMES if "--odd-names" in args else [])
+    odd = args[args.index("--batch-odd") + 1] if "--batch-odd" in args else None
+    tools += PONGS if odd == "ping" else []
+    pongs: list[dict] = []
     for line in sys.stdin:
         if not line.strip():
             continue
         msg = json.loads(line)
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        if method is None:  # (an answer to a request of ours)
+            pongs.append(msg)
+            continue
         if method == "initialize":
             answer = {"protocolVersion": "2025-03-26" if BATCH else params.get("protocolVersion"),
                       "capabilities": {"tools": {}}, "serverInfo": {"name": "odd", "version": "1"}}
             if "--no-version" in args:
                 del answer["protocolVersion"]
+            if "--number-version" in args:
+                answer["protocolVersion"] = 20250326
             send({"jsonrpc": "2.0", "id": rid, "result": answer})
         elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
+            answer = {"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}}
+            ping = {"jsonrpc": "2.0", "id": "p1", "method": "ping"}
+            send({"empty": [], "nested": [[answer]], "mixed": [answer, 5], "ping": [ping, answer]}[odd] if odd else answer)
         elif method == "tools/call":
             name = params.get("name")
             if name == "latin1":  # (the JSON is written, then its marker replaced by a byte of Latin-1)
@@ -94,6 +112,9 @@ def main() -> None:
                     "content": [{"type": "text", "text": "caf@"}]}}).encode().replace(b"@", b"\xe9")
                 sys.stdout.buffer.write(line + b"\n")
                 sys.stdout.flush()
+                continue
+            if name == "pongs":
+                send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": json.dumps(pongs)}]}})
                 continue
             if name in ("data", "data_error"):
                 send({"jsonrpc": "2.0", "id": rid, "result": {"content": [], "isError": name == "data_error",

@@ -53,7 +53,7 @@ async def test_a_tool_whose_input_schema_json_schema_does_not_allow_is_left_out_
     assert server["status"] == "running" and server["tools"] == ["mcp__o__mixed", "mcp__o__ok", "mcp__o__fine"]
     prefix = "inputSchema is not a valid JSON Schema, which providers refuse: "
     assert {s["name"]: s["reason"] for s in server["skippedTools"]} == {
-        "props_list": prefix + "#/properties: an object of schemas, not a list",
+        "props_list": prefix + "#/properties: an object of schemas, not an array",
         "required_text": prefix + "#/required: a list of property names, not a string",
         "prop_number": prefix + "#/properties/n: a schema is an object or a boolean, not a number",
         "type_word": prefix + "#/properties/when/type: not one of the JSON types ['array', 'boolean', "
@@ -181,6 +181,25 @@ async def test_a_server_answering_in_json_rpc_batches_is_read_message_by_message
     assert body["status"] == "ok" and body["content"][0] == {"type": "text", "text": "ok said so"}, body
 
 
+async def test_a_batch_that_is_empty_nested_or_holds_no_message_is_refused_and_a_ping_in_one_answered(
+        daemon_factory: DaemonFactory) -> None:
+    # A batch is read message by message only when each entry is one: `[]`, `[[…]]` and a batch
+    # with one good entry and one bad end the connection, saying what was written; a server's
+    # ping inside a batch is answered, as one on a line of its own is.
+    d = await daemon_factory(config={**FAUX, "tools": {"eager": ["mcp__*"]}, "mcpServers": {
+        kind: odd_server("--batch-odd", kind, maxRestarts=0) for kind in ("empty", "nested", "mixed", "ping")}})
+    token = await d.pair("third-pass", strong=True)
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    answer = (b'{"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "mixed", "description": "An error result '
+              b'with an image and structured content", ')
+    for kind, line in (("empty", b"[]"), ("nested", b"[[" + answer), ("mixed", b"[" + answer)):
+        assert servers[kind]["status"] == "failed", servers[kind]
+        assert servers[kind]["error"].startswith(f"the server wrote something that is not JSON-RPC 2.0: {line!r}"[:-1])
+    assert servers["ping"]["status"] == "running" and servers["ping"]["tools"][-1] == "mcp__ping__pongs"
+    body = await run_tool(d, token, await d.new_session(token), "r1", "mcp__ping__pongs", {})
+    assert body["content"] == [{"type": "text", "text": '[{"jsonrpc": "2.0", "id": "p1", "result": {}}]'}], body
+
+
 async def test_a_result_of_structured_content_alone_shows_the_model_its_json(daemon_factory: DaemonFactory) -> None:
     # MCP has a tool that returns `structuredContent` repeat it as text, but a server need not.
     # A result of structured content and no content blocks reached the model as an empty result
@@ -232,6 +251,24 @@ async def test_a_server_whose_initialize_answer_gives_no_protocol_version_is_fai
     assert server["status"] == "failed" and server["error"] == (
         "the server's initialize answer gives no protocolVersion; Lens speaks 2025-11-25, 2025-06-18, "
         "2025-03-26, 2024-11-05"), server
+
+
+async def test_a_tool_name_or_a_protocol_version_of_another_type_is_said_in_jsons_words(
+        daemon_factory: DaemonFactory) -> None:
+    # A tool without a name was said to have a name that "is null", an array one "a list", and a
+    # protocolVersion 20250326 was quoted as a string: what was sent is said as JSON says it.
+    d = await daemon_factory(config={**FAUX, "mcpServers": {"n": odd_server("--odd-names"),
+                                                            "v": odd_server("--number-version", maxRestarts=0)}})
+    token = await d.pair("third-pass", strong=True)
+    servers = {s["name"]: s for s in (await inventory(d, token))["mcpServers"]}
+    rule = "a tool name is a string of 1 to 128 characters; this one "
+    assert servers["n"]["skippedTools"] == [{"name": "#2", "reason": rule + "is missing"},
+                                            {"name": "#3", "reason": rule + "is null"},
+                                            {"name": "#4", "reason": rule + "is an array"},
+                                            {"name": "", "reason": rule + "is empty"}], servers["n"]
+    assert servers["v"]["status"] == "failed" and servers["v"]["error"] == (
+        "the server's initialize answer gives a protocolVersion that is a number, not a version string; Lens "
+        "speaks 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05"), servers["v"]
 
 
 async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_eager(

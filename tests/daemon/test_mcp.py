@@ -393,8 +393,8 @@ async def test_a_tool_list_ends_at_an_empty_cursor_and_at_a_cursor_given_again(
         daemon_factory: DaemonFactory, caplog: pytest.LogCaptureFixture) -> None:
     # A last page with `nextCursor: ""` (servers write it for "no more pages") or with a cursor
     # the server gave already was asked for again, 100 pages in all: every tool came back "listed
-    # twice" (97 skipped entries for 13 tools) and the listing was reported cut, its tools
-    # "not available". The empty cursor ends the list; a cursor given again ends it, said so.
+    # twice" (hundreds of skipped entries for 13 tools) and the listing was reported cut, its
+    # tools "not available". The empty cursor ends the list; a cursor given again ends it, said so.
     caplog.set_level("WARNING", logger="lens.mcp")
     d = await daemon_factory(config={"tools": {"eager": ["mcp__*"]}, "mcpServers": {
         "empty": server("--page-size", "4", "--last-cursor", ""),
@@ -408,9 +408,9 @@ async def test_a_tool_list_ends_at_an_empty_cursor_and_at_a_cursor_given_again(
         assert srv["status"] == "running" and srv["toolCount"] == 11, srv
         assert srv["skippedTools"] == unusable and len(srv["tools"]) == len(set(srv["tools"])) == 11
     assert servers["empty"]["listCut"] is None
-    assert servers["again"]["listCut"] == ("tools/list stopped after 4 page(s), 13 tool(s): the server gave the cursor "
-                                           "'8' again, which would list its pages again; the tools of the pages "
-                                           "read are available")
+    assert servers["again"]["listCut"] == ('tools/list was read up to a cursor the server gave again, "8" (4 page(s), '
+                                           "13 tool(s)); asked for, it would list the pages read again: their tools "
+                                           "are available")
     assert [m for m in caplog.messages if "tools/list" in m] == [f"MCP server again: {servers['again']['listCut']}"]
     sid = await d.new_session(token)
     body = await run_tool(d, token, sid, "r1", "mcp__again__echo", {"text": "listed once"})

@@ -5,7 +5,7 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``fail`` (``isError``), ``rpc_error`` (a JSON-RPC error), ``crash`` (exits with status 3),
 ``slow`` (answers only when cancelled: records the cancelled request id in ``--cancel-log``),
 ``big {bytes}`` (or ``{line}``: a response line of that many bytes), ``grow`` (adds ``extra.tool`` and sends ``notifications/tools/list_changed``),
-``garbage`` (writes a line that is not JSON), ``blocks {n, kind}`` (with ``--blocks``: a result of ``n``
+``garbage`` (writes a line that is not JSON, or with ``{hex}`` the bytes it gives), ``blocks {n, kind}`` (with ``--blocks``: a result of ``n``
 content blocks, each a distinct 4-byte ``audio`` binary or a one-character ``text``), ``deaf {until}``
 (with ``--deaf``: answers, then reads nothing from stdin until the file ``until`` exists), ``shout {bytes}``
 (with ``--shout``: writes that many bytes to stderr, ending in ``END``, then exits with status 5), ``env {name}`` (a variable of its environment, or ``<unset>``),
@@ -24,7 +24,8 @@ it starts in its process group, and with ``--setsid-child`` that of a child it s
 which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
 orphaned at once in a session of its own: a double fork), ``--protocol V`` (the version it answers), ``--page-size N``,
 ``--last-cursor C`` (the last page's ``nextCursor`` is ``C``, not left out; a cursor is the index
-of a page's first tool, and an empty one the first page's),
+of a page's first tool, and an empty one the first page's), ``--last-cursor-json J`` (the same, the
+cursor being the JSON value ``J``: a number, or a list of one),
 ``--dotted`` (adds ``some.tool``), ``--nested`` (adds ``shapes``, whose input schema types integers
 inside arrays and objects, and ``models``, whose schema reaches them through ``$defs``, ``anyOf`` with
 ``null`` and ``allOf``, as Pydantic writes them; both answer the arguments they received as JSON
@@ -136,7 +137,7 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         return  # a cancelled request is not answered
     elif name == "garbage":
         with out_lock:
-            sys.stdout.write("this is not JSON-RPC\n")
+            sys.stdout.buffer.write(bytes.fromhex(args["hex"]) + b"\n" if "hex" in args else b"this is not JSON-RPC\n")
             sys.stdout.flush()
         return
     elif name == "big" and "line" in args:  # a response line of exactly that many bytes
@@ -232,6 +233,7 @@ def main() -> None:
     ap.add_argument("--keyed")
     ap.add_argument("--stale-cursor", action="store_true")
     ap.add_argument("--last-cursor")
+    ap.add_argument("--last-cursor-json")
     ap.add_argument("--reply-log")
     ap.add_argument("--named", action="append", default=[])
     ap.add_argument("--blocks", action="store_true")
@@ -364,13 +366,16 @@ def main() -> None:
             TOOLS.append({"name": "extra.tool", "description": "Added at run time", "inputSchema": OBJ})
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif method == "tools/list":
-            start = int(params.get("cursor") or 0)
+            cursor = params.get("cursor")
+            start = int((cursor[0] if isinstance(cursor, list) else cursor) or 0)  # (a list: --last-cursor-json)
             page = TOOLS[start:start + opts.page_size]
             result: dict = {"tools": page}
             if start + opts.page_size < len(TOOLS):
                 result["nextCursor"] = str(start + opts.page_size)
             elif opts.last_cursor is not None:
                 result["nextCursor"] = opts.last_cursor
+            elif opts.last_cursor_json is not None:
+                result["nextCursor"] = json.loads(opts.last_cursor_json)
             send({"jsonrpc": "2.0", "id": rid, "result": result})
             listings.append(rid)
             if opts.flood:

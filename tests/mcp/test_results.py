@@ -11,7 +11,7 @@ import pytest
 from events import types as t
 from tools.artifacts import ArtifactStore
 from tools.base import ToolSpec
-from tools.mcp.results import MAX_STRUCTURED_BYTES, to_tool_result
+from tools.mcp.results import MAX_STRUCTURED_BYTES, MAX_TEXT_BYTES, to_tool_result
 from tools.registry import builtin_tools
 from tests.image_walks import image_work_on_this_thread
 
@@ -103,3 +103,26 @@ async def test_a_servers_text_cut_in_a_block_note_shows_no_piece_of_a_key(tmp_pa
     text = "".join(p.text for p in r.content if isinstance(p, t.TextPart))
     assert "bbbb" in text and "tttt" in text, text
     assert not [key[i:i + 8] for i in range(len(key) - 7) if key[i:i + 8] in text], text
+
+
+@pytest.mark.parametrize("fill", [0, 1])
+async def test_structured_content_alone_lengthened_by_its_scrub_is_cut_saying_so(tmp_path: Path, fill: int) -> None:
+    # Structured content alone is given as its JSON text, scrubbed, then capped as any text: a key
+    # of 8 characters becomes `[redacted OPENAI_API_KEY]`, and a JSON within the structured cap
+    # came out past the text cap, cut mid-JSON with no note (the note was decided before it).
+    from events.secrets import Secrets
+
+    key, marker = "k8secret", "[redacted OPENAI_API_KEY]"
+    grown = len(marker) - len(key)
+    pad = MAX_TEXT_BYTES - len(f'{{"s":"{key}"}}') - grown + fill  # (fill 0: exactly at the cap once scrubbed)
+    structured = {"s": key + "x" * pad}
+    r = await to_tool_result({"content": [], "structuredContent": structured}, ArtifactStore(tmp_path),
+                             "mcp__s__x", Secrets({key: "OPENAI_API_KEY"}))
+    assert r.structured_content is not None
+    text = r.content[0].text
+    assert text.startswith('{"s":"' + marker) and len(text.encode()) == MAX_TEXT_BYTES
+    if fill:
+        assert [p.text for p in r.content[1:]] == [
+            f"[output truncated: 1 more byte of text above the {MAX_TEXT_BYTES}-byte cap]"]
+    else:
+        assert text.endswith('x"}') and len(r.content) == 1

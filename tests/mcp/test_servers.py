@@ -165,6 +165,24 @@ async def test_a_server_writing_something_that_is_not_json_rpc_is_stopped(start:
     assert r.state("t")["pid"] is None
 
 
+ANSWER = b'{"jsonrpc": "2.0", "id": 9, "result": {"content": [{"type": "text", "text": "caf@"}]}}'
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    # (given bytes, the JSON parser guessed the encoding: a BOM's line was said to break at the
+    # BOM's length before the real byte, one starting with NUL read as UTF-16, and a surrogate
+    # encoded in UTF-8 let through)
+    (b"\xef\xbb\xbf" + ANSWER.replace(b"@", b"\xe9"), "not UTF-8 on stdout (byte 0xe9 at offset 83;"),
+    (b"\x00" + ANSWER.replace(b"@", b"e"), "not JSON on stdout: b'\\x00{"),
+    (ANSWER.replace(b"@", b"\xed\xa0\x80"), "not UTF-8 on stdout (byte 0xed at offset 80;"),
+], ids=["bom", "nul", "surrogate"])
+async def test_a_line_is_read_as_strict_utf8_before_its_json(start: Any, line: bytes, said: str) -> None:
+    r = await start({"t": srv(max_restarts=0)})
+    res = await r.call("mcp__t__garbage", {"hex": line.hex()})
+    assert res.error_code == "MCP_SERVER_UNAVAILABLE"
+    assert f"the server wrote a line that is {said}" in res.content[0].text, res.content[0].text
+
+
 async def test_servers_that_cannot_start_are_reported_and_bounded(start: Any) -> None:
     with trio.fail_after(5):  # the start-up timeout bounds a server that never answers initialize
         r = await start({"hang": srv("--hang", startup_timeout_seconds=0.5, max_restarts=0),
@@ -324,6 +342,18 @@ async def test_a_tool_list_cut_at_the_page_or_tool_limit_says_so(start: Any, cap
     assert whole["listCut"] is None and whole["toolCount"] == 5 and len(whole["skippedTools"]) == 8
     warnings = [m for m in caplog.messages if "tools/list was read up to" in m]
     assert sorted(warnings) == [f"MCP server pages: {pages['listCut']}", f"MCP server tools: {tools['listCut']}"]
+
+
+@pytest.mark.parametrize(("cursor", "said"), [("12", "12"), ("[12]", "an array")])
+async def test_a_cursor_given_again_is_said_as_a_limit_is_and_quoted_as_json(start: Any, cursor: str, said: str) -> None:
+    # (13 tools on 4 pages, the last one's cursor the number 12: that page is asked for and given
+    # again, its tool listed twice, and its cursor given again ends the list; `str()` quoted it
+    # '12'. An array is named, not written: one nested deep could not be)
+    r = await start({"n": srv("--page-size", "4", "--last-cursor-json", cursor)})
+    n = r.state("n")
+    assert n["status"] == "running" and n["toolCount"] == 11, n
+    assert n["listCut"] == (f"tools/list was read up to a cursor the server gave again, {said} (5 page(s), 14 tool(s)); "
+                            "asked for, it would list the pages read again: their tools are available")
 
 
 async def test_a_tool_list_cut_is_logged_when_the_cut_starts_or_changes_not_at_each_listing(

@@ -27,8 +27,7 @@ import trio
 
 from events.secrets import Secrets
 from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
-from tools.json_values import lone_surrogate
-from tools.schema_shape import _kind as json_kind
+from tools.json_values import json_kind, lone_surrogate
 
 from .escaped import Escaped
 
@@ -243,11 +242,12 @@ class Connection:
 
     async def _dispatch(self, line: bytes) -> None:
         try:
-            # (a large result is parsed off the event loop)
-            msg = json.loads(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(json.loads, line)
+            # (a large result is decoded and parsed off the event loop)
+            msg = _parse(line) if len(line) < 1024 * 1024 else await trio.to_thread.run_sync(_parse, line)
         except UnicodeDecodeError as exc:
-            # (MCP's stdio messages are UTF-8: a line of JSON holding another encoding's bytes is
-            # refused as one that is not JSON is, but said as what it is, with the first bad byte)
+            # (MCP's stdio messages are UTF-8, decoded strictly before the JSON is read: given bytes,
+            # the parser guessed the encoding, a BOM or a leading NUL making it another, and let
+            # UTF-8-encoded surrogates through. The refusal names the first bad byte and its offset)
             raise _ProtocolViolation(
                 f"the server wrote a line that is not UTF-8 on stdout (byte 0x{line[exc.start]:02x} at offset "
                 f"{exc.start}; MCP messages are UTF-8): {self.secrets.cut(line, 200)!r}") from None
@@ -327,6 +327,12 @@ class Connection:
 
 class _ProtocolViolation(Exception):
     pass
+
+
+def _parse(line: bytes) -> Any:
+    """One line of the server's as JSON, decoded as strict UTF-8 first (raises
+    :class:`UnicodeDecodeError`, whose ``start`` is the offset of the first bad byte)."""
+    return json.loads(line.decode("utf-8"))
 
 
 def _exit_reason(code: int) -> str:

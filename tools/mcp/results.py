@@ -132,6 +132,18 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
             await b.block(block)
     except OSError as exc:  # (a full disk fails this call, not the session)
         return ToolResult.error("ARTIFACT_WRITE_FAILED", f"a binary {tool} returned could not be stored ({why_not_written(exc)})")
+    structured, left_out = result.get("structuredContent"), None
+    if structured is not None:
+        problem = _unrecordable(structured)
+        size = len(msgspec.json.encode(structured)) if problem is None else 0
+        if problem is not None or size > MAX_STRUCTURED_BYTES:
+            left_out = problem or f"{size} bytes of JSON, above the {MAX_STRUCTURED_BYTES}-byte cap"
+            structured = None
+    if structured is not None and not b.content and len(blocks) <= MAX_BLOCKS:
+        # (structured content alone: MCP asks a server to repeat it as text, and one that does not
+        # would answer the model nothing, which sees a result's content only: it sees the JSON.
+        # Before the notes below: scrubbing can lengthen it past the cap, which is then said)
+        b.text(msgspec.json.encode(structured).decode())
     if b.cut:
         b.content.append(t.TextPart(f"[output truncated: {b.cut} more {'byte' if b.cut == 1 else 'bytes'} of text above the {MAX_TEXT_BYTES}-byte cap]"))
     if b.binaries_left:
@@ -140,18 +152,8 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
     if len(blocks) > MAX_BLOCKS:
         b.content.append(t.TextPart(f"[{len(blocks) - MAX_BLOCKS} more content blocks left out: at most "
                                     f"{MAX_BLOCKS} are read per result]"))
-    structured = result.get("structuredContent")
-    if structured is not None:
-        problem = _unrecordable(structured)
-        size = len(msgspec.json.encode(structured)) if problem is None else 0
-        if problem is not None or size > MAX_STRUCTURED_BYTES:
-            b.content.append(t.TextPart(f"[structured content left out: "
-                                        f"{problem or f'{size} bytes of JSON, above the {MAX_STRUCTURED_BYTES}-byte cap'}]"))
-            structured = None
-    if structured is not None and not b.content:
-        # (structured content alone: MCP asks a server to repeat it as text, and one that does not
-        # would answer the model nothing, which sees a result's content only: it sees the JSON)
-        b.text(msgspec.json.encode(structured).decode())
+    if left_out is not None:
+        b.content.append(t.TextPart(f"[structured content left out: {left_out}]"))
     if result.get("isError") is True:
         message = (b.secrets.cut("".join(p.text for p in b.content if isinstance(p, t.TextPart)), 2000)
                    or f"{tool} reported an error without a message")

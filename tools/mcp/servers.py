@@ -15,6 +15,7 @@ tool of a server that is not running answers ``MCP_SERVER_UNAVAILABLE``.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -30,8 +31,7 @@ from runtime.mcp_config import McpServerConfig
 from runtime.stop_now import StopNow  # (imports nothing of the daemon: no cycle)
 from tools.artifacts import ArtifactStore
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolSpec
-from tools.json_values import lone_surrogate, nesting, scalars
-from tools.schema_shape import _kind as json_kind
+from tools.json_values import MISSING, json_kind, lone_surrogate, nesting, scalars
 from tools.schema_shape import schema_problem
 
 from .client import Connection, Launch, McpError, RequestFailed, StderrTail, open_connection
@@ -279,9 +279,13 @@ class McpServers:
                 _say_cut(s, None)
                 return tools
             if cursor in given:
-                _say_cut(s, f"tools/list stopped after {pages} page(s), {len(tools)} tool(s): the server gave the "
-                            f"cursor {self.secrets.cut(_clean(str(cursor)), 100, '…')!r} again, which would list "
-                            f"its pages again; the tools of the pages read are available")
+                # (worded as the cut at a limit is; the cursor quoted as JSON, a number being no
+                # string, or, an array or an object, named: one nested deep would not be written)
+                said = self.secrets.cut(_clean(json.dumps(cursor, ensure_ascii=False) if isinstance(
+                    cursor, (str, int, float)) else json_kind(cursor)), 100, "…")
+                _say_cut(s, f"tools/list was read up to a cursor the server gave again, {said} ({pages} page(s), "
+                            f"{len(tools)} tool(s)); asked for, it would list the pages read again: their tools "
+                            f"are available")
                 return tools
             given.append(cursor)
             if len(tools) >= self.max_tools or pages >= self.max_pages:
@@ -313,7 +317,7 @@ class McpServers:
             if len(s.tools) >= self.max_tools and len(s.skipped) >= MAX_SKIPPED:
                 untold += len(tools) - i  # (all past the tool limit: not looked at one by one)
                 break
-            name = raw.get("name") if isinstance(raw, dict) else None
+            name = raw.get("name", MISSING) if isinstance(raw, dict) else None
             label = name if isinstance(name, str) else f"#{i}"
             reason = _unusable(raw, name, seen)
             schema: Any = None
