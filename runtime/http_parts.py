@@ -14,6 +14,7 @@ import functools
 import json
 import re
 from typing import Any, Callable, TypeVar
+from urllib.parse import unquote_to_bytes
 
 import msgspec
 import msgspec.inspect as mi
@@ -27,7 +28,7 @@ from . import pieces
 from .body_hints import body_hint, first_refused, members
 from .byte_order import UTF8_BOM, byte_order_mark
 from .config import blank_around
-from .errors import LensError, short_reason
+from .errors import LensError, short_reason, shortened
 from .guard import Guard
 from .list_pages import LIST_LIMIT_MAX, ListOrder, split_page
 from .pairing import Principal
@@ -450,11 +451,31 @@ def parse_int(name: str, raw: str, lo: int, hi: int) -> int:
 
 
 def one_arg(name: str) -> str | None:
-    """The query parameter ``name`` (``None`` when absent); given twice it is 400."""
+    """The query parameter ``name`` (``None`` when absent); given twice it is 400, and so is a
+    value whose percent-encoded bytes are no UTF-8 text (:func:`_query_not_utf8`)."""
     values = request.args.getlist(name)
     if len(values) > 1:
         raise ApiError("INVALID_ARGUMENT", f"{name} is given {len(values)} times; give it once")
+    if values and "%" in values[0] and (written := _query_not_utf8(name)) is not None:
+        raise ApiError("INVALID_ARGUMENT", f"{name} is not UTF-8: {shortened(written)!r} encodes bytes that are no "
+                                           "UTF-8 text; percent-encode the value's UTF-8 bytes")
     return values[0] if values else None
+
+
+def _query_not_utf8(name: str) -> str | None:
+    """The value of the query parameter ``name`` as written, when its percent-encoded bytes are no
+    UTF-8 text; else None. The query's parser keeps such bytes percent-encoded (werkzeug 2.3 on),
+    so ``path=%ff`` read as the three characters ``%FF``: a name other than the one sent (a file
+    named ``%FF`` was served for it)."""
+    for part in request.query_string.split(b"&"):
+        key, _, value = part.partition(b"=")
+        if unquote_to_bytes(key.replace(b"+", b" ")) != name.encode():
+            continue
+        try:
+            unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            return value.decode("latin-1")
+    return None
 
 
 def bool_arg(name: str) -> bool:

@@ -518,9 +518,11 @@ def report_text(rec: JobRecord, status: str, code: int | None, reason: str, tail
 
 
 def _ended(rec: JobRecord) -> str:
+    """How a finished job ended, after "it": ``exited with code 3``, ``was lost: …``."""
     if rec.status == "exited":
         return f"exited with code {rec.exit_code}"
-    return f"{rec.status}{f': {rec.reason}' if rec.reason else ''}"
+    said = "was lost" if rec.status == "lost" else rec.status  # ("it lost: …" read as if it lost something)
+    return f"{said}{f': {rec.reason}' if rec.reason else ''}"
 
 
 # --------------------------------------------------------------------------- actor commands (HTTP)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import posixpath
 from pathlib import Path
 from typing import Sequence
 
@@ -54,11 +55,14 @@ def _home() -> Path | None:
         return None
 
 
-def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = ()) -> Path:
+def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = (), *, on_this_host: bool = True) -> Path:
     """The resolved workspace directory ``raw`` names, or 422 ``WORKSPACE_INVALID`` saying why.
 
     ``daemon_dirs`` (what, path): directories of the daemon's own (its data, its config) that a
-    workspace may neither hold nor lie in — the agent edits files and runs commands there."""
+    workspace may neither hold nor lie in — the agent edits files and runs commands there.
+    ``on_this_host`` false (a remote executor is configured): the directory is on the executor's
+    host, so it is not looked for here; the path is taken as written, tidied (``a/./b/`` is
+    ``a/b``, ``..`` taken lexically), and judged by its words alone."""
     shown = raw if len(raw) <= 200 else raw[:200] + "…"
     if not raw or "\0" in raw:
         raise ApiError("WORKSPACE_INVALID", "workspace must be a non-empty path without NUL characters")
@@ -69,9 +73,12 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = ()) -> Pat
     try:
         if not ws.is_absolute():
             raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} must be an absolute path")
-        if not ws.is_dir():
+        if not on_this_host:
+            ws = Path(posixpath.normpath(ws))
+        elif not ws.is_dir():
             raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} is not an existing directory")
-        ws = ws.resolve(strict=True)
+        else:
+            ws = ws.resolve(strict=True)
     except (OSError, RuntimeError) as exc:  # too long a name, a symlink loop, no permission…
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} cannot be used ({reason})") from None
@@ -121,7 +128,8 @@ def add_project_routes(app: QuartTrio, svc: Services) -> None:
         check_name(body.name, "name")
         ws = workspace_dir(body.workspace, [("data directory", svc.data_dir),
                                             ("config directory", svc.config_files.dir),
-                                            ("pair file's directory", svc.config_files.pair.parent)])
+                                            ("pair file's directory", svc.config_files.pair.parent)],
+                           on_this_host=svc.config.executor.address is None)
         pid = svc.new_id("prj")
         res = await svc.store.append(Draft(t.ProjectCreated(name=body.name, workspace=str(ws)), project_id=pid))
         try:

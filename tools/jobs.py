@@ -113,6 +113,9 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
         if not isinstance(action, str) or action not in _ARGS:
             raise ToolError("INVALID_ARGUMENT", f"action must be one of {', '.join(_ARGS)}, got "
                                                 f"{shortened_json(action)}; {USAGE}")
+        # (an argument sent as null is that argument left out: a model that fills every property
+        # of the schema sends null for those the action does not take)
+        args = {k: v for k, v in args.items() if v is not None}
         required, optional = _ARGS[action]
         given = set(args) - {"action"}
         if not required <= given:

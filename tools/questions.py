@@ -30,7 +30,9 @@ OPTION_FIELDS = frozenset({"id", "label"})
 async def ask_user(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if set(args) != {"questions"} or not isinstance(args["questions"], list):
         raise ToolError("INVALID_ARGUMENT", "ask_user takes {\"questions\": [{id, text, options?, allow_text?}]}")
-    raw = args["questions"]
+    # (an optional field sent as null is that field left out: no options, text allowed)
+    raw = [{k: v for k, v in rq.items() if not (k in ("options", "allow_text") and v is None)}
+           if isinstance(rq, dict) else rq for rq in args["questions"]]
     if not 1 <= len(raw) <= MAX_QUESTIONS:
         raise ToolError("INVALID_ARGUMENT", f"ask 1 to {MAX_QUESTIONS} questions at a time, not {len(raw)} questions")
     for i, rq in enumerate(raw):

@@ -25,7 +25,10 @@ async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError("INVALID_ARGUMENT", "todo takes {\"items\": [{id, text, status}]} and nothing else")
     if len(args["items"]) > MAX_TODOS:
         raise ToolError("INVALID_ARGUMENT", f"at most {MAX_TODOS} todo items, got {len(args['items'])}")
-    for i, raw in enumerate(args["items"]):
+    # (a status sent as null is the status left out: pending)
+    raw_items = [{k: v for k, v in raw.items() if not (k == "status" and v is None)} if isinstance(raw, dict) else raw
+                 for raw in args["items"]]
+    for i, raw in enumerate(raw_items):
         extra = set(raw) - ITEM_FIELDS if isinstance(raw, dict) else set()
         if extra:  # (a misspelt "state" was dropped in silence: the item stayed pending)
             raise ToolError("INVALID_ARGUMENT",
@@ -35,7 +38,7 @@ async def todo(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             raise ToolError("INVALID_ARGUMENT", f"todo items[{i}]: unknown status {shortened(repr(status))}; "
                             f"a status is {', '.join(STATUSES[:-1])} or {STATUSES[-1]}")
     try:
-        items = msgspec.convert(args["items"], list[t.TodoItem])
+        items = msgspec.convert(raw_items, list[t.TodoItem])
     except msgspec.ValidationError as exc:
         raise ToolError("INVALID_ARGUMENT", f"todo items: {exc}") from None
     for i, it in enumerate(items):

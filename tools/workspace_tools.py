@@ -50,9 +50,12 @@ ABORT_OUTPUT_WAIT_S = 0.25
 
 
 def int_arg(args: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    """The integer argument ``name`` (``default`` when absent), from ``lo`` to ``hi``; the
-    refusal names the value received, as JSON (``got 1.5``, ``got "100"``)."""
-    v = args.get(name, default)
+    """The integer argument ``name`` (``default`` when absent or null, as ``read_file`` reads
+    its optional arguments), from ``lo`` to ``hi``; the refusal names the value received, as
+    JSON (``got 1.5``, ``got "100"``)."""
+    v = args.get(name)
+    if v is None:
+        return default
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from {lo} to {hi}, got {shortened_json(v)}")
     return v
@@ -139,10 +142,12 @@ def command_cwd(args: dict[str, Any], command: str) -> str:
     """The ``cwd`` a command runs in (``run_command``, a job's start): workspace-relative text,
     the workspace when absent. Neither it nor ``command`` may hold NUL (no process takes one).
     An empty one is refused, as the file tools refuse an empty ``path``: the root is ``"."``."""
-    cwd = args.get("cwd", "")  # (absent: the executor's "" is the workspace root)
-    if not isinstance(cwd, str):
+    cwd = args.get("cwd")
+    if cwd is None:
+        cwd = ""  # (absent or null: the executor's "" is the workspace root)
+    elif not isinstance(cwd, str):
         raise ToolError("INVALID_ARGUMENT", "cwd must be a workspace-relative path")
-    if not cwd and "cwd" in args:
+    elif not cwd:
         raise ToolError("INVALID_ARGUMENT", 'cwd is empty (leave it out, or give ".", for the workspace root)')
     if "\0" in command or "\0" in cwd:
         raise ToolError("INVALID_ARGUMENT", "command and cwd cannot hold NUL characters")

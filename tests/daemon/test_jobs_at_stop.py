@@ -98,6 +98,11 @@ async def test_a_kill_9_leaves_a_running_job_to_be_recorded_lost_at_the_next_sta
             assert fin["body"]["reason"] == "Lens restarted while the job ran; how its command ended was not recorded"
             assert fin["body"]["output_tail"] == ""  # the output was in the killed daemon's memory only
             await report_answered(d2, token, sid, job_id)
+            # (a stop of it says how it ended in words: it said "it lost: …")
+            r = await d2.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
+            assert r.status_code == 409 and r.json()["error"]["code"] == "JOB_FINISHED", r.text
+            assert r.json()["error"]["message"] == (f"job {job_id!r} is not running (it was lost: Lens restarted "
+                                                    "while the job ran; how its command ended was not recorded)")
             assert await serve.terminate() == 0
         verify = await run_lens(tmp_path, "log", "verify", "--data", "data")
         assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -17,8 +17,8 @@ import pytest
 from tests.procfs import read_proc
 from tools.executor import PROTOCOL_VERSION
 
-from ..executor.conftest import other_version_executor
-from .conftest import DaemonFactory, error_of, finished, run_tool, serving, wait_until
+from ..executor.conftest import other_version_executor, start_executor, stop_process
+from .conftest import DaemonFactory, error_of, finished, run_tool, serving, stop_daemon, wait_until
 
 
 async def test_a_remote_executor_of_another_version_is_named_over_http_and_in_the_log(
@@ -90,3 +90,35 @@ async def test_an_abort_inside_run_command_ends_the_command_and_what_it_started_
 
 async def _pids_written(ws: Path, names: tuple[str, ...]) -> bool:
     return all((ws / n).exists() and (ws / n).read_text().strip().isdigit() for n in names)
+
+
+async def test_a_project_of_a_remote_executor_names_a_workspace_of_the_executors_host(
+        daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The remote executor's workspace is a directory of its own host ("/srv/project" in
+    # docs/executor.md). POST /projects checked the name against the daemon's host: 422
+    # "is not an existing directory" unless a directory of that name happened to be there too.
+    remote = start_executor(tmp_path / "remote")
+    try:
+        (remote.workspace / "there.txt").write_text("on the executor's host\n")
+        monkeypatch.setenv("LENS_TEST_REMOTE_TOKEN", remote.token)
+        d = await daemon_factory(config={"executor": {"address": remote.address, "tokenEnv": "LENS_TEST_REMOTE_TOKEN"}})
+        strong = await d.pair("strong", strong=True)
+        elsewhere = f"/srv/{tmp_path.name}/project/"
+        assert not Path(elsewhere).exists()
+        r = await d.post("/projects", strong, {"name": "remote", "workspace": elsewhere})
+        assert r.status_code == 201, r.text
+        assert r.json()["workspace"] == elsewhere.rstrip("/")  # (as written, tidied: no host to resolve it on)
+        sid = (await d.session(strong, r.json()["id"]))["id"]
+        read = await run_tool(d, strong, sid, "r1", "read_file", {"path": "there.txt"})
+        assert read["is_error"] is False and read["content"][0]["text"] == "on the executor's host\n", read
+        r = await d.get(f"/sessions/{sid}/workspace/tree", strong)
+        assert r.status_code == 200 and [e["path"] for e in r.json()["entries"]] == ["there.txt"], r.text
+        # what no host could hold is still refused, with the same words as for a local one
+        for bad, said in (("srv/project", "must be an absolute path"), ("", "non-empty path"),
+                          ("/etc", "system directory"), ("/srv/../usr/lib", "system directory")):
+            r = await d.post("/projects", strong, {"name": "bad", "workspace": bad})
+            assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (bad, r.text)
+            assert said in r.json()["error"]["message"], (bad, r.text)
+        await stop_daemon(d)
+    finally:
+        stop_process(remote.proc)

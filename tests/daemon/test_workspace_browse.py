@@ -601,3 +601,28 @@ async def test_gitignore_lines_with_posix_classes_and_reversed_ranges_apply_as_g
     # (git: a class it cannot close makes the line match nothing, "[" included)
     assert tree_paths(r.json()) == [".gitignore", "a.log", "m", "unclosed[x", "xay"]
     assert r.json()["ignoredHidden"] == 4
+
+
+async def test_a_path_whose_encoded_bytes_are_not_utf8_is_refused_not_read_as_another_name(browse: Browse):
+    # "path=%ff" names the byte 0xFF, which no UTF-8 text holds. The query's parser keeps such
+    # bytes percent-encoded, so it was read as the three characters "%FF": a file named "%FF"
+    # was served in its place, and "bad%fe.txt" answered "bad%FE.txt: no such file", a name the
+    # client never sent.
+    d, _, reader, sid, ws = browse
+    (ws / "%FF").write_text("another file\n")
+    (ws / "bad%FE.txt").write_text("another file\n")
+    (ws / "d%C3").mkdir()
+    (ws / "é.txt").write_text("e acute\n")
+    for route, target in (("file", "path=%ff"), ("file", "path=bad%fe.txt"), ("file", "path=%C3%28"),
+                          ("file", "path=%ED%A0%80"), ("tree", "path=d%c3"), ("tree", "depth=1&path=%ff")):
+        r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/{route}?{target}",
+                           {"Authorization": f"Bearer {reader}"})
+        assert (r.status, r.code) == (400, "INVALID_ARGUMENT"), (target, r.body[:300])
+        assert b"another file" not in r.body
+        message = r.json()["error"]["message"]
+        assert message.startswith("path is not UTF-8") and target.split("path=")[1] in message, message
+    # "%25FF" is the text "%FF" itself, and UTF-8 encoded, as a client sends it, reads its file
+    for target, text in (("path=%25FF", "another file\n"), ("path=%C3%A9.txt", "e acute\n")):
+        r = await raw_http(d.port, "GET", f"/api/v1/sessions/{sid}/workspace/file?{target}",
+                           {"Authorization": f"Bearer {reader}"})
+        assert r.status == 200 and r.json()["text"] == text, (target, r.body[:300])
