@@ -982,12 +982,12 @@ class SessionActor:
         spec = self.deps.tools.get(call.name)
         if spec is not None and spec.completed_when_interrupted is not None:
             ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
-                              agent_id == MAIN_AGENT,
-                              file_edits=lambda cid: list(self.state.file_edits.get(cid, [])),
-                              secrets=self.deps.store.secrets)
+                              agent_id == MAIN_AGENT, file_edits=self._file_edits,
+                              secrets=self.deps.store.secrets, cut_events=self._cut_events_of(call.call_id))
+            # (an abort while it asks records what it found by then: handed over as cut events)
             done = await spec.completed_when_interrupted(call.arguments, ctx)
             if done:
-                self._cut_events.setdefault(call.call_id, d.CutEdits()).events.extend(done)
+                self._cut_events_of(call.call_id)(done, [])
         cut = self._cut_events.get(call.call_id)
         said = (QUESTION_INTERRUPTED_TEXT if d.question_cancelled(self.state, call) else INTERRUPTED_TEXT)
         try:
@@ -1383,8 +1383,7 @@ class SessionActor:
         tool_policy = tool_policy if isinstance(tool_policy, dict) else None
         is_main = agent_id == MAIN_AGENT
 
-        def file_edits(cid: str) -> list[t.FileEdited]:
-            return list(self.state.file_edits.get(cid, []))
+        file_edits = self._file_edits
 
         def call_running(cid: str) -> bool:
             return any(a.running_call == cid for a in self.state.agents.values())
@@ -1446,10 +1445,7 @@ class SessionActor:
                 fitting, truncated or fitting != text,
                 *((ended.exit_code, ended.signal, ended.stopped) if ended is not None else ()))
 
-        def cut_events(events: list[t._Event], unrecorded: list[str]) -> None:
-            cut = self._cut_events.setdefault(call.call_id, d.CutEdits())
-            cut.events.extend(events)
-            cut.unrecorded.extend(unrecorded)
+        cut_events = self._cut_events_of(call.call_id)
 
         self._cut_calls.pop(call.call_id, None)
         self._let_go_cut_events(call.call_id)
@@ -1512,6 +1508,19 @@ class SessionActor:
                                     applied, last=True),
                 error_code="RESULT_NOT_RECORDED"), agent_id, task_id)] + cut)
             self._let_go_cut_events(call.call_id)
+
+    def _file_edits(self, call_id: str) -> list[t.FileEdited]:
+        """The edits of ``call_id`` the state holds (a tool context's ``file_edits``)."""
+        return list(self.state.file_edits.get(call_id, []))
+
+    def _cut_events_of(self, call_id: str) -> Callable[[list[t._Event], list[str]], None]:
+        """A tool context's ``cut_events`` for call ``call_id``: what the call did all the same
+        once cut off, held as its cut events until its ``tool.finished`` records them."""
+        def cut_events(events: list[t._Event], unrecorded: list[str]) -> None:
+            cut = self._cut_events.setdefault(call_id, d.CutEdits())
+            cut.events.extend(events)
+            cut.unrecorded.extend(unrecorded)
+        return cut_events
 
     def _let_go_cut_events(self, call_id: str | None = None) -> None:
         """Drop the cut events of ``call_id`` (None: of every call) and the hold on their copies

@@ -547,21 +547,28 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             return []  # (nothing to revert: the call restored nothing)
         restored: list[str] = []
         why: str | None = None
-        with trio.move_on_after(ABORT_STOP_ANSWER_WAIT_S) as asking:
-            try:
-                ex = await pool.get(ctx.project_id)
-                for n, e in enumerate(reversed(edits)):
-                    call_id = restore_call_id(ctx.session_id, ctx.call_id, n)
-                    reply = await ex.client.stop(call_id, max(asking.deadline - trio.current_time(), 0.01))
-                    if reply.found and not reply.ended:
-                        why = f"had not ended its restore {call_id} when asked"
-                        break
-                    if not reply.HasField("call") or completed_outcome("restore", call_id, reply.call) is None:
-                        break
-                    restored.append(_restored(e))
-            except EXECUTOR_FAILURES as exc:
-                why = (f"could not be asked about them ({getattr(exc, 'code', type(exc).__name__)}: "
-                       f"{getattr(exc, 'message', None) or exc})")
+        try:
+            with trio.move_on_after(ABORT_STOP_ANSWER_WAIT_S) as asking:
+                try:
+                    ex = await pool.get(ctx.project_id)
+                    for n, e in enumerate(reversed(edits)):
+                        call_id = restore_call_id(ctx.session_id, ctx.call_id, n)
+                        reply = await ex.client.stop(call_id, max(asking.deadline - trio.current_time(), 0.01))
+                        if reply.found and not reply.ended:
+                            why = f"had not ended its restore {call_id} when asked"
+                            break
+                        if not reply.HasField("call") or completed_outcome("restore", call_id, reply.call) is None:
+                            break
+                        restored.append(_restored(e))
+                except EXECUTOR_FAILURES as exc:
+                    why = (f"could not be asked about them ({getattr(exc, 'code', type(exc).__name__)}: "
+                           f"{getattr(exc, 'message', None) or exc})")
+        except trio.Cancelled:
+            # Cut off while asking (an abort, the session's deletion): the restores confirmed by
+            # then are recorded with whatever records the call's tool.finished, as revert_call's are.
+            if restored and ctx.cut_events is not None:
+                ctx.cut_events([reverted_event(ctx.call_id, target, restored, edits)], [])
+            raise
         if asking.cancelled_caught:
             why = f"did not answer about them within {ABORT_STOP_ANSWER_WAIT_S:g} s"
         if why is not None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -180,3 +179,38 @@ async def test_a_revert_cut_off_whose_executor_is_out_of_reach_at_restart_is_rec
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "revert1" in r.getMessage()]
     assert len(warned) == 1 and f"call {sid}:revert1 (revert_call)" in warned[0], warned
     assert "could not be asked" in warned[0], warned
+
+
+async def test_an_abort_while_the_restart_asks_records_the_restores_confirmed_by_then(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # revert1 cut off while the executor holds restore /1 (b.txt restored); at the restart /0 is
+    # confirmed, the Stop asking about /1 is held, and an abort comes: its record carries the revert
+    # of b.txt found by then.
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore")) as relay:
+            sid = await cut_by_the_stop(tmp_path, relay, executor.token, ws, held, abort=False, held_restore=1)
+            second = f"{sid}:revert1/1"
+            asked = relay.stops.count(second)
+            relay.hold_stop = lambda run_id: run_id == second
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=RemoteExecutor(relay.address, executor.token),
+                                     **TOOLS) as (sup, store, _faux, _pool):
+                with trio.fail_after(30):
+                    await until(lambda: relay.stops.count(second) > asked)  # (/0 answered, /1 held)
+                    assert (await sup.call(sid, Abort()))["aborted"]
+                    await sup.call(sid, WaitIdle())
+                state = await sup.call(sid, GetState())
+                events = await events_of(store, sid)
+            assert relay.stops[-2:] == [f"{sid}:revert1/0", second] and not relay.held_past
+    assert (ws / "a.txt").read_text() == "A\n" and (ws / "b.txt").read_text() == "b\n"
+    at = finished_of(events, "revert1")
+    finished = events[at].event
+    assert (finished.status, finished.error_code) == ("interrupted", "ABORTED")
+    assert text_of(finished).startswith(PART), text_of(finished)
+    assert events[at + 1].kind == "file.reverted" and events[at + 1].seq == events[at].seq + 1
+    reverted = events[at + 1].event
+    assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
+        "revert1", "edit1", ["b.txt"], True)
+    assert [e.kind for e in events].count("file.reverted") == 1 and "run.aborted" in [e.kind for e in events]
+    assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
+    assert statuses(events) == {"a.txt": ("modified", [False]), "b.txt": ("reverted", [True])}
