@@ -23,7 +23,7 @@ import trio
 from events import types as t
 from runtime.atomicfile import why_not_written
 from runtime.errors import shortened, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.executor_client import ExecutorToolError, tool_outcome  # (imports tools.executor alone: no cycle)
+from runtime.executor_client import ExecutorToolError, stop_answer, tool_outcome  # (imports tools.executor alone: no cycle)
 from runtime.stop_now import StopNow
 
 from .artifacts import ArtifactError, ArtifactStore
@@ -95,7 +95,7 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
         async with trio.open_nursery() as nursery:
             async def ask() -> None:
                 try:
-                    reply = await client.stop(run_id, ABORT_STOP_ANSWER_WAIT_S)
+                    reply = await stop_answer(client, run_id, ABORT_STOP_ANSWER_WAIT_S)
                 except EXECUTOR_FAILURES:
                     waiting.deadline = min(waiting.deadline, sent + ABORT_OUTPUT_WAIT_S)
                     return
@@ -559,7 +559,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                     try:
                         for n, e in enumerate(reversed(edits)):
                             call_id = restore_call_id(ctx.session_id, ctx.call_id, n)
-                            reply = await ex.client.stop(call_id, max(asking.deadline - trio.current_time(), 0.01))
+                            reply = await stop_answer(ex.client, call_id,
+                                                      max(asking.deadline - trio.current_time(), 0.01))
                             if reply.found and not reply.ended:
                                 why = f"had not ended its restore {call_id} when asked"
                                 break

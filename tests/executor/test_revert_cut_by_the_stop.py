@@ -18,6 +18,7 @@ passes), the daemon's stop (``stopping``), a restart over the same log.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,13 @@ import trio
 import trio.testing
 
 from events import types as t
+from proto import executor_pb2 as pb
 from runtime.actor import INTERRUPTED_TEXT, Abort, GetState, Submit, WaitIdle
-from runtime.executors import RemoteExecutor
+from runtime.executors import ExecutorPool, RemoteExecutor
 from tests.executor_hold import held_at
 
-from .conftest import agent_runtime, executor_held_at, release_held, run_to_idle, until, wait_path
+from .conftest import (ExecutorProcess, agent_runtime, executor_held_at, release_held, remote_pool, run_to_idle,
+                       running_pool, tool_ctx, tools_by_name, until, wait_path)
 from .relay import Relay
 from .test_edit_finished_under_abort import events_of, log_of, text_of
 from .test_revert_in_part import EDIT_TWO, SCRIPT, finished_of, restore_held_second, statuses, with_two_files
@@ -275,3 +278,42 @@ async def test_a_restart_with_the_local_executor_records_the_restores_confirmed_
     reverted = events[at + 1].event
     assert events[at + 1].kind == "file.reverted" and (reverted.paths, reverted.partial) == (["b.txt"], True)
     assert statuses(events) == {"a.txt": ("modified", [False]), "b.txt": ("reverted", [True])}
+
+
+def asked_at_restart(pool: ExecutorPool, tmp_path: Path) -> Callable[[], Awaitable[list[t._Event]]]:
+    """``revert_call``'s ask at a restart (its ``completed_when_interrupted``) about call revert1 of
+    session ses_r, whose target edit1 edited b.txt, over ``pool``'s project p."""
+    spec = tools_by_name(pool, tmp_path / "artifacts")["revert_call"]
+    edit = t.FileEdited(call_id="edit1", path="b.txt", before_sha256="0" * 64, after_sha256="1" * 64)
+    ctx = tool_ctx("ses_r", "revert1", file_edits=lambda cid: [edit] if cid == "edit1" else [])
+    assert spec.completed_when_interrupted is not None
+    ask = spec.completed_when_interrupted
+    return lambda: ask('{"call_id": "edit1"}', ctx)
+
+
+async def test_a_restart_whose_stop_cannot_be_sent_records_nothing_and_says_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A closed channel fails the Stop with a bare ValueError: not confirmed, never the actor's crash.
+    ws = with_two_files(tmp_path / "ws")
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        (await pool.get("p")).client.close()
+        with caplog.at_level(logging.WARNING), trio.fail_after(10):
+            assert await asked_at_restart(pool, tmp_path)() == []
+    warned = [r.getMessage() for r in caplog.records if "revert1" in r.getMessage()]
+    assert len(warned) == 1 and "(0 of 1)" in warned[0] and "could not be asked about them" in warned[0], warned
+    assert "ValueError(" in warned[0], warned
+
+
+async def test_a_restart_whose_stop_answer_cannot_be_read_records_nothing_and_says_why(
+        tmp_path: Path, executor: ExecutorProcess, caplog: pytest.LogCaptureFixture) -> None:
+    # The answer carries a completed call whose reply is no JSON object: logged, and not confirmed.
+    def unreadable(reply: pb.StopReply) -> pb.StopReply:
+        return pb.StopReply(found=False, ended=True, call=pb.ToolReply(ok=True, result_json="not json"))
+
+    with Relay(executor.address, stop_reply=unreadable) as relay:
+        async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+            with caplog.at_level(logging.WARNING), trio.fail_after(10):
+                assert await asked_at_restart(pool, tmp_path)() == []
+        assert relay.stops == ["ses_r:revert1/0"]
+    warned = [r.getMessage() for r in caplog.records if "revert1" in r.getMessage()]
+    assert len(warned) == 1 and "cannot be read" in warned[0], warned
