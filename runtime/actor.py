@@ -981,13 +981,11 @@ class SessionActor:
         call = step.call
         spec = self.deps.tools.get(call.name)
         if spec is not None and spec.completed_when_interrupted is not None:
-            ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
-                              agent_id == MAIN_AGENT,
-                              file_edits=lambda cid: list(self.state.file_edits.get(cid, [])),
-                              secrets=self.deps.store.secrets)
-            done = await spec.completed_when_interrupted(call.arguments, ctx)
+            # (an abort while it asks records what it found by then: handed over as cut events)
+            done = await spec.completed_when_interrupted(call.arguments,
+                                                         self._tool_context(agent_id, task_id, call.call_id))
             if done:
-                self._cut_events.setdefault(call.call_id, d.CutEdits()).events.extend(done)
+                self._cut_events_of(call.call_id)(done, [])
         cut = self._cut_events.get(call.call_id)
         said = (QUESTION_INTERRUPTED_TEXT if d.question_cancelled(self.state, call) else INTERRUPTED_TEXT)
         try:
@@ -1383,9 +1381,6 @@ class SessionActor:
         tool_policy = tool_policy if isinstance(tool_policy, dict) else None
         is_main = agent_id == MAIN_AGENT
 
-        def file_edits(cid: str) -> list[t.FileEdited]:
-            return list(self.state.file_edits.get(cid, []))
-
         def call_running(cid: str) -> bool:
             return any(a.running_call == cid for a in self.state.agents.values())
 
@@ -1409,7 +1404,7 @@ class SessionActor:
             off (a ``run_command``'s output: it is stopped and drained as a direct call is)."""
             current = self.state.agents[agent_id]
             sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
-                              file_edits=file_edits, call_running=other_call_running,
+                              file_edits=self._file_edits, call_running=other_call_running,
                               agent_tools=list(current.tools) or None,
                               loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
                               workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
@@ -1446,23 +1441,19 @@ class SessionActor:
                 fitting, truncated or fitting != text,
                 *((ended.exit_code, ended.signal, ended.stopped) if ended is not None else ()))
 
-        def cut_events(events: list[t._Event], unrecorded: list[str]) -> None:
-            cut = self._cut_events.setdefault(call.call_id, d.CutEdits())
-            cut.events.extend(events)
-            cut.unrecorded.extend(unrecorded)
+        cut_events = self._cut_events_of(call.call_id)  # (a program's calls hand theirs over under its id)
 
         self._cut_calls.pop(call.call_id, None)
         self._let_go_cut_events(call.call_id)
-        ctx = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call.call_id,
-                          is_main, start_subagent,
-                          file_edits=file_edits, call_running=call_running, ask=ask, jobs=self.jobs,
-                          loaded_skills=lambda: loaded_skill_states(self.state.agents[agent_id]),
-                          agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
-                          call_tool=call_tool, tool_policy=tool_policy,
-                          workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
-                          allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=cut_output,
-                          cut_events=cut_events, recordable=self.deps.store.codec.pack_checked,
-                          call_item_id=call_item_id, rerun=restart)
+        ctx = self._tool_context(agent_id, task_id, call.call_id, start_subagent=start_subagent,
+                                 call_running=call_running, ask=ask, jobs=self.jobs,
+                                 loaded_skills=lambda: loaded_skill_states(self.state.agents[agent_id]),
+                                 agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
+                                 call_tool=call_tool, tool_policy=tool_policy,
+                                 workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
+                                 allowlist_of=allowlist_of, cut_output=cut_output,
+                                 recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id,
+                                 rerun=restart)
         check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
                                         is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a
@@ -1512,6 +1503,27 @@ class SessionActor:
                                     applied, last=True),
                 error_code="RESULT_NOT_RECORDED"), agent_id, task_id)] + cut)
             self._let_go_cut_events(call.call_id)
+
+    def _tool_context(self, agent_id: str, task_id: str | None, call_id: str, **more: Any) -> ToolContext:
+        """The context of call ``call_id`` as it runs or is asked about at a restart: who calls, the
+        edits the state holds, the secrets to cut, what it did all the same once cut off held as
+        its cut events; ``more``: the rest of its fields."""
+        return ToolContext(self.state.project_id, self.session_id, agent_id, task_id, call_id, agent_id == MAIN_AGENT,
+                           file_edits=self._file_edits, secrets=self.deps.store.secrets,
+                           cut_events=self._cut_events_of(call_id), **more)
+
+    def _file_edits(self, call_id: str) -> list[t.FileEdited]:
+        """The edits of ``call_id`` the state holds (a tool context's ``file_edits``)."""
+        return list(self.state.file_edits.get(call_id, []))
+
+    def _cut_events_of(self, call_id: str) -> Callable[[list[t._Event], list[str]], None]:
+        """A tool context's ``cut_events`` for call ``call_id``: what the call did all the same
+        once cut off, held as its cut events until its ``tool.finished`` records them."""
+        def cut_events(events: list[t._Event], unrecorded: list[str]) -> None:
+            cut = self._cut_events.setdefault(call_id, d.CutEdits())
+            cut.events.extend(events)
+            cut.unrecorded.extend(unrecorded)
+        return cut_events
 
     def _let_go_cut_events(self, call_id: str | None = None) -> None:
         """Drop the cut events of ``call_id`` (None: of every call) and the hold on their copies

@@ -428,3 +428,21 @@ class ExecutorClient:
                 call.cancel()
                 with trio.CancelScope(shield=True), trio.move_on_after(10):
                     await finished.wait()
+
+
+async def stop_answer(client: ExecutorClient, run_id: str, timeout: float) -> pb.StopReply:
+    """The executor's answer to a ``Stop`` by ``run_id`` (a call whose caller gave up, or a
+    command's run id) within ``timeout`` s (:meth:`ExecutorClient.stop`): ``found`` false or
+    ``ended``, it has ended, and ``call`` carries an editing call's reply when it completed (from
+    the executor's call journal). Whatever the ``Stop`` fails with is raised as
+    :class:`ExecutorUnavailable` (its deadline passing as :class:`ExecutorTimeout`, a refused
+    connection with status ``UNAVAILABLE``; an executor built before ``Stop``, a closed channel's
+    ``ValueError``, named in the message): a caller tells "not confirmed" by one error, and none
+    crashes on a failure it did not foresee."""
+    try:
+        return await client.stop(run_id, timeout)
+    except ExecutorUnavailable:
+        raise
+    except Exception as exc:  # (a closed channel's ValueError too)
+        raise ExecutorUnavailable(getattr(exc, "message", None) or repr(exc),
+                                  status=getattr(exc, "status", "")) from exc

@@ -33,7 +33,7 @@ from tools.executor.groups import GroupRegistry
 
 from .errors import LensError
 from .executor_client import (ExecutorClient, ExecutorTimeout, ExecutorUnauthenticated, ExecutorUnavailable,
-                              ExecutorVersionMismatch, SendOrder)
+                              ExecutorVersionMismatch, SendOrder, stop_answer)
 from .stop_now import StopNow
 
 log = logging.getLogger("lens.executors")
@@ -345,14 +345,14 @@ class ExecutorPool:
         with self.stop_now.grace(self.call_end_wait_s) as waiting:  # (the daemon's stop now ends it at once)
             try:
                 if ex.process is None or ex.process.returncode is None:  # (a child known dead is not asked)
-                    reply = await ex.client.stop(call_id, self.call_end_wait_s)
+                    reply = await stop_answer(ex.client, call_id, self.call_end_wait_s)
                     if not reply.found or reply.ended:
                         return reply.call if reply.HasField("call") else None
             except ExecutorTimeout:
                 pass  # (the Stop's deadline is the bound: not answered within it)
-            except Exception as exc:  # (not confirmed, whatever failed: a closed channel's ValueError too)
-                why = f"could not be asked whether it ended ({getattr(exc, 'message', None) or exc!r})"
-                unreachable = isinstance(exc, ExecutorUnavailable) and exc.status == "UNAVAILABLE"
+            except ExecutorUnavailable as exc:  # (not confirmed, whatever failed: a closed channel's too)
+                why = f"could not be asked whether it ended ({exc.message})"
+                unreachable = exc.status == "UNAVAILABLE"
             if await self._dead(ex, unreachable):
                 dead = True
                 assert ex.process is not None and ex.gone is not None

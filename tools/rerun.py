@@ -35,6 +35,7 @@ class ExecutorAccess(Protocol):
 
 class Respawning(ExecutorAccess, Protocol):
     stop_now: StopNow  # (the daemon's second stop signal: an abort's wait for a command ends at it)
+    remote: Any  # (the projects' remote executor; None: the pool starts a local one per project)
 
     async def respawned(self, ex: Any) -> Any: ...
 

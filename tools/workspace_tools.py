@@ -23,7 +23,7 @@ import trio
 from events import types as t
 from runtime.atomicfile import why_not_written
 from runtime.errors import shortened, shortened_json, shortened_names  # (imports nothing: no cycle)
-from runtime.executor_client import ExecutorToolError, tool_outcome  # (imports tools.executor alone: no cycle)
+from runtime.executor_client import ExecutorToolError, stop_answer, tool_outcome  # (imports tools.executor alone: no cycle)
 from runtime.stop_now import StopNow
 
 from .artifacts import ArtifactError, ArtifactStore
@@ -98,7 +98,7 @@ async def stop_and_drain(client: Any, run_id: str, events: Any, join: StreamJoin
         async with trio.open_nursery() as nursery:
             async def ask() -> None:
                 try:
-                    reply = await client.stop(run_id, ABORT_STOP_ANSWER_WAIT_S)
+                    reply = await stop_answer(client, run_id, ABORT_STOP_ANSWER_WAIT_S)
                 except EXECUTOR_FAILURES:
                     waiting.deadline = min(waiting.deadline, sent + ABORT_OUTPUT_WAIT_S)
                     return
@@ -552,23 +552,37 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
             return []  # (nothing to revert: the call restored nothing)
         restored: list[str] = []
         why: str | None = None
-        with trio.move_on_after(ABORT_STOP_ANSWER_WAIT_S) as asking:
-            try:
+        try:
+            try:  # (outside the asks' bound, under the pool's own: a local executor starts cold at a restart)
                 ex = await pool.get(ctx.project_id)
-                for n, e in enumerate(reversed(edits)):
-                    call_id = restore_call_id(ctx.session_id, ctx.call_id, n)
-                    reply = await ex.client.stop(call_id, max(asking.deadline - trio.current_time(), 0.01))
-                    if reply.found and not reply.ended:
-                        why = f"had not ended its restore {call_id} when asked"
-                        break
-                    if not reply.HasField("call") or completed_outcome("restore", call_id, reply.call) is None:
-                        break
-                    restored.append(_restored(e))
             except EXECUTOR_FAILURES as exc:
-                why = (f"could not be asked about them ({getattr(exc, 'code', type(exc).__name__)}: "
-                       f"{getattr(exc, 'message', None) or exc})")
-        if asking.cancelled_caught:
-            why = f"did not answer about them within {ABORT_STOP_ANSWER_WAIT_S:g} s"
+                ex = None
+                why = (f"{'could not be reached' if pool.remote is not None else 'was not started'} "
+                       f"({getattr(exc, 'code', type(exc).__name__)}: {getattr(exc, 'message', None) or exc})")
+            if ex is not None:
+                with trio.move_on_after(ABORT_STOP_ANSWER_WAIT_S) as asking:
+                    try:
+                        for n, e in enumerate(reversed(edits)):
+                            call_id = restore_call_id(ctx.session_id, ctx.call_id, n)
+                            reply = await stop_answer(ex.client, call_id,
+                                                      max(asking.deadline - trio.current_time(), 0.01))
+                            if reply.found and not reply.ended:
+                                why = f"had not ended its restore {call_id} when asked"
+                                break
+                            if not reply.HasField("call") or completed_outcome("restore", call_id, reply.call) is None:
+                                break
+                            restored.append(_restored(e))
+                    except EXECUTOR_FAILURES as exc:
+                        why = (f"could not be asked about them ({getattr(exc, 'code', type(exc).__name__)}: "
+                               f"{getattr(exc, 'message', None) or exc})")
+                if asking.cancelled_caught:
+                    why = f"did not answer about them within {ABORT_STOP_ANSWER_WAIT_S:g} s"
+        except trio.Cancelled:
+            # Cut off while asking (an abort, the session's deletion): the restores confirmed by
+            # then are recorded with whatever records the call's tool.finished, as revert_call's are.
+            if restored and ctx.cut_events is not None:
+                ctx.cut_events([reverted_event(ctx.call_id, target, restored, edits)], [])
+            raise
         if why is not None:
             log.warning("call %s:%s (revert_call), cut off before the session's restart, is recorded interrupted; "
                         "the restores it completed on the executor are recorded as far as confirmed (%d of %d), "

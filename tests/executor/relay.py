@@ -16,7 +16,7 @@ has been passed on, before the command's exit: ``"unavailable"`` fails it as a c
 does (grpc UNAVAILABLE), ``"end"`` ends it as if all was sent; the executor's call is cancelled
 either way, as Core leaving it would. ``stops`` lists the run id of each ``Stop`` Core sent, in
 order, and ``stops_answered`` each whose executor's answer came back (on its way to Core);
-while ``hold_stop`` is set, a ``Stop`` is held there, never passed on nor answered, until
+while ``hold_stop`` is set (or says so of its run id), a ``Stop`` is held there, never passed on nor answered, until
 Core leaves it (an executor that does not answer), or at most :data:`HOLD_BOUND_S` of real time:
 then it fails ABORTED and ``held_past`` is set, so a Core that sent no deadline (a test whose
 trio clock stands still cannot end the wait) fails the test rather than hanging it. ``stop_orders`` lists each ``Stop``'s
@@ -55,7 +55,8 @@ class Relay(grpc.GenericRpcHandler):
                  before_run: Callable[[pb.CommandRequest], None] | None = None,
                  before_call: Callable[[pb.ToolRequest], None] | None = None,
                  missing: tuple[str, ...] = (), withhold_exit: bool = False,
-                 cut_run: Literal["unavailable", "end"] | None = None, hold_stop: bool = False,
+                 cut_run: Literal["unavailable", "end"] | None = None,
+                 hold_stop: bool | Callable[[str], bool] = False,
                  stop_reply: Callable[[pb.StopReply], pb.StopReply] | None = None) -> None:
         self.target = target
         self.edit_reply = edit_reply
@@ -125,7 +126,7 @@ class Relay(grpc.GenericRpcHandler):
                 stop = pb.StopRequest.FromString(raw)
                 self.stops.append(stop.run_id)
                 self.stop_orders.append((stop.order.epoch, stop.order.seq) if stop.HasField("order") else None)
-                if self.hold_stop:
+                if self.hold_stop is True or (callable(self.hold_stop) and self.hold_stop(stop.run_id)):
                     until = time.monotonic() + HOLD_BOUND_S
                     while context.is_active():  # (held: never answered while Core waits)
                         if time.monotonic() >= until:

@@ -18,17 +18,21 @@ passes), the daemon's stop (``stopping``), a restart over the same log.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from events import types as t
+from proto import executor_pb2 as pb
 from runtime.actor import INTERRUPTED_TEXT, Abort, GetState, Submit, WaitIdle
-from runtime.executors import RemoteExecutor
+from runtime.executors import ExecutorPool, RemoteExecutor
+from tests.executor_hold import held_at
 
-from .conftest import agent_runtime, executor_held_at, release_held, run_to_idle, until, wait_path
+from .conftest import (ExecutorProcess, agent_runtime, executor_held_at, release_held, remote_pool, run_to_idle,
+                       running_pool, tool_ctx, tools_by_name, until, wait_path)
 from .relay import Relay
 from .test_edit_finished_under_abort import events_of, log_of, text_of
 from .test_revert_in_part import EDIT_TWO, SCRIPT, finished_of, restore_held_second, statuses, with_two_files
@@ -179,4 +183,137 @@ async def test_a_revert_cut_off_whose_executor_is_out_of_reach_at_restart_is_rec
     assert "file.reverted" not in [e.kind for e in events]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "revert1" in r.getMessage()]
     assert len(warned) == 1 and f"call {sid}:revert1 (revert_call)" in warned[0], warned
-    assert "could not be asked" in warned[0], warned
+    assert "could not be reached" in warned[0], warned
+
+
+async def test_an_abort_while_the_restart_asks_records_the_restores_confirmed_by_then(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # revert1 cut off while the executor holds restore /1 (b.txt restored); at the restart /0 is
+    # confirmed, the Stop asking about /1 is held, and an abort comes: its record carries the revert
+    # of b.txt found by then.
+    with executor_held_at(monkeypatch, tmp_path, "nothing yet") as (executor, held):
+        ws = with_two_files(executor.workspace)
+        with Relay(executor.address, before_call=restore_held_second(tmp_path, "call:restore")) as relay:
+            sid = await cut_by_the_stop(tmp_path, relay, executor.token, ws, held, abort=False, held_restore=1)
+            second = f"{sid}:revert1/1"
+            asked = relay.stops.count(second)
+            relay.hold_stop = lambda run_id: run_id == second
+            async with agent_runtime(tmp_path, ws, SCRIPT, remote=RemoteExecutor(relay.address, executor.token),
+                                     **TOOLS) as (sup, store, _faux, _pool):
+                with trio.fail_after(30):
+                    await until(lambda: relay.stops.count(second) > asked)  # (/0 answered, /1 held)
+                    assert (await sup.call(sid, Abort()))["aborted"]
+                    await sup.call(sid, WaitIdle())
+                state = await sup.call(sid, GetState())
+                events = await events_of(store, sid)
+            assert relay.stops[-2:] == [f"{sid}:revert1/0", second] and not relay.held_past
+    assert (ws / "a.txt").read_text() == "A\n" and (ws / "b.txt").read_text() == "b\n"
+    at = finished_of(events, "revert1")
+    finished = events[at].event
+    assert (finished.status, finished.error_code) == ("interrupted", "ABORTED")
+    assert text_of(finished).startswith(PART), text_of(finished)
+    assert events[at + 1].kind == "file.reverted" and events[at + 1].seq == events[at].seq + 1
+    reverted = events[at + 1].event
+    assert (reverted.call_id, reverted.reverted_call_id, reverted.paths, reverted.partial) == (
+        "revert1", "edit1", ["b.txt"], True)
+    assert [e.kind for e in events].count("file.reverted") == 1 and "run.aborted" in [e.kind for e in events]
+    assert [e.path for e in state.file_edits["edit1"]] == ["a.txt"]
+    assert statuses(events) == {"a.txt": ("modified", [False]), "b.txt": ("reverted", [True])}
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    """Trio's clock running as real time does, which the test moves on past a bound at once."""
+    return trio.testing.MockClock(rate=1)
+
+
+async def test_a_restart_with_the_local_executor_records_the_restores_confirmed_however_long_it_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: trio.testing.MockClock) -> None:
+    # The default executor, the pool's own child: revert1's first restore (b.txt) is held past its
+    # look until the daemon's stop has cut the call, then completes; the second is never sent. The
+    # restart starts a child cold, which takes longer than the asks' bound (held before it
+    # listens, the clock moved on 5 s): it is not given up, and b.txt's restore is confirmed.
+    held = held_at(monkeypatch, tmp_path, "nothing yet")
+    hold = tmp_path / "hold"
+    ws = with_two_files(tmp_path / "ws")
+    stopping = trio.Event()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as helpers:
+            async with agent_runtime(tmp_path, ws, SCRIPT, stopping=stopping, **TOOLS) as (sup, _store, _faux, _pool):
+                sid = await sup.create_session("proj")
+                await run_to_idle(sup, sid, "r1", "step-edit")
+                hold.write_text("before_publish")  # (the next write to reach it: revert1's restore /0)
+                await sup.call(sid, Submit("r2", [t.TextPart("step-revert-one")], "followUp"))
+                await wait_path(held, timeout=20)
+                stopping.set()
+
+                async def release_once_stopped() -> None:
+                    release_held(tmp_path)
+
+                # (runs once this task waits, which it first does leaving the block: past the stop's
+                # cancel of the actors, whose wait for the restore's end it lets go)
+                helpers.start_soon(release_once_stopped)
+    assert (ws / "b.txt").read_text() == "b\n" and (ws / "a.txt").read_text() == "A\n"
+    assert "revert1" not in [getattr(e.event, "call_id", None) for e in log_of(tmp_path, sid)
+                             if e.kind == "tool.finished"]
+    held.unlink()
+    Path(f"{hold}.release").unlink()
+    hold.write_text("before_listening")  # (the restart's child holds before it listens)
+
+    async def start_slowly() -> None:
+        await wait_path(held, timeout=20)
+        clock.jump(5)  # (past the asks' bound, well within the pool's own for a start)
+        release_held(tmp_path)
+
+    async with agent_runtime(tmp_path, ws, SCRIPT, **TOOLS) as (sup, store, _faux, _pool):
+        with trio.fail_after(60):
+            async with trio.open_nursery() as helpers:
+                helpers.start_soon(start_slowly)
+                await sup.call(sid, WaitIdle())
+        events = await events_of(store, sid)
+    at = finished_of(events, "revert1")
+    finished = events[at].event
+    assert (finished.status, finished.error_code) == ("interrupted", "INTERRUPTED")
+    assert text_of(finished) == f"{PART}\n{INTERRUPTED_TEXT}"
+    reverted = events[at + 1].event
+    assert events[at + 1].kind == "file.reverted" and (reverted.paths, reverted.partial) == (["b.txt"], True)
+    assert statuses(events) == {"a.txt": ("modified", [False]), "b.txt": ("reverted", [True])}
+
+
+def asked_at_restart(pool: ExecutorPool, tmp_path: Path) -> Callable[[], Awaitable[list[t._Event]]]:
+    """``revert_call``'s ask at a restart (its ``completed_when_interrupted``) about call revert1 of
+    session ses_r, whose target edit1 edited b.txt, over ``pool``'s project p."""
+    spec = tools_by_name(pool, tmp_path / "artifacts")["revert_call"]
+    edit = t.FileEdited(call_id="edit1", path="b.txt", before_sha256="0" * 64, after_sha256="1" * 64)
+    ctx = tool_ctx("ses_r", "revert1", file_edits=lambda cid: [edit] if cid == "edit1" else [])
+    assert spec.completed_when_interrupted is not None
+    ask = spec.completed_when_interrupted
+    return lambda: ask('{"call_id": "edit1"}', ctx)
+
+
+async def test_a_restart_whose_stop_cannot_be_sent_records_nothing_and_says_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A closed channel fails the Stop with a bare ValueError: not confirmed, never the actor's crash.
+    ws = with_two_files(tmp_path / "ws")
+    async with running_pool(tmp_path / "executors", {"p": ws}) as pool:
+        (await pool.get("p")).client.close()
+        with caplog.at_level(logging.WARNING), trio.fail_after(10):
+            assert await asked_at_restart(pool, tmp_path)() == []
+    warned = [r.getMessage() for r in caplog.records if "revert1" in r.getMessage()]
+    assert len(warned) == 1 and "(0 of 1)" in warned[0] and "could not be asked about them" in warned[0], warned
+    assert "ValueError(" in warned[0], warned
+
+
+async def test_a_restart_whose_stop_answer_cannot_be_read_records_nothing_and_says_why(
+        tmp_path: Path, executor: ExecutorProcess, caplog: pytest.LogCaptureFixture) -> None:
+    # The answer carries a completed call whose reply is no JSON object: logged, and not confirmed.
+    def unreadable(reply: pb.StopReply) -> pb.StopReply:
+        return pb.StopReply(found=False, ended=True, call=pb.ToolReply(ok=True, result_json="not json"))
+
+    with Relay(executor.address, stop_reply=unreadable) as relay:
+        async with remote_pool(executor, tmp_path / "executors", address=relay.address) as pool:
+            with caplog.at_level(logging.WARNING), trio.fail_after(10):
+                assert await asked_at_restart(pool, tmp_path)() == []
+        assert relay.stops == ["ses_r:revert1/0"]
+    warned = [r.getMessage() for r in caplog.records if "revert1" in r.getMessage()]
+    assert len(warned) == 1 and "cannot be read" in warned[0], warned
