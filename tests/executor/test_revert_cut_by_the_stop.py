@@ -35,7 +35,8 @@ from .conftest import (ExecutorProcess, agent_runtime, executor_held_at, release
                        running_pool, tool_ctx, tools_by_name, until, wait_path)
 from .relay import Relay
 from .test_edit_finished_under_abort import events_of, log_of, text_of
-from .test_revert_in_part import EDIT_TWO, SCRIPT, finished_of, restore_held_second, statuses, with_two_files
+from .test_revert_in_part import (EDIT_TWO, SCRIPT, assert_the_rest_reverted, finished_of, restore_held_second, statuses,
+                                  with_two_files)
 
 TOOLS = {"more_tools": lambda pool: [EDIT_TWO]}
 PART = ("[the revert was applied in part before the call was cut off: b.txt restored; revert_call of call "
@@ -131,14 +132,8 @@ async def test_a_revert_the_daemons_stop_cut_off_is_recorded_at_restart_with_the
                 assert [e.path for e in (await sup.call(sid, GetState())).file_edits["edit1"]] == ["a.txt"]
                 state = await run_to_idle(sup, sid, "r3", "step-revert-two")
                 events = await events_of(store, sid)
-    assert (ws / "a.txt").read_text() == "a\n" and (ws / "b.txt").read_text() == "b\n"
     assert [e.kind for e in events].count("file.reverted") == 2
-    at = finished_of(events, "revert2")
-    assert not events[at].event.is_error, events[at].event.content
-    reverted = events[at + 1].event
-    assert (reverted.reverted_call_id, reverted.paths, reverted.partial) == ("edit1", ["a.txt"], False)
-    assert "edit1" not in state.file_edits
-    assert statuses(events) == {"a.txt": ("reverted", [True]), "b.txt": ("reverted", [True])}
+    assert_the_rest_reverted(ws, events, state)
 
 
 async def test_a_revert_the_daemons_stop_cut_off_before_any_restore_records_nothing_but_interrupted(

@@ -69,6 +69,19 @@ def statuses(events: list[Any]) -> dict[str, tuple[str, list[bool]]]:
     return {f["path"]: (f["status"], [e["reverted"] for e in f["edits"]]) for f in changes(events)}
 
 
+def assert_the_rest_reverted(ws: Path, events: list[Any], state: Any) -> None:
+    """revert2, the call of edit1 reverted again after b.txt alone was, restored a.txt: both files
+    are back, its whole `file.reverted` of a.txt follows its result, edit1 is gone from the state
+    and the file history says both reverted."""
+    assert (ws / "a.txt").read_text() == "a\n" and (ws / "b.txt").read_text() == "b\n"
+    at = finished_of(events, "revert2")
+    assert not events[at].event.is_error, events[at].event.content
+    reverted = events[at + 1].event
+    assert (reverted.reverted_call_id, reverted.paths, reverted.partial) == ("edit1", ["a.txt"], False)
+    assert "edit1" not in state.file_edits
+    assert statuses(events) == {"a.txt": ("reverted", [True]), "b.txt": ("reverted", [True])}
+
+
 def with_two_files(ws: Path) -> Path:
     """``ws``, made if it is not there, with a.txt and b.txt as the edits of :data:`EDITS` find them."""
     ws.mkdir(exist_ok=True)
@@ -119,13 +132,7 @@ async def test_a_revert_refused_on_its_second_file_records_the_first_and_a_secon
         (ws / "a.txt").write_text("A\n")
         state = await run_to_idle(sup, sid, "r3", "step-revert-two")
         events = await events_of(store, sid)
-    assert (ws / "a.txt").read_text() == "a\n" and (ws / "b.txt").read_text() == "b\n"
-    at = finished_of(events, "revert2")
-    assert not events[at].event.is_error, events[at].event.content
-    reverted = events[at + 1].event
-    assert (reverted.reverted_call_id, reverted.paths, reverted.partial) == ("edit1", ["a.txt"], False)
-    assert "edit1" not in state.file_edits
-    assert statuses(events) == {"a.txt": ("reverted", [True]), "b.txt": ("reverted", [True])}
+    assert_the_rest_reverted(ws, events, state)
 
 
 @pytest.mark.parametrize("point", ["call:restore", "before_publish"])
