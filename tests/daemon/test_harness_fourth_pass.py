@@ -2,9 +2,10 @@
 (loopback port 0, the ``faux`` provider calling tools, the real executor over gRPC).
 
 What the earlier passes pin is not redone. Here: an optional argument of ``run_command``,
-``job``, ``todo``, ``ask_user``, ``web_search`` and ``web_fetch`` sent as ``null`` is that argument
-left out, as ``read_file``, ``edit_file``, ``subagent`` and ``history_search``'s text arguments
-already read it (a model that fills every property of a tool's schema sends ``null`` for those it does not
+``job``, ``todo``, ``ask_user``, ``web_search``, ``web_fetch``, ``programmatic_tool_run``,
+``capability_search``, ``skill`` and ``history_search`` sent as ``null`` is that argument left
+out, as ``read_file``, ``edit_file``, ``subagent`` and ``history_search``'s text arguments already
+read it (a model that fills every property of a tool's schema sends ``null`` for those it does not
 use)."""
 
 from __future__ import annotations
@@ -106,3 +107,21 @@ async def test_an_optional_argument_of_the_web_tools_sent_as_null_is_that_argume
         assert refused["error_code"] == "INVALID_ARGUMENT" and refused["content"][0]["text"] == f"INVALID_ARGUMENT: {said}", refused
     assert len(web_server.requests) == 2  # (the refused calls asked nothing)
 
+
+async def test_an_optional_argument_of_the_other_model_tools_sent_as_null_is_that_argument_left_out(
+        daemon_factory: DaemonFactory) -> None:
+    # Before: programmatic_tool_run refused "timeout_ms must be an integer from 1 to …",
+    # capability_search "limit must be an integer from 1 to 20, got null" (and load), skill
+    # "unload must be true or false, got null", history_search "limit must be an integer".
+    daemon = await daemon_factory(config={"localPtc": {}})  # (programmatic_tool_run offered)
+    strong = await daemon.pair("null-client", strong=True)
+    sid = (await daemon.session(strong, (await daemon.project(strong))["id"]))["id"]
+    ran = await _ok(daemon, strong, sid, "o1", "programmatic_tool_run", {"code": "print(6 * 7)", "timeout_ms": None})
+    assert ran["content"][0]["text"].startswith("42\n"), ran
+    await _ok(daemon, strong, sid, "o2", "capability_search", {"query": "issue tracker", "limit": None, "load": None})
+    await _ok(daemon, strong, sid, "o3", "skill", {"name": None, "unload": None})
+    await _ok(daemon, strong, sid, "o4", "history_search", {"query": "print", "limit": None, "session_id": None})
+    refused = await run_tool(daemon, strong, sid, "o5", "programmatic_tool_run", {"code": None, "timeout_ms": None})
+    assert refused["error_code"] == "INVALID_ARGUMENT" and "takes {code, timeout_ms?}" in refused["content"][0]["text"]
+    refused = await run_tool(daemon, strong, sid, "o6", "capability_search", {"query": None, "limit": None})
+    assert refused["content"][0]["text"] == "INVALID_ARGUMENT: query must be a string, got null", refused
