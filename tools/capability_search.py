@@ -12,6 +12,7 @@ from runtime.errors import shortened_json, shortened_names  # (imports nothing: 
 from .base import ToolContext, ToolError, ToolResult, ToolSpec
 from .catalog import CAPABILITY_SEARCH, ToolCatalog, callable_from_nowhere, why_from_nowhere
 from .catalog_ranking import COMMON_WORDS, named, rank, tokens
+from .workspace_tools import int_arg
 
 MAX_QUERY_CHARS = 500
 MAX_LIMIT = 20
@@ -88,11 +89,12 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         if not words:
             raise ToolError("INVALID_ARGUMENT", f"query {shortened_json(query)} holds no word to search for (letters or "
                             f"digits): name what the tool does, such as 'issue tracker'")
-        limit = args.get("limit", DEFAULT_LIMIT)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise ToolError("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}, got {shortened_json(limit)}")
-        load = args.get("load", True)
-        if not isinstance(load, bool):
+        # (an optional argument sent as null is that argument left out: its default)
+        limit = int_arg(args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        load = args.get("load")
+        if load is None:
+            load = True
+        elif not isinstance(load, bool):
             raise ToolError("INVALID_ARGUMENT", f"load must be true or false, got {shortened_json(load)}")
         loaded = list(ctx.loaded_capabilities() if ctx.loaded_capabilities is not None else [])
         _offered, searchable = catalog.planes(is_main_agent=ctx.is_main_agent, allowed=ctx.agent_tools or None,

@@ -47,7 +47,9 @@ def _opt_id(args: dict[str, Any], key: str) -> str | None:
 
 
 def _opt_int(args: dict[str, Any], key: str, default: int) -> int:
-    v = args.get(key, default)
+    v = args.get(key)
+    if v is None:
+        return default  # (sent as null: left out, as the string arguments read it)
     if isinstance(v, bool) or not isinstance(v, int):
         raise ToolError("INVALID_ARGUMENT", f"{key} must be an integer")
     return v

@@ -673,7 +673,9 @@ def skill_tool(pool: Respawning, sizes: SkillSizes | None = None, secrets: Secre
     async def skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         keys = secrets or ctx.secrets  # (replaced in what the answers quote, before any cut)
         extra = set(args) - {"name", "unload"}
-        name, unload = args.get("name"), args.get("unload", False)
+        name, unload = args.get("name"), args.get("unload")
+        if unload is None:
+            unload = False  # (sent as null: left out, as a null name is)
         problem = None
         if extra:
             problem = f"skill does not take {shortened_names(extra)}"

@@ -141,13 +141,15 @@ async def test_web_search_refusals_name_the_value_received_as_json(
     # The values were quoted as Python writes them (None, True, '5'): a model reads JSON.
     d, token, sid = await searching(daemon_factory, web_server, monkeypatch, lambda req: response(200, b'{"results": []}'))
     refused = {
-        "num_results": ({"query": "q", "num_results": None}, "num_results must be an integer from 1 to 50, got null"),
+        # (an optional argument sent as null is that argument left out: test_harness_fourth_pass.py)
+        "num_results": ({"query": "q", "num_results": []}, "num_results must be an integer from 1 to 50, got []"),
         "true": ({"query": "q", "num_results": True}, "num_results must be an integer from 1 to 50, got true"),
         "string": ({"query": "q", "num_results": "5"}, 'num_results must be an integer from 1 to 50, got "5"'),
         "0": ({"query": "q", "num_results": 0}, "num_results must be an integer from 1 to 50, got 0"),
         "51": ({"query": "q", "num_results": 51}, "num_results must be an integer from 1 to 50, got 51"),
         "5.5": ({"query": "q", "num_results": 5.5}, "num_results must be an integer from 1 to 50, got 5.5"),
-        "type": ({"query": "q", "type": None}, "type must be one of auto, fast, deep, got null"),
+        "type": ({"query": "q", "type": False}, "type must be one of auto, fast, deep, got false"),
+        "query-null": ({"query": None}, "web_search needs 'query', a non-empty string, got null"),
         "livecrawl": ({"query": "q", "livecrawl": "always"}, 'livecrawl must be one of fallback, preferred, got "always"'),
         "query": ({"query": 5}, "web_search needs 'query', a non-empty string, got 5"),
         "blank": ({"query": " \t\n"}, "web_search needs 'query', a non-empty string, got \" \\t\\n\""),

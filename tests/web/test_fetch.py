@@ -552,7 +552,7 @@ async def test_the_longest_timeout_is_120_seconds(full: ToolRegistry, web_server
 
 @pytest.mark.parametrize("args", [
     {}, {"url": 5}, {"url": None}, {"url": "http://x.example/", "format": "pdf"},
-    {"url": "http://x.example/", "format": None}, {"url": "http://x.example/", "timeout": 0},
+    {"url": "http://x.example/", "format": 1}, {"url": "http://x.example/", "timeout": 0},
     {"url": "http://x.example/", "timeout": -1}, {"url": "http://x.example/", "timeout": 121},
     {"url": "http://x.example/", "timeout": 120.001}, {"url": "http://x.example/", "timeout": "30"},
     {"url": "http://x.example/", "timeout": True}, {"url": "http://x.example/", "headers": {}},
@@ -566,10 +566,10 @@ async def test_invalid_arguments(public_only: ToolRegistry, args: dict) -> None:
 @pytest.mark.parametrize("args, said", [
     ({"url": None}, "url must be a string, got null"), ({"url": 5}, "url must be a string, got 5"),
     ({"url": ["http://x.example/"]}, 'url must be a string, got ["http://x.example/"]'),
-    ({"format": None}, "format must be one of markdown, text, html, got null"),
+    ({"format": {}}, "format must be one of markdown, text, html, got {}"),
     ({"format": "MARKDOWN"}, 'format must be one of markdown, text, html, got "MARKDOWN"'),
     ({"timeout": True}, "timeout must be a number of seconds above 0 and at most 120, got true"),
-    ({"timeout": None}, "timeout must be a number of seconds above 0 and at most 120, got null"),
+    ({"timeout": [30]}, "timeout must be a number of seconds above 0 and at most 120, got [30]"),
     ({"timeout": "30"}, 'timeout must be a number of seconds above 0 and at most 120, got "30"'),
     ({"timeout": 120.5}, "timeout must be a number of seconds above 0 and at most 120, got 120.5"),
 ])

@@ -191,7 +191,8 @@ async def test_arguments_at_their_edges_are_accepted(web_server: WebServer, args
     {"query": "q", "num_results": 0.0}, {"query": "q", "num_results": 51.0},
     {"query": "q", "context_max_characters": 0}, {"query": "q", "context_max_characters": 1048577},
     {"query": "q", "context_max_characters": 0.0}, {"query": "q", "context_max_characters": 1048577.0},
-    {"query": "q", "livecrawl": "always"}, {"query": "q", "type": "neural"}, {"query": "q", "type": None},
+    {"query": "q", "livecrawl": "always"}, {"query": "q", "type": "neural"}, {"query": "q", "type": ""},
+    {"query": None},
     {"query": "q", "domains": ["x"]},
 ])
 async def test_arguments_past_their_edges_are_refused(args: dict) -> None:

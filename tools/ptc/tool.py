@@ -35,6 +35,7 @@ from events import types as t
 from ..base import ToolContext, ToolError, ToolResult, ToolSpec
 from ..catalog import NOT_FROM_PROGRAMS, PTC, ToolCatalog
 from ..command_output import CommandEnd
+from ..workspace_tools import int_arg
 from .interpreter import Limits, Outcome, ToolCallFailed, run_program
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -87,9 +88,7 @@ async def _run(catalog: ToolCatalog, args: dict[str, Any], ctx: ToolContext,
     if extra or not isinstance(code, str):
         raise ToolError("INVALID_ARGUMENT", f"{PTC} takes {{code, timeout_ms?}}"
                         + (f" (unknown: {', '.join(sorted(extra))[:200]})" if extra else ""))
-    timeout = args.get("timeout_ms", DEFAULT_TIMEOUT_MS)
-    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= MAX_TIMEOUT_MS:
-        raise ToolError("INVALID_ARGUMENT", f"timeout_ms must be an integer from 1 to {MAX_TIMEOUT_MS}")
+    timeout = int_arg(args, "timeout_ms", DEFAULT_TIMEOUT_MS, 1, MAX_TIMEOUT_MS)  # (null: the default)
     if ctx.call_tool is None:
         raise ToolError("PTC_UNAVAILABLE", f"{PTC} cannot run here (no tool runner was given to it)")
     # Every tool the catalog knows is a function of the program: the registry's, also one the

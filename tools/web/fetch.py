@@ -86,11 +86,16 @@ def check_arguments(args: dict[str, Any]) -> tuple[str, str, float]:
         raise ToolError("INVALID_ARGUMENT", "web_fetch needs 'url'")
     if not isinstance(args["url"], str):
         raise ToolError("INVALID_ARGUMENT", f"url must be a string, got {shortened_json(args['url'])}")
-    fmt = args.get("format", "markdown")
-    if fmt not in FORMATS:
+    # (an optional argument sent as null is that argument left out: its default)
+    fmt = args.get("format")
+    if fmt is None:
+        fmt = "markdown"
+    elif fmt not in FORMATS:
         raise ToolError("INVALID_ARGUMENT", f"format must be one of {', '.join(FORMATS)}, got {shortened_json(fmt)}")
-    timeout = args.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+    timeout = args.get("timeout")
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT
+    elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
         raise ToolError("INVALID_ARGUMENT",
                         f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT}, got {shortened_json(timeout)}")
     return args["url"], fmt, float(timeout)

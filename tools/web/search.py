@@ -45,6 +45,7 @@ from runtime.errors import shortened_json, shortened_names  # (imports nothing: 
 from runtime.providers.redact import redact_key
 
 from ..base import INT64, ToolContext, ToolError, ToolResult, ToolSpec
+from ..workspace_tools import int_arg
 from .address import Resolver, SystemResolver, parse_url, resolve
 from .http import TlsOnDemand, request
 
@@ -83,15 +84,14 @@ def check_arguments(args: dict[str, Any]) -> dict[str, Any]:
     if len(query) > MAX_QUERY_CHARS:
         raise ToolError("INVALID_ARGUMENT", f"query is {len(query):,} characters, more than {MAX_QUERY_CHARS:,}")
     out: dict[str, Any] = {"query": query}
-    for name, default, hi in (("num_results", DEFAULT_RESULTS, MAX_RESULTS),
-                              ("context_max_characters", DEFAULT_CONTEXT_CHARS, MAX_CONTEXT_CHARS)):
-        value = args.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
-            raise ToolError("INVALID_ARGUMENT", f"{name} must be an integer from 1 to {hi}, got {shortened_json(value)}")
-        out[name] = value
+    # (an optional argument sent as null is that argument left out: its default)
+    out["num_results"] = int_arg(args, "num_results", DEFAULT_RESULTS, 1, MAX_RESULTS)
+    out["context_max_characters"] = int_arg(args, "context_max_characters", DEFAULT_CONTEXT_CHARS, 1, MAX_CONTEXT_CHARS)
     for name, default, allowed in (("livecrawl", "fallback", LIVECRAWL), ("type", "auto", TYPES)):
-        value = args.get(name, default)
-        if value not in allowed:
+        value = args.get(name)
+        if value is None:
+            value = default
+        elif value not in allowed:
             raise ToolError("INVALID_ARGUMENT", f"{name} must be one of {', '.join(allowed)}, got {shortened_json(value)}")
         out[name] = value
     return out
