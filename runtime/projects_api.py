@@ -62,7 +62,7 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = (), *, on_
     workspace may neither hold nor lie in — the agent edits files and runs commands there.
     ``on_this_host`` false (a remote executor is configured): the directory is on the executor's
     host, so it is not looked for here; the path is taken as written, tidied (``a/./b/`` is
-    ``a/b``, ``..`` taken lexically), and judged by its words alone."""
+    ``a/b``, ``..`` taken lexically, ``//etc`` is ``/etc``), and judged by its words alone."""
     shown = raw if len(raw) <= 200 else raw[:200] + "…"
     if not raw or "\0" in raw:
         raise ApiError("WORKSPACE_INVALID", "workspace must be a non-empty path without NUL characters")
@@ -74,7 +74,9 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = (), *, on_
         if not ws.is_absolute():
             raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} must be an absolute path")
         if not on_this_host:
-            ws = Path(posixpath.normpath(ws))
+            # (normpath keeps two leading slashes, as POSIX allows: `//etc` is `/etc` on Linux,
+            # and would pass the checks below unseen)
+            ws = Path("/" + posixpath.normpath(ws).lstrip("/"))
         elif not ws.is_dir():
             raise ApiError("WORKSPACE_INVALID", f"workspace {shown!r} is not an existing directory")
         else:

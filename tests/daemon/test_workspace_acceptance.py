@@ -115,7 +115,10 @@ async def test_a_project_of_a_remote_executor_names_a_workspace_of_the_executors
         assert r.status_code == 200 and [e["path"] for e in r.json()["entries"]] == ["there.txt"], r.text
         # what no host could hold is still refused, with the same words as for a local one
         for bad, said in (("srv/project", "must be an absolute path"), ("", "non-empty path"),
-                          ("/etc", "system directory"), ("/srv/../usr/lib", "system directory")):
+                          ("/etc", "system directory"), ("/srv/../usr/lib", "system directory"),
+                          # (two leading slashes are kept by a tidying, and passed every check)
+                          ("//etc", "'/etc' is a system directory"), ("//", "'/' is a system directory"),
+                          ("///usr/lib", "system directory"), ("//root/.ssh", "home")):
             r = await d.post("/projects", strong, {"name": "bad", "workspace": bad})
             assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (bad, r.text)
             assert said in r.json()["error"]["message"], (bad, r.text)
