@@ -46,11 +46,15 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = (), *, on_
     ``daemon_dirs`` (what, path): directories of the daemon's own (its data, its config) that a
     workspace may neither hold nor lie in — the agent edits files and runs commands there.
     ``on_this_host`` false (a remote executor is configured): the directory is on the executor's
-    host, so it is not looked for here; the path is taken as written, tidied (``a/./b/`` is
+    host, so it is not looked for here, and a leading ``~`` is refused (a home of this host, not
+    of that one); the path is taken as written, tidied (``a/./b/`` is
     ``a/b``, ``..`` taken lexically, ``//etc`` is ``/etc``), and judged by its words alone."""
     shown = raw if len(raw) <= 200 else raw[:200] + "…"
     if not raw or "\0" in raw:
         raise WorkspaceInvalid("workspace must be a non-empty path without NUL characters")
+    if not on_this_host and raw.startswith("~"):
+        raise WorkspaceInvalid(f"workspace {shown!r} must be an absolute path (a ~ would be a home of this host, not "
+                               f"of the executor's)")
     try:
         ws = expand_path(raw, "workspace", "")  # (`./~x` is no home directory: only a leading ~ is)
     except ConfigError:  # (not empty, no NUL: said above)

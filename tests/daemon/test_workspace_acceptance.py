@@ -118,7 +118,9 @@ async def test_a_project_of_a_remote_executor_names_a_workspace_of_the_executors
                           ("/etc", "system directory"), ("/srv/../usr/lib", "system directory"),
                           # (two leading slashes are kept by a tidying, and passed every check)
                           ("//etc", "'/etc' is a system directory"), ("//", "'/' is a system directory"),
-                          ("///usr/lib", "system directory"), ("//root/.ssh", "home")):
+                          ("///usr/lib", "system directory"), ("//root/.ssh", "home"),
+                          # (a ~ was expanded against this daemon's home: not the executor host's)
+                          ("~/project", "must be an absolute path"), ("~root/p", "must be an absolute path")):
             r = await d.post("/projects", strong, {"name": "bad", "workspace": bad})
             assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (bad, r.text)
             assert said in r.json()["error"]["message"], (bad, r.text)
