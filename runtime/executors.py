@@ -35,6 +35,7 @@ from .errors import LensError
 from .executor_client import (ExecutorClient, ExecutorTimeout, ExecutorUnauthenticated, ExecutorUnavailable,
                               ExecutorVersionMismatch, SendOrder, stop_answer)
 from .stop_now import StopNow
+from .workspaces import WorkspaceInvalid, workspace_dir
 
 log = logging.getLogger("lens.executors")
 SPAWN_TIMEOUT_S = 20.0
@@ -73,12 +74,6 @@ class KilledWhileStarting(ExecutorUnavailable):
 
 class ProjectUnknown(LensError):
     code = "PROJECT_NOT_FOUND"
-
-
-class WorkspaceOverlapsDaemon(LensError):
-    """A project's workspace holds or lies in one of the daemon's own directories: no executor."""
-
-    code = "WORKSPACE_INVALID"
 
 
 class DomainBusy(Exception):
@@ -289,7 +284,7 @@ class ExecutorPool:
             if workspace is None:
                 raise ProjectUnknown(f"no project {project_id!r}")
             if not self.remote:
-                self._check_apart(project_id, workspace)
+                self._check_workspace(project_id, workspace)
             if self.remote:
                 ex = await self._connect_remote(project_id, workspace)
             else:
@@ -385,21 +380,19 @@ class ExecutorPool:
             await exit_awaited(ex.process)
         return ex.process.returncode is not None
 
-    def _check_apart(self, project_id: str, workspace: Path) -> None:
-        """:class:`WorkspaceOverlapsDaemon` if ``workspace`` and a directory of the daemon overlap.
-
-        ``POST /projects`` refuses such a workspace, but only against the directories of the
-        daemon it was made by: one started later with ``--config`` or ``--data`` inside an older
-        project's workspace let that project's agent, and read-only credentials browsing it,
-        read the pair file and the config (and the agent change them)."""
-        ws = workspace.resolve()
-        for what, path in self.daemon_dirs:
-            own = path.resolve()
-            if own.is_relative_to(ws) or ws.is_relative_to(own):
-                raise WorkspaceOverlapsDaemon(
-                    f"project {project_id}'s workspace {str(ws)!r} and the daemon's {what} ({own}) overlap: an agent "
-                    f"could read and change it there; its workspace is not used until the {what} is moved apart "
-                    f"from it (dataDir, --config)")
+    def _check_workspace(self, project_id: str, workspace: Path) -> None:
+        """:class:`WorkspaceInvalid` naming the project if a local executor may not serve its
+        stored ``workspace``: the checks of a local ``POST /projects`` (:func:`workspace_dir`),
+        asked again here. A project made while a remote executor served had its path judged by
+        its words alone (it may be missing here, a link, …), and one made by another daemon was
+        kept apart only from that daemon's directories: a daemon started later with ``--config``
+        or ``--data`` inside its workspace let its agent read and change the pair file and the
+        config."""
+        try:
+            workspace_dir(str(workspace), self.daemon_dirs)
+        except WorkspaceInvalid as exc:
+            raise WorkspaceInvalid(f"project {project_id}'s workspace {str(workspace)[:200]!r} is not served by a local "
+                                   f"executor: {exc.message}") from None
 
     async def _connect_remote(self, project_id: str, workspace: Path) -> Executor:
         assert self.remote is not None

@@ -504,9 +504,8 @@ def report_text(rec: JobRecord, status: str, code: int | None, reason: str, tail
                 saved: bool = False) -> str:
     """The input that tells the agent a job ended (``saved``: its whole output was saved at a stop)."""
     command = rec.command if len(rec.command) <= REPORT_COMMAND_CHARS else rec.command[:REPORT_COMMAND_CHARS] + "…"
-    how = {"exited": f"exited with code {code}", "crashed": "crashed", "stopped": "was stopped",
-           "lost": "was lost"}.get(status, status)
-    lines = [f"[background job {rec.job_id} {how}{f' ({reason})' if reason else ''}]", f"command: {command}"]
+    lines = [f"[background job {rec.job_id} {_how(status, code)}{f' ({reason})' if reason else ''}]",
+             f"command: {command}"]
     if saved:
         lines.append(f"(its output, up to the last {OUTPUT_RING_BYTES // 1024} KiB, was saved: "
                      f"job read {rec.job_id} reads it)")
@@ -517,12 +516,18 @@ def report_text(rec: JobRecord, status: str, code: int | None, reason: str, tail
     return "\n".join(lines)
 
 
+def _how(status: str, code: int | None) -> str:
+    """How a job ended, after "it" or "job …": ``exited with code 3``, ``was stopped``, ``was lost``
+    (the words of its report and of a stop's refusal: "it lost" read as if it lost something)."""
+    return {"exited": f"exited with code {code}", "crashed": "crashed", "stopped": "was stopped",
+            "lost": "was lost"}.get(status, status)
+
+
 def _ended(rec: JobRecord) -> str:
     """How a finished job ended, after "it": ``exited with code 3``, ``was lost: …``."""
     if rec.status == "exited":
-        return f"exited with code {rec.exit_code}"
-    said = "was lost" if rec.status == "lost" else rec.status  # ("it lost: …" read as if it lost something)
-    return f"{said}{f': {rec.reason}' if rec.reason else ''}"
+        return _how(rec.status, rec.exit_code)
+    return f"{_how(rec.status, rec.exit_code)}{f': {rec.reason}' if rec.reason else ''}"
 
 
 # --------------------------------------------------------------------------- actor commands (HTTP)

@@ -38,6 +38,7 @@ _ARGS = {
     "read": ({"job_id"}, {"offset", "max_bytes"}),
     "stop": ({"job_id"}, set()),
 }
+_PROPERTIES = frozenset({"action"}.union(*(required | optional for required, optional in _ARGS.values())))
 USAGE = ('job takes {"action": "start", "command", "timeout_ms"?, "cwd"?}, {"action": "list"}, '
          '{"action": "read", "job_id", "offset"?, "max_bytes"?} or {"action": "stop", "job_id"}')
 
@@ -113,9 +114,10 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
         if not isinstance(action, str) or action not in _ARGS:
             raise ToolError("INVALID_ARGUMENT", f"action must be one of {', '.join(_ARGS)}, got "
                                                 f"{shortened_json(action)}; {USAGE}")
-        # (an argument sent as null is that argument left out: a model that fills every property
-        # of the schema sends null for those the action does not take)
-        args = {k: v for k, v in args.items() if v is not None}
+        # (an argument of the schema sent as null is that argument left out: a model that fills
+        # every property of the schema sends null for those the action does not take; a name the
+        # schema lacks is refused below, null or not, as run_command, todo and ask_user refuse it)
+        args = {k: v for k, v in args.items() if v is not None or k not in _PROPERTIES}
         required, optional = _ARGS[action]
         given = set(args) - {"action"}
         if not required <= given:

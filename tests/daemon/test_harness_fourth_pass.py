@@ -56,6 +56,13 @@ async def test_an_optional_argument_sent_as_null_is_that_argument_left_out(daemo
     assert stopped["error_code"] == "JOB_FINISHED", stopped  # (its own refusal, not the arguments')
     needs = await run_tool(daemon, strong, sid, "r6", "job", {**unused, "action": "read"})
     assert needs["error_code"] == "INVALID_ARGUMENT" and "job read needs job_id" in needs["content"][0]["text"], needs
+    # a name the schema lacks is refused though null, as run_command refuses it (job dropped it)
+    for i, (args, named) in enumerate((({"action": "list", "bogus": None}, "'bogus'"),
+                                       ({"action": "start", "command": "true", "timout_ms": None}, "'timout_ms'"))):
+        odd = await run_tool(daemon, strong, sid, f"r6{i}", "job", args)
+        assert odd["error_code"] == "INVALID_ARGUMENT" and f"does not take {named}" in odd["content"][0]["text"], odd
+    odd = await run_tool(daemon, strong, sid, "r6r", "run_command", {"command": "true", "timout_ms": None})
+    assert odd["error_code"] == "INVALID_ARGUMENT" and "timout_ms" in odd["content"][0]["text"], odd
     await _ok(daemon, strong, sid, "r7", "todo", {"items": [{"id": "a", "text": "A", "status": None}]})
     assert (await daemon.view(strong, sid))["todos"] == [{"id": "a", "text": "A", "status": "pending"}]
     # a required field null is still refused, naming it

@@ -148,6 +148,8 @@ async def test_a_running_job_is_read_and_stopped_over_http_with_auth_and_id_chec
     assert (r.json()["jobId"], r.json()["status"], r.json()["reason"]) == (job_id, "stopped", "stopped by request")
     r = await daemon.post(f"/sessions/{sid}/jobs/{job_id}/stop", token)
     assert (r.status_code, error_of(r)) == (409, "JOB_FINISHED")
+    # (in the report's words: this said "it stopped: …", the report "was stopped")
+    assert r.json()["error"]["message"] == f"job {job_id!r} is not running (it was stopped: stopped by request)", r.text
     fin = await finished_of(daemon, token, sid, job_id)
     assert (fin["body"]["status"], fin["body"]["output_tail"]) == ("stopped", "started\n")
     view = await report_answered(daemon, token, sid, job_id)

@@ -115,10 +115,48 @@ async def test_a_project_of_a_remote_executor_names_a_workspace_of_the_executors
         assert r.status_code == 200 and [e["path"] for e in r.json()["entries"]] == ["there.txt"], r.text
         # what no host could hold is still refused, with the same words as for a local one
         for bad, said in (("srv/project", "must be an absolute path"), ("", "non-empty path"),
-                          ("/etc", "system directory"), ("/srv/../usr/lib", "system directory")):
+                          ("/etc", "system directory"), ("/srv/../usr/lib", "system directory"),
+                          # (two leading slashes are kept by a tidying, and passed every check)
+                          ("//etc", "'/etc' is a system directory"), ("//", "'/' is a system directory"),
+                          ("///usr/lib", "system directory"), ("//root/.ssh", "home"),
+                          # (a ~ was expanded against this daemon's home: not the executor host's)
+                          ("~/project", "must be an absolute path"), ("~root/p", "must be an absolute path")):
             r = await d.post("/projects", strong, {"name": "bad", "workspace": bad})
             assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", (bad, r.text)
             assert said in r.json()["error"]["message"], (bad, r.text)
         await stop_daemon(d)
     finally:
         stop_process(remote.proc)
+
+
+async def test_a_project_made_for_a_remote_executor_is_checked_again_before_a_local_one_serves_it(
+        daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A remote workspace is judged by its words alone. The same daemon started later without
+    # executor.address started a local executor on the stored path with only the overlap with
+    # its own directories checked: a link to /etc here, or a path missing here, was served.
+    remote = start_executor(tmp_path / "remote")
+    try:
+        monkeypatch.setenv("LENS_TEST_REMOTE_TOKEN", remote.token)
+        d = await daemon_factory(config={"executor": {"address": remote.address, "tokenEnv": "LENS_TEST_REMOTE_TOKEN"}})
+        strong = await d.pair("strong", strong=True)
+        (tmp_path / "to-etc").symlink_to("/etc")
+        missing = f"/srv/{tmp_path.name}/project"
+        made = {}
+        for ws in (str(tmp_path / "to-etc"), missing):
+            r = await d.post("/projects", strong, {"name": "p", "workspace": ws})
+            assert r.status_code == 201, r.text
+            made[ws] = (await d.session(strong, r.json()["id"]))["id"]
+        await stop_daemon(d)
+    finally:
+        stop_process(remote.proc)
+    d2 = await daemon_factory(config={}, root=d.root)  # (no executor.address: a local executor)
+    for ws, said in ((str(tmp_path / "to-etc"), "'/etc' is a system directory"),
+                     (missing, "is not an existing directory")):
+        read = await run_tool(d2, strong, made[ws], "r1", "read_file", {"path": "passwd"})
+        text = read["content"][0]["text"]
+        assert read["is_error"] is True and "WORKSPACE_INVALID" in text and said in text, read
+        assert "root:" not in text
+        r = await d2.get(f"/sessions/{made[ws]}/workspace/tree", strong)
+        assert r.status_code == 422 and error_of(r) == "WORKSPACE_INVALID", r.text
+        assert said in r.json()["error"]["message"] and ws in r.json()["error"]["message"], r.text
+    await stop_daemon(d2)
