@@ -293,6 +293,19 @@ def _ctrl_c_disarmed() -> bool:
     return _signal.setitimer(_signal.ITIMER_REAL, 0)[0] > 0
 
 
+def take_a_waiting_ctrl_c() -> None:
+    """A Ctrl-C waiting for its re-delivery (raised in the last 10 ms and dropped) raised now: a
+    command calls it just before a write it must not make once Ctrl-C was pressed."""
+    if _ctrl_c_disarmed():
+        raise KeyboardInterrupt
+
+
+def drop_a_late_ctrl_c() -> None:
+    """A Ctrl-C waiting for its re-delivery comes no more: a command calls it once its work is
+    done and shown, which that Ctrl-C came too late to stop (exit 0, not 130)."""
+    _ctrl_c_disarmed()
+
+
 def _ctrl_c_as_python_does() -> None:
     """Python's own SIGINT handler back (trio, which runs the daemon and the executor, guards
     its own state against ``KeyboardInterrupt`` only under that handler); a Ctrl-C waiting for
