@@ -57,6 +57,30 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+# Runs `lens ARGV…` through main() and reports, once it has returned (or exited), the handlers it
+# leaves to the interpreter's shutdown.
+_AFTER_MAIN = r"""
+import signal, sys
+from runtime.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print("AFTER", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+          signal.getsignal(signal.SIGALRM) is signal.SIG_DFL, signal.getitimer(signal.ITIMER_REAL)[0] == 0,
+          file=sys.stderr)
+"""
+
+
+def handlers_after_main(argv: Sequence[str], cwd: Path | None = None) -> str:
+    """The last line ``lens ARGV`` (in ``cwd``) writes to stderr once its ``main()`` has returned:
+    ``AFTER True True True`` when it put Python's SIGINT handler and SIGALRM's default back, with no
+    timer left armed (a Ctrl-C in the shutdown that follows is then Python's, not a SIGALRM that
+    kills the process)."""
+    proc = subprocess.run([sys.executable, "-c", _AFTER_MAIN, *argv], cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    return proc.stderr.splitlines()[-1]
+
+
 def interrupted_at_call(call: int, argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``lens ARGV`` (in ``cwd``) with a Ctrl-C at its ``call``-th Python call (0: none); stderr as text."""
     return subprocess.run([sys.executable, "-c", _AT_CALL, str(call), *argv], cwd=cwd,

@@ -43,7 +43,7 @@ from events.types import (
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
-from tests.cli.ctrl_c import DROPPED_ONCE, INTERRUPTED, ctrl_c_sweep, interrupted_where
+from tests.cli.ctrl_c import DROPPED_ONCE, INTERRUPTED, ctrl_c_sweep, handlers_after_main, interrupted_where
 from tests.cli.lens_script import lens_script
 from tests.rawlog import body_of_row, edit_log, log_rows, log_with_its_wal
 from tests.unwritable import unwritable
@@ -1809,6 +1809,14 @@ def test_a_ctrl_c_dropped_as_the_command_ends_still_stops_it(pristine: Path) -> 
     res = _ctrl_c_in_a_command(body, pristine)
     assert res.returncode == 130, (res.returncode, res.stderr)
     assert res.stderr.startswith("Exception ignored in") and res.stderr.endswith(INTERRUPTED), res.stderr
+
+
+def test_log_puts_python_s_ctrl_c_handlers_back_when_main_returns(log_dir: Path) -> None:
+    # main() left its handlers installed: a real Ctrl-C in the interpreter's shutdown after the
+    # command armed the re-delivery, and its SIGALRM, the handler reset by then, killed the
+    # process with "Alarm clock" (-14).
+    # (a private copy: `log stats` may write beside the log the module's other tests copy)
+    assert handlers_after_main(["log", "stats", "--data", str(log_dir)]) == "AFTER True True True"
 
 
 def test_a_ctrl_c_on_its_way_is_not_delivered_again(pristine: Path) -> None:

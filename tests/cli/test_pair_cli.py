@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from runtime.pairing import MAX_REVOKED, ClientNotFound, PairStore
-from tests.cli.ctrl_c import INTERRUPTED, ctrl_c_sweep, interrupted_where
+from tests.cli.ctrl_c import INTERRUPTED, ctrl_c_sweep, handlers_after_main, interrupted_where
 
 
 def lens_command() -> list[str]:
@@ -170,3 +170,12 @@ def test_ctrl_c_dropped_while_the_pair_file_is_decoded_still_stops_the_approve(t
     assert (res.returncode, res.stderr) == (130, INTERRUPTED), (res.returncode, res.stdout, res.stderr)
     assert _as_before_or_approved(pair, before) == "before"
     assert res.stdout == "", res.stdout
+
+
+@pytest.mark.parametrize("argv", [["pair", "list"], ["pair", "list", "--bogus"]], ids=["done", "usage-error"])
+def test_pair_puts_python_s_ctrl_c_handlers_back_when_main_returns(tmp_path: Path, argv: list[str]):
+    # main() left its SIGINT and SIGALRM handlers installed: a Ctrl-C in the interpreter's
+    # shutdown armed the re-delivery, Python reset SIGALRM to its default, and the process died
+    # with "Alarm clock" (-14) instead of Python's own Ctrl-C.
+    pending_client(tmp_path)
+    assert handlers_after_main(argv, tmp_path) == "AFTER True True True"
