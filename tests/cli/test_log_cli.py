@@ -1868,8 +1868,8 @@ def test_a_ctrl_c_is_not_delivered_again_into_a_weakref_finalize_callback(pristi
 
 
 def test_a_weakref_finalize_called_by_the_command_is_interrupted_by_a_dropped_ctrl_c(pristine: Path) -> None:
-    # Called by the command itself (`finalize()`, as `TemporaryDirectory.cleanup()` does) its
-    # callback is ordinary code, whose exception reaches its caller: a Ctrl-C dropped before it is
+    # Called by the command itself (`finalize()`, to run a clean-up early; `TemporaryDirectory.cleanup()`
+    # instead detaches its finalizer and removes the tree itself) its callback is ordinary code, whose exception reaches its caller: a Ctrl-C dropped before it is
     # delivered again there, not held off until it returns.
     body = ("class Held:\n    pass\nheld = Held()\ndef dropped():\n    try:\n        ctrl_c()\n"
             "    except KeyboardInterrupt:\n        pass\n    redelivered()\n    print('RAN ON', file=sys.stderr)\n"
