@@ -17,7 +17,8 @@ import msgspec
 import pytest
 
 from runtime.pairing import MAX_REVOKED, ClientNotFound, PairStore
-from tests.cli.ctrl_c import INTERRUPTED, ctrl_c_sweep, handlers_after_main, interrupted_where
+from tests.cli.ctrl_c import (INTERRUPTED, ctrl_c_sweep, handlers_after_main, interrupted_as_returning,
+                              interrupted_where)
 
 
 def lens_command() -> list[str]:
@@ -179,3 +180,15 @@ def test_pair_puts_python_s_ctrl_c_handlers_back_when_main_returns(tmp_path: Pat
     # with "Alarm clock" (-14) instead of Python's own Ctrl-C.
     pending_client(tmp_path)
     assert handlers_after_main(argv, tmp_path) == "AFTER True True True"
+
+
+def test_ctrl_c_as_the_temporary_file_is_opened_leaves_none_beside_the_pair_file(tmp_path: Path):
+    # The temporary file was opened before the `try` that removes it: a SIGINT raised as the open
+    # returned (Python raises it there, the file made and its descriptor not yet stored) left an
+    # empty `.pair.json.….tmp` behind.
+    pair = pending_client(tmp_path)
+    before = pair.read_bytes()
+    where = 'arg is __import__("os").open and frame.f_code.co_name == "replace_in_directory"'
+    res = interrupted_as_returning(where, ["pair", "approve", "--client", "c1"], tmp_path)
+    assert (res.returncode, res.stderr, res.stdout) == (130, INTERRUPTED, ""), (res.returncode, res.stderr)
+    assert _as_before_or_approved(pair, before) == "before"  # (and no other file beside it)
