@@ -118,8 +118,11 @@ def replace_in_directory(dir_fd: int, name: str, raw: bytes, mode: int = 0o600,
     by then. ``before_rename`` runs once the new bytes are on disk, just before the rename; what
     it raises leaves ``name`` as it was (and no temporary file)."""
     tmp = f".{name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    fd = -1
     try:
+        # (opened inside the `try`: a SIGINT raised as the open returns still removes the file, by
+        # its name; an open that failed made none, and one there already is not this one's)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
@@ -128,11 +131,12 @@ def replace_in_directory(dir_fd: int, name: str, raw: bytes, mode: int = 0o600,
         if before_rename is not None:
             before_rename()
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass
+    except BaseException as exc:
+        if fd != -1 or not isinstance(exc, OSError):
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
         raise
     os.fsync(dir_fd)
 

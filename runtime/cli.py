@@ -293,6 +293,19 @@ def _ctrl_c_disarmed() -> bool:
     return _signal.setitimer(_signal.ITIMER_REAL, 0)[0] > 0
 
 
+def take_a_waiting_ctrl_c() -> None:
+    """A Ctrl-C waiting for its re-delivery (raised in the last 10 ms and dropped) raised now: a
+    command calls it just before a write it must not make once Ctrl-C was pressed."""
+    if _ctrl_c_disarmed():
+        raise KeyboardInterrupt
+
+
+def drop_a_late_ctrl_c() -> None:
+    """A Ctrl-C waiting for its re-delivery comes no more: a command calls it once its work is
+    done and shown, which that Ctrl-C came too late to stop (exit 0, not 130)."""
+    _ctrl_c_disarmed()
+
+
 def _ctrl_c_as_python_does() -> None:
     """Python's own SIGINT handler back (trio, which runs the daemon and the executor, guards
     its own state against ``KeyboardInterrupt`` only under that handler); a Ctrl-C waiting for
@@ -311,35 +324,49 @@ def _ctrl_c_as_python_does() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     import _signal  # (built in: no Python code runs to import it)
 
-    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # (not when ignored)
+    installed = _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler  # (not when ignored)
+    if installed:
         _signal.signal(_signal.SIGALRM, _on_ctrl_c)
         _signal.signal(_signal.SIGINT, _on_ctrl_c)
     try:
         try:
-            # First of all: msgspec's C module imports `datetime` when it loads and does not check
-            # that import; a Ctrl-C landing inside it is swallowed and leaves msgspec with no
-            # datetime API, so the first Struct decoder built afterwards crashes the interpreter
-            # (SIGSEGV). With `datetime` loaded here, msgspec's import of it runs no Python code to
-            # interrupt, and a Ctrl-C during this line is an ordinary KeyboardInterrupt.
-            import datetime  # noqa: F401
-            code = _main(argv)
-        finally:
-            # No SIGALRM after the command. A Ctrl-C still waiting for its re-delivery was raised
-            # in the command's last 10 ms and dropped: it stops the command now, as it would have;
-            # unless the command reported a failure (its code), which may be that Ctrl-C taken
-            # and reported as another error (the re-delivery is held while it is handled).
-            dropped = _ctrl_c_disarmed()
-        if dropped and code == 0:
-            raise KeyboardInterrupt
-        return code
-    except KeyboardInterrupt as exc:
-        return _interrupted(exc)
-    except RuntimeError as exc:
-        # Python 3.11 wraps what a descriptor's __set_name__ raises ("Error calling __set_name__"):
-        # a Ctrl-C landing in a dataclass field while a class is made at import comes out so.
-        if isinstance(exc.__cause__, KeyboardInterrupt):
-            return _interrupted(exc.__cause__)
-        raise
+            try:
+                # First of all: msgspec's C module imports `datetime` when it loads and does not check
+                # that import; a Ctrl-C landing inside it is swallowed and leaves msgspec with no
+                # datetime API, so the first Struct decoder built afterwards crashes the interpreter
+                # (SIGSEGV). With `datetime` loaded here, msgspec's import of it runs no Python code to
+                # interrupt, and a Ctrl-C during this line is an ordinary KeyboardInterrupt.
+                import datetime  # noqa: F401
+                code = _main(argv)
+            finally:
+                # No SIGALRM after the command. A Ctrl-C still waiting for its re-delivery was raised
+                # in the command's last 10 ms and dropped: it stops the command now, as it would have;
+                # unless the command reported a failure (its code), which may be that Ctrl-C taken
+                # and reported as another error (the re-delivery is held while it is handled).
+                dropped = _ctrl_c_disarmed()
+            if dropped and code == 0:
+                raise KeyboardInterrupt
+            return code
+        except KeyboardInterrupt as exc:
+            return _interrupted(exc)
+        except RuntimeError as exc:
+            # Python 3.11 wraps what a descriptor's __set_name__ raises ("Error calling __set_name__"):
+            # a Ctrl-C landing in a dataclass field while a class is made at import comes out so.
+            if isinstance(exc.__cause__, KeyboardInterrupt):
+                return _interrupted(exc.__cause__)
+            raise
+    finally:
+        # Python's own SIGINT handler and SIGALRM's default back once the command has ended: a
+        # Ctrl-C in the interpreter's shutdown that follows would arm the re-delivery, whose
+        # SIGALRM, its handler reset by then, killed the process ("Alarm clock", -14) instead of
+        # stopping it. SIGINT's first, so no Ctrl-C arms the timer once it is disarmed. (Built-in
+        # calls only: no Python frame here for a Ctrl-C to land in and escape by.)
+        if installed:
+            if _signal.getsignal(_signal.SIGINT) is _on_ctrl_c:
+                _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+            if _signal.getsignal(_signal.SIGALRM) is _on_ctrl_c:
+                _signal.setitimer(_signal.ITIMER_REAL, 0)
+                _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> int:

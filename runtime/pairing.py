@@ -321,8 +321,12 @@ class _Place:
 class PairStore:
     """The pair file, shared by the daemon (register, authenticate) and the CLI (approve…)."""
 
-    def __init__(self, path: Path, *, log_problems: bool = True) -> None:
+    def __init__(self, path: Path, *, log_problems: bool = True,
+                 before_write: Callable[[], None] | None = None) -> None:
         self.path = Path(path)
+        # (called just before a write replaces the file; what it raises leaves the file as it was:
+        # the CLI takes a Ctrl-C still waiting for its re-delivery there)
+        self._before_write = before_write
         # (False for the CLI: each of its commands refuses an invalid file with this same message)
         self._log_problems = log_problems
         self._data = PairFile()
@@ -567,6 +571,8 @@ class PairStore:
                 now = None
             if now != place.read or self._target() != place.target:
                 raise _Changed
+            if self._before_write is not None:
+                self._before_write()
 
         raw = msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n"
         replace_in_directory(place.dir_fd, place.target.name, raw, 0o600, before_rename=unchanged)

@@ -116,8 +116,11 @@ def _serve(args: argparse.Namespace, held: "HeldSignals") -> int:
 
 
 def _pairs(args: argparse.Namespace) -> PairStore:
+    from .cli import take_a_waiting_ctrl_c
+
     cfg, path, _ = load_config(args.config)
-    return PairStore(pair_file_path(cfg, path), log_problems=False)
+    # (a Ctrl-C dropped while the file was read stops the command before its write, not after)
+    return PairStore(pair_file_path(cfg, path), log_problems=False, before_write=take_a_waiting_ctrl_c)
 
 
 class CredentialNotShown(LensError):
@@ -127,6 +130,8 @@ class CredentialNotShown(LensError):
 
 
 def cmd_pair_approve(args: argparse.Namespace) -> int:
+    from .cli import drop_a_late_ctrl_c
+
     store = _pairs(args)
     if sys.stdout is None:  # (file descriptor 1 closed: Python drops whatever is printed, silently)
         raise CredentialNotShown("standard output is closed: the credential would be shown nowhere; "
@@ -137,11 +142,15 @@ def cmd_pair_approve(args: argparse.Namespace) -> int:
         print(f"approved client {args.client} ({trust}); any earlier credential of it is revoked.")
         print("The credential is shown once; store it now:")
         print(token, flush=True)
+    except KeyboardInterrupt:  # (after the write: said what it left, not a bare "stopped")
+        raise KeyboardInterrupt(f"client {args.client} was approved (any earlier credential of it is revoked) "
+                                f"but its credential was not shown: run lens pair approve again") from None
     except OSError as exc:  # (the reader went away, or a full disk: said, not a bare "No space left")
         silence_stdout()
         why = "the reader of standard output went away" if isinstance(exc, BrokenPipeError) else exc.strerror or exc
         raise CredentialNotShown(f"client {args.client} was approved but its credential could not be printed "
                                  f"({why}), and it cannot be shown again: run lens pair approve again") from None
+    drop_a_late_ctrl_c()  # (the credential is shown: a Ctrl-C now is too late to stop the approve)
     return 0
 
 
@@ -169,11 +178,17 @@ def cmd_pair_list(args: argparse.Namespace) -> int:
 
 
 def cmd_pair_revoke(args: argparse.Namespace) -> int:
+    from .cli import drop_a_late_ctrl_c
+
     store = _pairs(args)
     if store.revoke(args.client):
-        print(f"revoked client {args.client}")
+        try:
+            print(f"revoked client {args.client}", flush=True)
+        except KeyboardInterrupt:  # (after the write: said what it left)
+            raise KeyboardInterrupt(f"client {args.client} was revoked") from None
     else:  # (exit 0 all the same: what was asked for holds)
         print(f"client {args.client} is revoked already; nothing was changed")
+    drop_a_late_ctrl_c()  # (the revoke is done and said: a Ctrl-C now is too late to stop it)
     return 0
 
 

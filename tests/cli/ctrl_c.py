@@ -57,6 +57,52 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+# Runs `lens ARGV…` through main() and reports, once it has returned (or exited), the handlers it
+# leaves to the interpreter's shutdown.
+_AFTER_MAIN = r"""
+import signal, sys
+from runtime.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print("AFTER", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+          signal.getsignal(signal.SIGALRM) is signal.SIG_DFL, signal.getitimer(signal.ITIMER_REAL)[0] == 0,
+          file=sys.stderr)
+"""
+
+
+def handlers_after_main(argv: Sequence[str], cwd: Path | None = None) -> str:
+    """The last line ``lens ARGV`` (in ``cwd``) writes to stderr once its ``main()`` has returned:
+    ``AFTER True True True`` when it put Python's SIGINT handler and SIGALRM's default back, with no
+    timer left armed (a Ctrl-C in the shutdown that follows is then Python's, not a SIGALRM that
+    kills the process)."""
+    proc = subprocess.run([sys.executable, "-c", _AFTER_MAIN, *argv], cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    return proc.stderr.splitlines()[-1]
+
+
+# Runs `lens ARGV…` and delivers a Ctrl-C as the first built-in call that WHERE (an expression
+# of `arg`, the built-in function, and `frame`, its caller's frame) selects returns: where Python
+# raises a SIGINT that came during a system call, before the caller stores what it returned.
+_AS_RETURNING = r"""
+import signal, sys
+from runtime.cli import main
+def profile(frame, event, arg):
+    if event == "c_return" and WHERE:
+        sys.setprofile(None)
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+sys.setprofile(profile)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def interrupted_as_returning(where: str, argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``lens ARGV`` (in ``cwd``) with a Ctrl-C as the first built-in call ``where`` selects
+    returns; stdout and stderr as text."""
+    return subprocess.run([sys.executable, "-c", _AS_RETURNING.replace("WHERE", where), *argv], cwd=cwd,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
 def interrupted_at_call(call: int, argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``lens ARGV`` (in ``cwd``) with a Ctrl-C at its ``call``-th Python call (0: none); stderr as text."""
     return subprocess.run([sys.executable, "-c", _AT_CALL, str(call), *argv], cwd=cwd,

@@ -43,7 +43,7 @@ from events.types import (
 from projections.projector import Projector, open_projections_db
 from projections.registry import all_projections
 
-from tests.cli.ctrl_c import DROPPED_ONCE, INTERRUPTED, ctrl_c_sweep, interrupted_where
+from tests.cli.ctrl_c import DROPPED_ONCE, INTERRUPTED, ctrl_c_sweep, handlers_after_main, interrupted_where
 from tests.cli.lens_script import lens_script
 from tests.rawlog import body_of_row, edit_log, log_rows, log_with_its_wal
 from tests.unwritable import unwritable
@@ -1811,6 +1811,14 @@ def test_a_ctrl_c_dropped_as_the_command_ends_still_stops_it(pristine: Path) -> 
     assert res.stderr.startswith("Exception ignored in") and res.stderr.endswith(INTERRUPTED), res.stderr
 
 
+def test_log_puts_python_s_ctrl_c_handlers_back_when_main_returns(log_dir: Path) -> None:
+    # main() left its handlers installed: a real Ctrl-C in the interpreter's shutdown after the
+    # command armed the re-delivery, and its SIGALRM, the handler reset by then, killed the
+    # process with "Alarm clock" (-14).
+    # (a private copy: `log stats` may write beside the log the module's other tests copy)
+    assert handlers_after_main(["log", "stats", "--data", str(log_dir)]) == "AFTER True True True"
+
+
 def test_a_ctrl_c_on_its_way_is_not_delivered_again(pristine: Path) -> None:
     # Code that takes a Ctrl-C to clean up and raises it on (the rebuild's rollback, with its note)
     # may take longer than the re-delivery's 10 ms: the Ctrl-C is not raised again inside it, which
@@ -1860,8 +1868,8 @@ def test_a_ctrl_c_is_not_delivered_again_into_a_weakref_finalize_callback(pristi
 
 
 def test_a_weakref_finalize_called_by_the_command_is_interrupted_by_a_dropped_ctrl_c(pristine: Path) -> None:
-    # Called by the command itself (`finalize()`, as `TemporaryDirectory.cleanup()` does) its
-    # callback is ordinary code, whose exception reaches its caller: a Ctrl-C dropped before it is
+    # Called by the command itself (`finalize()`, to run a clean-up early; `TemporaryDirectory.cleanup()`
+    # instead detaches its finalizer and removes the tree itself) its callback is ordinary code, whose exception reaches its caller: a Ctrl-C dropped before it is
     # delivered again there, not held off until it returns.
     body = ("class Held:\n    pass\nheld = Held()\ndef dropped():\n    try:\n        ctrl_c()\n"
             "    except KeyboardInterrupt:\n        pass\n    redelivered()\n    print('RAN ON', file=sys.stderr)\n"
