@@ -79,16 +79,16 @@ def workspace_dir(raw: str, daemon_dirs: Sequence[tuple[str, Path]] = (), *, on_
     homes = [Path("/root")] + ([own_home] if own_home is not None else [])
     if ws == Path("/home") or ws in homes or ws.parent == Path("/home"):
         raise WorkspaceInvalid(f"workspace {str(ws)!r} is a home directory (its keys, credentials and shell "
-                                            f"start-up files would be the agent's to edit); choose a project directory")
+                               f"start-up files would be the agent's to edit); choose a project directory")
     for home in homes + ([Path("/home", *ws.parts[2:3])] if ws.is_relative_to("/home") else []):
         if ws.is_relative_to(home) and ws.relative_to(home).parts[0].startswith("."):
             raise WorkspaceInvalid(f"workspace {str(ws)!r} lies in a hidden directory of a home "
-                                                f"(~/.ssh, ~/.config…: keys, credentials and settings); choose a project "
-                                                f"directory")
+                                   f"(~/.ssh, ~/.config…: keys, credentials and settings); choose a project "
+                                   f"directory")
     for what, path in daemon_dirs:
         own = path.resolve()
         if own.is_relative_to(ws) or ws.is_relative_to(own):
             raise WorkspaceInvalid(f"workspace {str(ws)!r} and the daemon's {what} ({own}) overlap: an agent "
-                                                f"could read and change it there (credentials, the event log); choose a "
-                                                f"directory apart from it, or move the {what} (dataDir, --config)")
+                                   f"could read and change it there (credentials, the event log); choose a "
+                                   f"directory apart from it, or move the {what} (dataDir, --config)")
     return ws
