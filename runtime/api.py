@@ -179,7 +179,8 @@ def create_app(svc: Services) -> QuartTrio:
     # (keep_send outermost: it keeps the server's own send for SSE's direct write path; then the
     # bound on a stalled client's body writes; the connection guards next, before anything in the
     # app can write; then the head's limit)
-    guarded = guard_connection_races(limit_head(_host_checked(_finish_responses(app.asgi_app), svc)))
+    checked = _host_checked(_query_checked(_finish_responses(app.asgi_app)), svc)
+    guarded = guard_connection_races(limit_head(checked))
     app.asgi_app = keep_send(bound_writes(guarded, frozenset({STREAM_PATH})))  # type: ignore[method-assign]
 
     @app.before_request
@@ -371,6 +372,40 @@ def _host_checked(asgi_app: Any, svc: Services) -> Any:
             svc.guard.check_host(host)
         except HostForbidden as exc:
             return await refuse(scope, send, STATUS[exc.code], exc.code, exc.message)
+        return await asgi_app(scope, receive, send)
+
+    return app
+
+
+def query_not_utf8(query: bytes) -> str | None:
+    """The message, when the raw bytes of a request's query (as sent, not percent-decoded) are no
+    UTF-8 text: the first such byte and its offset in the query; else None."""
+    try:
+        query.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        byte = query[exc.start]
+        return (f"the query is not UTF-8: the byte 0x{byte:02X} at offset {exc.start} of the query is no UTF-8 "
+                f"text; percent-encode the value's UTF-8 bytes")
+    return None
+
+
+def _query_checked(asgi_app: Any) -> Any:
+    """Wrap an ASGI app so a request whose raw query bytes are no UTF-8 text is answered 400
+    ``INVALID_ARGUMENT`` (:func:`query_not_utf8`) before the app sees it.
+
+    Over HTTP/2 a query is sent as the bytes of ``:path``, and hypercorn hands them to the app
+    as they came; Quart decodes them as UTF-8 while it binds the request's URL adapter, before
+    any handler or ``before_request`` runs: ``?x=\\xff`` raised outside every error handler, an
+    empty 500 on every route (``/health`` too). HTTP/1.1 refuses a byte past ASCII in h11. The
+    percent-encoded form (``%ff``) is the routes' to judge (``http_parts.one_arg``), in the same
+    words.
+    """
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") in ("http", "websocket"):
+            message = query_not_utf8(scope.get("query_string") or b"")
+            if message is not None:
+                return await refuse(scope, send, STATUS["INVALID_ARGUMENT"], "INVALID_ARGUMENT", message)
         return await asgi_app(scope, receive, send)
 
     return app

@@ -449,16 +449,44 @@ def malformed_message(what: str) -> str:
 def _h2_fields(original: Callable[..., Any]) -> Callable[..., Any]:
     """``H2Stream._process_received_headers`` (h2's checks of a received header block's fields)
     and ``H2Stream._initialize_content_length`` (its reading of ``content-length``, done before
-    those checks): their ProtocolError becomes :class:`MalformedFields`."""
+    those checks): their ProtocolError becomes :class:`MalformedFields`. A request's fields h2
+    takes are then checked for what hypercorn cannot read (:func:`unreadable_request`)."""
     def checked(self: Any, headers: Any, *rest: Any) -> Any:
         try:
-            return original(self, headers, *rest)
+            fields = original(self, headers, *rest)
         except MalformedFields:
             raise
         except h2.exceptions.ProtocolError as error:
             raise MalformedFields(malformed_words(str(error)), h2.utilities.extract_method_header(headers)) from None
+        if isinstance(fields, list) and (what := unreadable_request(fields)) is not None:
+            raise MalformedFields(what, h2.utilities.extract_method_header(fields))
+        return fields
 
     return checked
+
+
+# A method is a token (RFC 9110 9.1, 5.6.2), as h11 reads one over HTTP/1.1.
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def unreadable_request(fields: list[Any]) -> str | None:
+    """The problem, in the daemon's words, when a request's fields (h2 took them) hold a ``:method``
+    that is no token or a ``:path`` whose path (before ``?``) holds a byte past ASCII; else None.
+    Hypercorn decodes both as ASCII when it makes the request's stream, and its failure there
+    ended the whole server (HTTP/1.1 refuses both in h11, before the app). The query's bytes are
+    the app's to judge (runtime.api: a query that is no UTF-8 text is refused there)."""
+    if not any(name == b":method" for name, _value in fields):  # (a response's or trailers' fields)
+        return None
+    for name, value in fields:
+        if name == b":method" and not _TOKEN.fullmatch(value):
+            return "the :method is not a token (RFC 9110 9.1: letters, digits and !#$%&'*+-.^_`|~)"
+        if name == b":path":
+            path = bytes(value).partition(b"?")[0]
+            at = next((i for i, byte in enumerate(path) if byte > 0x7F), None)
+            if at is not None:
+                return (f"the :path holds the byte 0x{path[at]:02X} at offset {at}, in its path, which is not ASCII; "
+                        f"percent-encode the path's UTF-8 bytes (%{path[at]:02X})")
+    return None
 
 
 def _stream_error(answer: Callable[[], tuple[list[Any], list[Any]]]) -> tuple[list[Any], list[Any]]:
