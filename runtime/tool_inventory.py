@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from projections.session_state import MAIN_AGENT, SessionState
 from tools.base import ToolSpec
 from tools.catalog import NOT_FROM_PROGRAMS, ToolCatalog, allowed_callers, describe
+from tools.mcp.servers import tool_id
 
 from .agent_tools import agent_planes, agent_scope, session_tool_policy
 from .providers.names import describe as provider_description
@@ -37,11 +38,22 @@ def ptc_view(catalog: ToolCatalog, offered: list[ToolSpec], session_policy: dict
                                   if s.name not in native and s.name not in NOT_FROM_PROGRAMS and s.name not in off)}
 
 
+def _down_server(name: str, mcp_servers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The inventory entry of the MCP server ``name`` (``mcp__<server>__<tool>``) is a tool of,
+    when that server is not running; else None (a server name holds no ``__``: one matches)."""
+    for server in mcp_servers:
+        if name.startswith(tool_id(server["name"], "")) and server["status"] != "running":
+            return server
+    return None
+
+
 def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: list[dict[str, Any]],
               agent_id: str | None = None) -> dict[str, Any]:
     """The snapshot; ``agent_id`` (an agent of ``state``, checked by the caller) makes ``offered``,
     ``loaded``, ``searchable``, ``defaultAllowed``, ``ptc`` and their ``visibility`` counts that
-    agent's and adds ``agent``; without it they are the main agent's (the answer as it was)."""
+    agent's and adds ``agent``; without it they are the main agent's (the answer as it was).
+    ``mcp_servers``: the MCP servers' inventory entries (their ``name`` and ``status`` mark the
+    loaded tools of the servers that are down)."""
     registry = catalog.registry
     specs = registry.all()
     deferred = catalog.deferred_names()
@@ -51,7 +63,15 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
     who = agent_id or MAIN_AGENT
     agent, allowed, is_main = agent_scope(state, who)
     assigned = {s.name for s in catalog.assigned(is_main_agent=is_main, allowed=allowed)}
-    loaded = [n for n in (agent.capabilities if agent is not None else ()) if n in assigned]
+    loaded, loaded_down = [], []
+    for name in agent.capabilities if agent is not None else ():
+        if name in assigned:
+            loaded.append(name)
+        elif (server := _down_server(name, mcp_servers)) is not None and (allowed is None or name in allowed):
+            # (a loaded tool stays loaded while its server is down, out of the registry: it is
+            # offered again when the server is back)
+            loaded.append(name)
+            loaded_down.append({"name": name, "server": server["name"], "status": server["status"]})
     offered, searchable = agent_planes(catalog, state, who)
     default_offered, _ = agent_planes(catalog, state, who, loaded=())
     profiles = {s.name: catalog.profile(s.name, session_policy) for s in specs}
@@ -85,6 +105,9 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
         # For the session's main agent (with ``agent``: that agent; without a session: a main agent
         # that loaded nothing); tools the effective policy disables are neither offered nor searchable.
         "loaded": loaded,
+        # The loaded tools whose MCP server is not running (out of the registry, so not offered;
+        # a call answers MCP_SERVER_UNAVAILABLE), each with its server's name and status.
+        "loadedUnavailable": loaded_down,
         "searchable": [s.name for s in searchable],
         "offered": [s.name for s in offered],
         "mcpServers": mcp_servers,

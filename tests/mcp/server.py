@@ -8,7 +8,8 @@ Tools: ``echo {text}``, ``add {a, b}`` (structured content, read-only), ``image`
 ``garbage`` (writes a line that is not JSON, or with ``{hex}`` the bytes it gives), ``blocks {n, kind}`` (with ``--blocks``: a result of ``n``
 content blocks, each a distinct 4-byte ``audio`` binary or a one-character ``text``), ``deaf {until}``
 (with ``--deaf``: answers, then reads nothing from stdin until the file ``until`` exists), ``shout {bytes}``
-(with ``--shout``: writes that many bytes to stderr, ending in ``END``, then exits with status 5), ``env {name}`` (a variable of its environment, or ``<unset>``),
+(with ``--shout``: writes that many bytes to stderr, ending in ``END``, then exits with status 5), ``raw {result}``
+(with ``--raw``: answers the JSON value ``result`` as the call's result, as it is), ``env {name}`` (a variable of its environment, or ``<unset>``),
 ``shrink`` (with ``--shrink``: keeps only the first 4 tools and sends ``notifications/tools/list_changed``),
 ``change_mid_list`` (with ``--stale-cursor``: sends ``notifications/tools/list_changed``, then answers the
 next ``tools/list`` with a cursor "invalid cursor" (-32602), adds ``extra.tool`` and announces the change
@@ -183,6 +184,8 @@ def call(rid: object, name: str, args: dict, opts: argparse.Namespace) -> None:
         result = {"content": [{"type": "audio", "data": base64.b64encode(i.to_bytes(4, "big")).decode(),
                                "mimeType": "audio/wav"} if kind == "audio" else {"type": "text", "text": "b"}
                               for i in range(n)]}
+    elif name == "raw":
+        result = args.get("result")
     elif name == "extra.tool":
         result = text("extra!")
     elif name in opts.named:
@@ -239,6 +242,7 @@ def main() -> None:
     ap.add_argument("--blocks", action="store_true")
     ap.add_argument("--deaf", action="store_true")
     ap.add_argument("--shout", action="store_true")
+    ap.add_argument("--raw", action="store_true")
     opts = ap.parse_known_args()[0]  # (others are kept: `env` of "*argv" shows them)
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
@@ -255,6 +259,8 @@ def main() -> None:
     if opts.reply_log:
         TOOLS.append({"name": "odd_requests", "description": "Sends requests with odd ids", "inputSchema": OBJ})
         TOOLS.append({"name": "ping_flood", "description": "Sends n pings, reading nothing", "inputSchema": OBJ})
+    if opts.raw:
+        TOOLS.append({"name": "raw", "description": "Answers the result it is given", "inputSchema": OBJ})
     if opts.shout:
         TOOLS.append({"name": "shout", "description": "Floods stderr, then exits", "inputSchema": OBJ})
     if opts.deaf:

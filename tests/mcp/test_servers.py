@@ -228,6 +228,30 @@ async def test_the_environment_is_the_base_plus_what_is_named(start: Any, monkey
     assert (await r.call("mcp__t__env", {"name": "PATH"})).content[0].text == os.environ["PATH"]
 
 
+async def test_an_env_from_name_the_daemon_does_not_set_is_reported_by_name(
+        start: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # An unset `envFrom` variable was skipped with a log line naming neither the server nor the
+    # variable's place: the inventory said nothing. The server starts without it (a pass-through
+    # of what is not there), and its entry names it (never a value), as a disabled one's does.
+    monkeypatch.setenv("LENS_TEST_SHARED", "shared-value")
+    monkeypatch.delenv("LENS_TEST_NOT_SET", raising=False)
+    monkeypatch.delenv("LENS_TEST_GIVEN_LITERALLY", raising=False)
+    names = ["LENS_TEST_NOT_SET", "LENS_TEST_SHARED", "LENS_TEST_GIVEN_LITERALLY", "LENS_TEST_NOT_SET"]
+    r = await start({"t": srv(env_from=names, env={"LENS_TEST_GIVEN_LITERALLY": "lit"}),
+                     "off": srv(env_from=["LENS_TEST_NOT_SET"], enabled=False),
+                     "fine": srv(env_from=["LENS_TEST_SHARED"])})
+    state = r.state("t")
+    assert state["status"] == "running" and state["error"] is None, state
+    assert state["envFromUnset"] == ["LENS_TEST_NOT_SET"]
+    assert r.state("off")["envFromUnset"] == ["LENS_TEST_NOT_SET"] and r.state("fine")["envFromUnset"] == []
+    assert (await r.call("mcp__t__env", {"name": "LENS_TEST_NOT_SET"})).content[0].text == "<unset>"
+    assert (await r.call("mcp__t__env", {"name": "LENS_TEST_SHARED"})).content[0].text == "shared-value"
+    said = [rec.getMessage() for rec in caplog.records if "envFrom" in rec.getMessage()]
+    assert said == ["MCP server t: envFrom names LENS_TEST_NOT_SET, not set in the daemon's environment; the "
+                    "server starts without it"], said
+    assert "shared-value" not in json.dumps(r.servers.inventory()) and "shared-value" not in caplog.text
+
+
 @pytest.mark.parametrize(("servers", "words"), [
     ({"a b": {"command": "x"}}, ["mcpServers['a b']", "1 to 32 ASCII letters"]),
     ({"a__b": {"command": "x"}}, ["mcpServers['a__b']", "without '__'"]),

@@ -6,7 +6,10 @@ a text line saying why it is not shown); any other binary (``audio``, a ``resour
 ``blob``, an image of another type) → artifact + a text line naming it; ``resource`` with ``text`` → text headed by its
 URI; ``resource_link`` → a text line. ``structuredContent`` becomes the structured content, and,
 in a result whose content gives nothing (none, or empty text), its JSON is the text too.
-``isError: true`` makes an error result (``MCP_TOOL_ERROR``) carrying the server's content.
+``isError: true`` makes an error result (``MCP_TOOL_ERROR``) carrying the server's content; an
+``isError`` that is not a boolean (``"true"``, ``1``, null) makes the result malformed
+(``MCP_RESULT_INVALID``, naming its JSON type). A ``text`` block without a string ``text`` shows a
+note in its place, as any other block that cannot be shown does.
 
 Caps: the text of one result at most :data:`MAX_TEXT_BYTES` (the rest is cut, and the result
 says so), at most :data:`MAX_BLOCKS` content blocks read and :data:`MAX_BINARIES` binaries
@@ -31,6 +34,7 @@ from tools.artifacts import ArtifactStore
 from tools.base import ToolResult, _unrecordable
 from tools.files.image import fault as image_fault
 from tools.files.image import sniff as sniff_image
+from tools.json_values import MISSING, json_kind
 
 MAX_TEXT_BYTES = 256 * 1024
 MAX_IMAGE_BYTES = 5 * 1024 * 1024  # as view_image
@@ -103,7 +107,12 @@ class _Builder:
             return
         kind = block.get("type")
         if kind == "text":
-            self.text(block.get("text", ""))
+            text = block.get("text", MISSING)
+            if isinstance(text, str):
+                self.text(text)
+            else:  # (a note in its place, as for a block of another kind that cannot be shown)
+                self.text("[a text block without text; left out]" if text is MISSING
+                          else f"[a text block whose text is {json_kind(text)}, not a string; left out]")
         elif kind in ("image", "audio"):
             await self.binary(block.get("data", ""), block.get("mimeType"), kind)
         elif kind == "resource" and isinstance(block.get("resource"), dict):
@@ -125,6 +134,12 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
     """Map a ``tools/call`` result; a malformed one is an ``MCP_RESULT_INVALID`` error result."""
     if not isinstance(result, dict) or not isinstance(result.get("content", []), list):
         return ToolResult.error("MCP_RESULT_INVALID", f"{tool} answered a result without a content list")
+    is_error = result.get("isError", False)
+    if not isinstance(is_error, bool):
+        # (MCP's isError is a boolean: "true" or 1 read as success would hide a failure, and read
+        # as an error would guess what a server meant; the server's answer is malformed, said so)
+        return ToolResult.error("MCP_RESULT_INVALID", f"{tool} answered a result whose isError is "
+                                                      f"{json_kind(is_error)}, not a boolean (true or false)")
     b = _Builder(artifacts, tool, secrets or Secrets())
     blocks = result.get("content", [])
     try:
@@ -154,7 +169,7 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
                                     f"{MAX_BLOCKS} are read per result]"))
     if left_out is not None:
         b.content.append(t.TextPart(f"[structured content left out: {left_out}]"))
-    if result.get("isError") is True:
+    if is_error:
         message = (b.secrets.cut("".join(p.text for p in b.content if isinstance(p, t.TextPart)), 2000)
                    or f"{tool} reported an error without a message")
         return ToolResult(b.content or [t.TextPart(f"MCP_TOOL_ERROR: {message}")],

@@ -83,6 +83,9 @@ class ServerState:
     # one's digest alias is named by its id (F-MOD-3) while the tool is out of the registry
     listed: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # tools left out, with the reason
+    # The names its envFrom gives that the daemon's environment does not set (names only, never a
+    # value): the server starts without them, and the inventory says which they are
+    env_from_unset: list[str] = field(default_factory=list)
     list_cut: str | None = None  # why the last tools/list was not read to its end (None: it was)
     conn: Connection | None = None
 
@@ -91,21 +94,23 @@ class ServerState:
                 "stderrTail": self.stderr_tail if self.status in ("failed", "restarting") else "",
                 "restarts": self.restarts, "pid": self.pid, "protocolVersion": self.protocol_version,
                 "serverInfo": self.server_info, "toolCount": len(self.tools), "tools": list(self.tools),
-                "skippedTools": list(self.skipped), "listCut": self.list_cut, "enabled": self.config.enabled}
+                "skippedTools": list(self.skipped), "listCut": self.list_cut, "enabled": self.config.enabled,
+                "envFromUnset": list(self.env_from_unset)}
 
 
 def server_env(cfg: McpServerConfig, environ: Callable[[str], str | None] = os.environ.get) -> dict[str, str]:
     """A server's whole environment: the base variables, those ``envFrom`` names (when set in the
-    daemon's environment), then ``env``'s literal values."""
+    daemon's environment: see :func:`env_from_unset`), then ``env``'s literal values."""
     env = {k: v for k in BASE_ENV if (v := environ(k)) is not None}
-    for name in cfg.env_from:
-        value = environ(name)
-        if value is None:
-            log.warning("an MCP server's envFrom names %s, which is not set in the daemon's environment", name)
-        else:
-            env[name] = value
+    env.update({name: value for name in cfg.env_from if (value := environ(name)) is not None})
     env.update(cfg.env)
     return env
+
+
+def env_from_unset(cfg: McpServerConfig, environ: Callable[[str], str | None] = os.environ.get) -> list[str]:
+    """The names ``envFrom`` gives that the daemon's environment does not set, in their order
+    (a name ``env`` sets too is not missing: the server has it)."""
+    return [name for name in dict.fromkeys(cfg.env_from) if environ(name) is None and name not in cfg.env]
 
 
 class McpServers:
@@ -122,7 +127,8 @@ class McpServers:
         self.stop_now = stop_now if stop_now is not None else StopNow()
         self.artifacts = artifacts
         self.max_pages, self.max_tools = max_pages, max_tools
-        self.servers = {name: ServerState(name, c, status="starting" if c.enabled else "disabled")
+        self.servers = {name: ServerState(name, c, status="starting" if c.enabled else "disabled",
+                                          env_from_unset=env_from_unset(c))
                         for name, c in configs.items()}
         self._listings = 0  # (see :meth:`listed_version`)
         registry.on_unknown = self._unknown_tool
@@ -132,6 +138,11 @@ class McpServers:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run every enabled server until cancelled; ready after each one's first start."""
         enabled = [s for s in self.servers.values() if s.config.enabled]
+        for s in enabled:  # (once: the daemon's environment does not change while it runs)
+            if s.env_from_unset:
+                log.warning("MCP server %s: envFrom names %s, not set in the daemon's environment; the server "
+                            "starts without %s", s.name, ", ".join(s.env_from_unset),
+                            "it" if len(s.env_from_unset) == 1 else "them")
         try:
             async with trio.open_nursery() as nursery:
                 first = [trio.Event() for _ in enabled]
