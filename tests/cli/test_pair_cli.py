@@ -196,16 +196,18 @@ def test_ctrl_c_as_the_temporary_file_is_opened_leaves_none_beside_the_pair_file
 
 
 @pytest.mark.parametrize("place", [".", "/", "config/.."])
-@pytest.mark.parametrize("command", [["list"], ["approve", "--client", "c1"], ["revoke", "--client", "c1"]])
+@pytest.mark.parametrize("command", [["pair", "list"], ["pair", "approve", "--client", "c1"],
+                                     ["pair", "revoke", "--client", "c1"], ["serve", "--port", "0"]])
 def test_a_pair_file_set_to_a_directory_by_its_form_is_a_config_error(tmp_path: Path, command: list[str], place: str):
     # `"pairFile": "."` (or "/"), a path with no file name of its own, was read as a missing pair
     # file: `list` said "cannot be read (No such file or directory)" of a directory that is there,
-    # `approve` CLIENT_NOT_FOUND, and a write made a lock file named ".lock" in the directory.
+    # `approve` CLIENT_NOT_FOUND, a write made a lock file named ".lock" in the directory, and
+    # `lens serve` started refusing every credential for that wrong reason.
     config = tmp_path / "config" / "lens.jsonc"
     config.parent.mkdir(mode=0o700)
     config.write_text(msgspec.json.encode({"pairFile": place}).decode())
     config.chmod(0o600)
-    proc = subprocess.run([*lens_command(), "pair", *command, "--config", "config/lens.jsonc"], cwd=tmp_path,
+    proc = subprocess.run([*lens_command(), *command, "--config", "config/lens.jsonc"], cwd=tmp_path,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
     err = proc.stderr.decode()
     assert proc.returncode == 2 and "Traceback" not in err and proc.stdout == b"", err
