@@ -757,5 +757,11 @@ def pair_file_path(cfg: Config, config_path: Path, where: str | None = None) -> 
     :class:`ConfigError` (naming ``where``, by default the config file) for a ``pairFile`` that
     cannot be expanded."""
     if cfg.pair_file:
-        return expand_path(cfg.pair_file, "pairFile", where or str(config_path))
+        path = expand_path(cfg.pair_file, "pairFile", where or str(config_path))
+        if path.name in ("", ".", ".."):
+            # (".", "/", "dir/..": no name of a file there; each was read as a missing pair file,
+            # and a write made a lock file named ".lock" or "...lock" in the directory)
+            raise ConfigError(f"{where or config_path}: pairFile {cfg.pair_file[:200]!r} names a directory, not a "
+                              f"file; give the pair file's own path (as config/pair.json)")
+        return path
     return config_path.parent / DEFAULT_PAIR_FILE

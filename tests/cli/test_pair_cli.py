@@ -192,3 +192,25 @@ def test_ctrl_c_as_the_temporary_file_is_opened_leaves_none_beside_the_pair_file
     res = interrupted_as_returning(where, ["pair", "approve", "--client", "c1"], tmp_path)
     assert (res.returncode, res.stderr, res.stdout) == (130, INTERRUPTED, ""), (res.returncode, res.stderr)
     assert _as_before_or_approved(pair, before) == "before"  # (and no other file beside it)
+
+
+
+@pytest.mark.parametrize("place", [".", "/", "config/.."])
+@pytest.mark.parametrize("command", [["pair", "list"], ["pair", "approve", "--client", "c1"],
+                                     ["pair", "revoke", "--client", "c1"], ["serve", "--port", "0"]])
+def test_a_pair_file_set_to_a_directory_by_its_form_is_a_config_error(tmp_path: Path, command: list[str], place: str):
+    # `"pairFile": "."` (or "/"), a path with no file name of its own, was read as a missing pair
+    # file: `list` said "cannot be read (No such file or directory)" of a directory that is there,
+    # `approve` CLIENT_NOT_FOUND, a write made a lock file named ".lock" in the directory, and
+    # `lens serve` started refusing every credential for that wrong reason.
+    config = tmp_path / "config" / "lens.jsonc"
+    config.parent.mkdir(mode=0o700)
+    config.write_text(msgspec.json.encode({"pairFile": place}).decode())
+    config.chmod(0o600)
+    proc = subprocess.run([*lens_command(), *command, "--config", "config/lens.jsonc"], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "Traceback" not in err and proc.stdout == b"", err
+    assert err == (f"lens: CONFIG_INVALID: config/lens.jsonc: pairFile {place!r} names a directory, not a file; "
+                   f"give the pair file's own path (as config/pair.json)\n"), err
+    assert sorted(os.listdir(tmp_path)) == ["config"] and os.listdir(tmp_path / "config") == ["lens.jsonc"]
