@@ -172,6 +172,10 @@ class AgentState(msgspec.Struct):
     skills_due: list[SkillDue] = []
     # Deferred tools this agent loaded with capability_search (``capability.loaded``), in order.
     capabilities: list[str] = []
+    # How many of ``capabilities`` its last model request offered (those loaded before its
+    # ``model.requested``): the calls of that request's answer may call these; one loaded later in
+    # the answer is callable from the next request (F-TOOL-3).
+    capabilities_offered: int = 0
     # The last compaction that failed (``context.compaction_failed``), cleared by one that
     # succeeds (a manual one too): after an automatic one failed none is tried again
     # automatically in that task; the context view and the dashboard say why it failed.
@@ -528,6 +532,7 @@ def apply(state: SessionState, se: StoredEvent) -> SessionState:
         a = state.agent(agent_id)
         a.open_request_seq = seq
         a.request_attempt = ev.attempt
+        a.capabilities_offered = len(a.capabilities)
         a.requests += 1
         a.last_error = None
     elif isinstance(ev, t.ModelResponded):
@@ -869,7 +874,9 @@ _snap_decoder = msgspec.msgpack.Decoder(SessionState)
 #     a count that would take a total past ``MAX_USAGE_TOTAL`` counts as not reported.
 # 25: ``LoadedSkill.base_dir`` and ``SkillDue.base_dir`` (the directory a skill was loaded from,
 #     which the ``skill`` listing marks loaded; a snapshot of 24 would decode it as unknown).
-SNAPSHOT_VERSION = 25
+# 26: ``AgentState.capabilities_offered`` (the loaded tools its last request offered; a snapshot of
+#     25 would decode it as none).
+SNAPSHOT_VERSION = 26
 
 
 def images_not_sent(diagnostics: dict[str, Any]) -> dict[str, str]:

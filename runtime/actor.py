@@ -1416,7 +1416,8 @@ class SessionActor:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 return ToolResult.error("INVALID_ARGUMENT", f"{name} arguments are not JSON data ({exc})")
-            check = self.tool_catalog.check(loaded=current.capabilities, allowed=current.tools or None,
+            offered, loading = _offered_capabilities(current)
+            check = self.tool_catalog.check(loaded=offered, loading=loading, allowed=current.tools or None,
                                             session=tool_policy, is_main_agent=is_main, from_program=True)
             result = await tools.run(name, arguments, sub, allowed=current.tools or None, check=check)
             # What the call changed on disk is recorded now, under the program's call: a crash or an
@@ -1454,8 +1455,9 @@ class SessionActor:
                                  allowlist_of=allowlist_of, cut_output=cut_output,
                                  recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id,
                                  rerun=restart)
-        check = self.tool_catalog.check(loaded=agent.capabilities, allowed=agent.tools or None, session=tool_policy,
-                                        is_main_agent=is_main)
+        offered, loading = _offered_capabilities(agent)
+        check = self.tool_catalog.check(loaded=offered, loading=loading, allowed=agent.tools or None,
+                                        session=tool_policy, is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a
         # sweep while the daemon serves must not take bytes its event is about to name.
         with self.deps.artifacts.lease() if self.deps.artifacts is not None else contextlib.nullcontext() as lease:
@@ -1633,6 +1635,14 @@ _RECORDED_AT_ONCE = (t.FileEdited, t.FileReverted, t.ArtifactStored)
 # is appended before the fork's first input. The ``artifact.stored`` copies an edit stores sit
 # between them and name no call.
 RESULT_RECORDS = (t.TodoUpdated, t.FileEdited, t.FileReverted, t.CapabilityLoaded, t.SkillUnloaded)
+
+
+def _offered_capabilities(agent: Any) -> tuple[list[str], list[str]]:
+    """The deferred tools the agent's last model request offered (a call of its answer may call
+    them), and those a call of that answer loaded since (callable from the next request: the
+    request did not offer them, F-TOOL-3)."""
+    n = agent.capabilities_offered
+    return list(agent.capabilities[:n]), list(agent.capabilities[n:])
 
 
 def _call_item_id(agent: Any, call_id: str) -> str | None:

@@ -96,7 +96,10 @@ class PlaneCheck:
         return self._check(spec, args)
 
 
-def _not_loaded(name: str) -> ToolResult:
+def _not_loaded(name: str, loading: bool = False) -> ToolResult:
+    if loading:  # (loaded by a call of the answer this call is part of: the request did not offer it)
+        return ToolResult.error("TOOL_NOT_LOADED", f"{name} was loaded by {CAPABILITY_SEARCH} after the request "
+                                                   f"this call answers: it is callable from your next request")
     return ToolResult.error("TOOL_NOT_LOADED", f"{name} is deferred: load it with {CAPABILITY_SEARCH} first "
                                                f"(it is callable from the next request)")
 
@@ -266,13 +269,15 @@ class ToolCatalog:
 
     def check(self, *, loaded: Sequence[str], allowed: Sequence[str] | None,
               session: Mapping[str, Any] | None, is_main_agent: bool = True,
-              from_program: bool = False) -> PlaneCheck:
+              from_program: bool = False, loading: Sequence[str] = ()) -> PlaneCheck:
         """The ``check`` for :meth:`ToolRegistry.run`, refusing in this order: a tool the effective
         policy disables (``TOOL_DISABLED``: however it is called, it cannot run); from a program
         (``from_program``), one of :data:`NOT_FROM_PROGRAMS` (``PTC_TOOL_NOT_ALLOWED``); with PTC
         assigned, a native call of a tool outside the native list (``TOOL_NOT_NATIVE``); a deferred
-        tool not loaded (``TOOL_NOT_LOADED``); then what :meth:`policy_refusal` refuses of the
-        arguments (a path outside the allowlist, an argument outside its restriction).
+        tool not loaded (``TOOL_NOT_LOADED``; ``loaded`` is what the request the call answers
+        offered, and a tool in ``loading``, loaded since, is told it is callable from the next
+        request); then what :meth:`policy_refusal` refuses of the arguments (a path outside the
+        allowlist, an argument outside its restriction).
 
         Its ``absent`` applies the same refusals, in the same order, to a tool an MCP server that
         is down listed last (out of the registry meanwhile), as they would apply were it there;
@@ -295,7 +300,7 @@ class ToolCatalog:
                 return ToolResult.error("TOOL_NOT_NATIVE", f"{name} is called through {PTC}: call it from "
                                         f"a program ({name}(...) in the code you pass to {PTC})")
             if deferred and name not in have:
-                return _not_loaded(name)
+                return _not_loaded(name, name in loading)
             return None
 
         def absent(name: str) -> ToolResult | None:
