@@ -51,7 +51,8 @@ from runtime.pairing import PairStore
 from runtime.providers.sdk import sdks_imported
 
 API = "/api/v1"
-LIMIT = 10.0  # seconds: the bound on any single wait in this suite
+LIMIT = 30.0  # seconds: the bound on any single wait in this suite (10 s was met by waits that
+# passed at a load of 2 and failed at a load of 9 to 13 on two cores: a bound, not a time)
 # seconds: the bound on the provider SDKs' import, once a process (2 to 3 s on an idle 2-core
 # machine; 11 to 29 s measured at a load of 8 to 10 there): a bound, not a time
 SDK_IMPORT_LIMIT = 120.0
@@ -478,10 +479,10 @@ class Daemon:
     # (a bound, not a wait: each returns at the first answer that says so. Where the spec's "within
     # a second" is what is tested, the test passes its own timeout; the default is generous, for a
     # machine loaded by the rest of the suite.)
-    async def wait_accepted(self, token: str, timeout: float = 10.0) -> None:
+    async def wait_accepted(self, token: str, timeout: float = LIMIT) -> None:
         await wait_until(lambda: self._is(token, 200), timeout, "the daemon accepting a new credential")
 
-    async def wait_refused(self, token: str, timeout: float = 10.0) -> None:
+    async def wait_refused(self, token: str, timeout: float = LIMIT) -> None:
         await wait_until(lambda: self._is(token, 401), timeout, "the daemon refusing a credential")
 
     async def _is(self, token: str, status: int) -> bool:
