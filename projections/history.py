@@ -624,7 +624,10 @@ class HistoryIndex:
             raise HistoryError("HISTORY_ITEM_NOT_FOUND", f"no visible history item {_shown(item_id)}")
         _iid_, pid, sid, aid, tid, role, seq, size, digest, _h, rowid = rows[0]
         if offset < 0 or offset > size:
-            raise HistoryError("INVALID_ARGUMENT", f"offset must be from 0 to {size}")
+            # (the value quoted, as the tools' integer refusals quote theirs: one past the size is a
+            # page counted wrongly, and the reader sees by how much)
+            raise HistoryError("INVALID_ARGUMENT", f"offset must be from 0 to {size} (the item's size in bytes), "
+                                                   f"got {offset}")
         if limit < 1 or limit > 1024 * 1024:
             raise HistoryError("INVALID_ARGUMENT", "limit must be from 1 to 1048576 bytes")
         # Only the page's bytes (and up to 4 more, to end on a whole character) are read, through

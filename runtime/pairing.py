@@ -318,6 +318,11 @@ class _Place:
     read: tuple[int, int] | None = None
 
 
+def new_credential() -> str:
+    """A new client credential (what :meth:`PairStore.approve` issues)."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
 class PairStore:
     """The pair file, shared by the daemon (register, authenticate) and the CLI (approve…)."""
 
@@ -617,14 +622,16 @@ class PairStore:
                 data.clients.append(ClientRecord(client_id=client_id, name=name, requested_at=_now_ms()))
             return "pending"
 
-    def approve(self, client_id: str, *, strong: bool) -> str:
-        """Issue a credential for ``client_id`` (replacing any earlier one); returns it, once."""
+    def approve(self, client_id: str, *, strong: bool, token: str | None = None) -> str:
+        """Issue a credential for ``client_id`` (replacing any earlier one); returns it, once.
+        ``token``: the credential to issue, from :func:`new_credential` (made here when None): a
+        caller holding it can tell whether the write was made when the call was interrupted."""
         validate_client_id(client_id)
         if not os.path.lexists(self.path):  # no client asked yet: nothing to lock, nor a directory to make
             raise _not_asked(client_id)
         if self._read_records(client_id) == []:  # (no write needed to say so, wherever the file is)
             raise _not_asked(client_id)
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = new_credential() if token is None else token
         with self._locked() as data:
             rec = next((c for c in data.clients if c.client_id == client_id), None)
             if rec is None:

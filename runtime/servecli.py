@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from .config import ConfigError, check_config, expand_path, load_config, pair_fi
 from .errors import InvalidCommand as InvalidArgument
 from .errors import LensError
 from .logcli import silence_stdout
-from .pairing import PairFileInvalid, PairStore
+from .pairing import PairFileInvalid, PairStore, new_credential
 from .startcheck import check_startable
 from .terminal import shown
 from .trust import check_private_data_dir
@@ -136,15 +137,24 @@ def cmd_pair_approve(args: argparse.Namespace) -> int:
     if sys.stdout is None:  # (file descriptor 1 closed: Python drops whatever is printed, silently)
         raise CredentialNotShown("standard output is closed: the credential would be shown nowhere; "
                                  "nothing was changed")
-    token = store.approve(args.client, strong=args.strong_trust)
+    token = new_credential()
+    try:
+        store.approve(args.client, strong=args.strong_trust, token=token)
+    except KeyboardInterrupt:
+        # A Ctrl-C after the pair file was replaced, before approve returned (its directory's
+        # fsync, the re-read, the lock's release): the approval is made, and is said as one the
+        # print was stopped in is, not as a bare "stopped". Told by the file itself, read afresh
+        # (a store the Ctrl-C stopped in the middle of its re-read is not looked at).
+        if PairStore(store.path, log_problems=False).authenticate(token) is not None:
+            raise KeyboardInterrupt(_approved_unshown(args)) from None
+        raise  # (before the write: nothing was changed)
     trust = "strong trust" if args.strong_trust else "read-only"
     try:
         print(f"approved client {args.client} ({trust}); any earlier credential of it is revoked.")
         print("The credential is shown once; store it now:")
         print(token, flush=True)
     except KeyboardInterrupt:  # (after the write: said what it left, not a bare "stopped")
-        raise KeyboardInterrupt(f"client {args.client} was approved (any earlier credential of it is revoked) "
-                                f"but its credential was not shown: run lens pair approve again") from None
+        raise KeyboardInterrupt(_approved_unshown(args)) from None
     except OSError as exc:  # (the reader went away, or a full disk: said, not a bare "No space left")
         silence_stdout()
         why = "the reader of standard output went away" if isinstance(exc, BrokenPipeError) else exc.strerror or exc
@@ -152,6 +162,16 @@ def cmd_pair_approve(args: argparse.Namespace) -> int:
                                  f"({why}), and it cannot be shown again: run lens pair approve again") from None
     drop_a_late_ctrl_c()  # (the credential is shown: a Ctrl-C now is too late to stop the approve)
     return 0
+
+
+def _approved_unshown(args: argparse.Namespace) -> str:
+    """What an approve a Ctrl-C stopped after its write left (exit 130): the client approved with a
+    credential no one saw, and how to get one now (a new approve replaces it)."""
+    client = f"--client={args.client}" if args.client.startswith("-") else f"--client {args.client}"  # (`-phone`)
+    config = "" if getattr(args, "config", None) is None else f" --config {shown(shlex.quote(str(args.config)))}"
+    again = f"lens pair approve {client}" + (" --strong-trust" if args.strong_trust else "") + config
+    return (f"client {args.client} was approved (any earlier credential of it is revoked; lens pair list{config} "
+            f"shows it approved) but its credential was not shown: run {again} again for a new one, which replaces it")
 
 
 def cmd_pair_list(args: argparse.Namespace) -> int:

@@ -64,7 +64,8 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
             raise ToolError("INVALID_ARGUMENT", "command must be a non-empty string")
         if len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
             raise ToolError("COMMAND_TOO_LONG", f"command is longer than {MAX_COMMAND_BYTES} bytes")
-        timeout = int_arg(args, "timeout_ms", DEFAULT_JOB_TIMEOUT_MS, 1, MAX_COMMAND_TIMEOUT_MS)
+        # (0 is the default, as run_command reads it: the two command tools take the same values)
+        timeout = int_arg(args, "timeout_ms", 0, 0, MAX_COMMAND_TIMEOUT_MS) or DEFAULT_JOB_TIMEOUT_MS
         cwd = command_cwd(args, command)
         if ctx.project_id is None:
             raise ToolError("NO_WORKSPACE", "this session belongs to no project, so it has no workspace")
@@ -161,8 +162,9 @@ def job_tool(pool: ExecutorAccess) -> ToolSpec:
         {"type": "object", "properties": {
             "action": {"type": "string", "enum": ["start", "list", "read", "stop"]},
             "command": {"type": "string", "description": "start: the shell command"},
-            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_COMMAND_TIMEOUT_MS,
-                           "description": f"start: ended after this long (default {DEFAULT_JOB_TIMEOUT_MS})"},
+            "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_COMMAND_TIMEOUT_MS,
+                           "description": f"start: ended after this long (0 or left out: the default, "
+                                          f"{DEFAULT_JOB_TIMEOUT_MS})"},
             "cwd": {"type": "string", "description": "start: workspace-relative directory"},
             "job_id": {"type": "string", "description": "read, stop: the job"},
             "offset": {"type": "integer", "minimum": 0, "description": "read: the output byte to start at"},

@@ -748,8 +748,8 @@ def workspace_tools(pool: Respawning, artifacts: ArtifactStore) -> list[ToolSpec
                  {"type": "object", "properties": {"call_id": {"type": "string"}}, "required": ["call_id"],
                   "additionalProperties": False}, revert_call, read_only=False,
                  completed_when_interrupted=restores_completed),
-        ToolSpec("run_command", "Run a shell command in the workspace (timeout_ms default 120000, output capped, "
-                 "cancellable).",
+        ToolSpec("run_command", "Run a shell command in the workspace (timeout_ms: 0 or left out is the default, "
+                 "120000; output capped, cancellable).",
                  {"type": "object", "properties": {"command": {"type": "string"},
                   "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_COMMAND_TIMEOUT_MS},
                   "max_output_bytes": {"type": "integer", "minimum": 0, "maximum": MAX_COMMAND_OUTPUT},

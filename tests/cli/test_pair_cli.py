@@ -154,8 +154,44 @@ def test_ctrl_c_at_every_stage_of_an_approve_exits_130_and_leaves_the_pair_file_
     before = pair.read_bytes()
     found = [_as_before_or_approved(pair, before)
              for _ in ctrl_c_sweep(["pair", "approve", "--client", "c1"], tmp_path, points=10, tail=(1100, 20),
-                                   reset=lambda: pair.write_bytes(before))]
+                                   reset=lambda: pair.write_bytes(before), noted=re.escape(APPROVED_UNSHOWN))]
     assert "before" in found and "approved" in found, found  # (the last points lie past its write)
+
+
+APPROVED_UNSHOWN = ("client c1 was approved (any earlier credential of it is revoked; lens pair list shows it approved) "
+                    "but its credential was not shown: run lens pair approve --client c1 again for a new one, "
+                    "which replaces it")
+
+
+@pytest.mark.parametrize("where", [
+    # as the rename returns, and as the directory's fsync after it returns
+    ('as_returning', 'arg is __import__("os").replace and frame.f_code.co_name == "replace_in_directory"'),
+    ('as_returning', 'arg is __import__("os").fsync and frame.f_code.co_name == "replace_in_directory"'
+                     ' and frame.f_locals["tmp"] not in __import__("os").listdir(frame.f_locals["dir_fd"])'),
+    # in the store's re-read of the file it wrote, before approve returns
+    ('where', 'code.co_name == "reload" and frame.f_back.f_code.co_name == "_locked"'),
+], ids=["rename-returned", "fsync-returned", "re-read"])
+def test_ctrl_c_after_the_pair_file_is_replaced_says_the_client_was_approved(tmp_path: Path, where: tuple[str, str]):
+    # A Ctrl-C inside approve after the pair file's rename, before it returned, ended 130 with a
+    # bare "stopped by Ctrl-C": the client was approved all the same, with a credential nobody saw,
+    # and nothing said so. Now the message says it was approved and how to get a credential now;
+    # the credential is never printed (the one issued is replaced by the next approve).
+    pair = pending_client(tmp_path)
+    before = pair.read_bytes()
+    how, expression = where
+    run = interrupted_as_returning if how == "as_returning" else interrupted_where
+    res = run(expression, ["pair", "approve", "--client", "c1"], tmp_path)
+    assert (res.returncode, res.stdout) == (130, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr == INTERRUPTED[:-1] + "; " + APPROVED_UNSHOWN + "\n", res.stderr
+    assert _as_before_or_approved(pair, before) == "approved"
+    # what the message says: lens pair list shows it approved, and a new approve gives a credential
+    listed = subprocess.run([*lens_command(), "pair", "list"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert re.search(r"^c1 +approved +read ", listed.stdout, re.M), listed.stdout
+    again = subprocess.run([*lens_command(), "pair", "approve", "--client", "c1"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    token = again.stdout.splitlines()[-1]
+    assert PairStore(pair).authenticate(token).client_id == "c1"
 
 
 def test_ctrl_c_dropped_while_the_pair_file_is_decoded_still_stops_the_approve(tmp_path: Path):

@@ -197,8 +197,8 @@ async def test_run_command_and_job_start_name_their_bad_arguments(daemon: Daemon
          "timeout_ms must be an integer from 0 to 3600000, got 3600001"),
         ("run_command", {"command": "true", "cwd": 5}, "cwd must be a workspace-relative path"),
         ("run_command", {"command": "true", "cwd": "a\0b"}, "command and cwd cannot hold NUL characters"),
-        ("job", {"action": "start", "command": "true", "timeout_ms": 0},
-         "timeout_ms must be an integer from 1 to 3600000, got 0"),
+        ("job", {"action": "start", "command": "true", "timeout_ms": -1},
+         "timeout_ms must be an integer from 0 to 3600000, got -1"),
         ("job", {"action": "start", "command": "true", "cwd": ["."]}, "cwd must be a workspace-relative path"),
         ("job", {"action": "start", "command": "echo \0"}, "command and cwd cannot hold NUL characters"),
         ("job", {"action": "read", "job_id": "job_x", "max_bytes": 0},
@@ -210,6 +210,19 @@ async def test_run_command_and_job_start_name_their_bad_arguments(daemon: Daemon
     results = [e["body"] for e in await log_of(daemon, token, sid) if e["kind"] == "tool.finished"]
     assert [(r["error_code"], r["content"][0]["text"]) for r in results] == \
         [("INVALID_ARGUMENT", f"INVALID_ARGUMENT: {message}") for _, _, message in calls], results
+
+
+async def test_a_timeout_of_0_is_the_default_for_a_job_as_for_run_command(daemon: Daemon):
+    # run_command read `timeout_ms: 0` as its default while a job's start refused it ("must be an
+    # integer from 1 to 3600000, got 0"): the two command tools now take the same values, 0 being
+    # the default (a job's, 1 hour; run_command's, 120 s).
+    token, sid = await setup(daemon)
+    job_id = await start_job(daemon, token, sid, "r-job", "echo ran-with-0", timeout_ms=0)
+    end = (await finished_of(daemon, token, sid, job_id))["body"]
+    assert (end["status"], end["exit_code"], end["reason"]) == ("exited", 0, ""), end
+    assert "ran-with-0" in end["output_tail"], end
+    body = await run_tool(daemon, token, sid, "r-command", "run_command", {"command": "echo ran-too", "timeout_ms": 0})
+    assert not body["is_error"] and "ran-too" in body["content"][0]["text"], body
 
 
 async def test_an_empty_cwd_is_refused_as_an_empty_path_is_and_dot_is_the_root(daemon: Daemon):

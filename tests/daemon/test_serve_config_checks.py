@@ -116,6 +116,22 @@ async def test_an_executor_token_the_executor_cannot_take_is_refused_at_start(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]
 
 
+async def test_an_executor_token_without_an_address_is_refused_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # `executor.tokenEnv` with no `executor.address` started a local executor without a word: the
+    # token went unused, and the agent's commands ran on this host where a remote executor was meant.
+    monkeypatch.setenv("LENS_TEST_TOKEN_UNUSED", "k" * 32)
+    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"tokenEnv": "LENS_TEST_TOKEN_UNUSED"}}))
+    out = await run_lens(tmp_path, "serve", "--config", "c.jsonc", "--port", "0", "--data", "d", check=False)
+    refused(out, "CONFIG_INVALID", "c.jsonc", "executor.tokenEnv is set but executor.address is not",
+            "set executor.address to its 'host:port', or make executor.tokenEnv null")
+    assert "k" * 16 not in out.stderr  # (the token itself is never shown)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonc"]  # refused before anything is made
+    # null (or no executor section) is a local executor, as before
+    (tmp_path / "c.jsonc").write_text(json.dumps({"executor": {"tokenEnv": None, "address": None}}))
+    async with served_once(ServeProcess(tmp_path, "--config", "c.jsonc")):
+        pass
+
+
 async def test_an_executor_token_of_16_characters_starts_the_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # (at the limit, as the executor takes it: the daemon starts; the address is not dialled at start)
     monkeypatch.setenv("LENS_TEST_TOKEN_SHORT", "k" * 16)

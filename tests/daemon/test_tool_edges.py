@@ -125,3 +125,58 @@ async def test_a_tool_call_is_found_by_the_characters_its_json_escapes(daemon: D
     await daemon.wait_idle(token, sid)
     body = await run_tool(daemon, token, sid, "sq", "history_search", {"query": "u00e9c"})
     assert any(r["role"] == "tool_call" for r in body["structured_content"]["results"]), body
+
+
+async def test_history_tools_refuse_a_limit_or_offset_quoting_the_value_and_its_type(daemon: Daemon) -> None:
+    # history_search's and history_read's limit and offset of another type were refused as "limit
+    # must be an integer", and out of range as "limit must be from 1 to 100" (an offset past the
+    # item "offset must be from 0 to N"), without the value received: the other tools' integer
+    # refusals (tools.workspace_tools.int_arg) name the argument and quote the value as JSON.
+    token, sid = await setup(daemon)
+    await daemon.submit(token, sid, "input", "a line about the quarterly zebrafish")
+    await daemon.wait_idle(token, sid)
+
+    async def found() -> list[dict] | None:
+        body = await run_tool(daemon, token, sid, f"s-{len(seen)}", "history_search", {"query": "zebrafish"})
+        seen.append(body)
+        return body["structured_content"]["results"] or None
+
+    seen: list[dict] = []
+    item = (await wait_until(found, what="the input indexed"))[0]["context_item_id"]
+    calls = [
+        ("history_search", {"query": "zebrafish", "limit": "5"}, 'limit must be an integer from 1 to 100, got "5"'),
+        ("history_search", {"query": "zebrafish", "limit": 2.5}, "limit must be an integer from 1 to 100, got 2.5"),
+        ("history_search", {"query": "zebrafish", "limit": True}, "limit must be an integer from 1 to 100, got true"),
+        ("history_search", {"query": "zebrafish", "limit": -1}, "limit must be an integer from 1 to 100, got -1"),
+        ("history_search", {"query": "zebrafish", "limit": 0}, "limit must be an integer from 1 to 100, got 0"),
+        ("history_search", {"query": "zebrafish", "limit": 101}, "limit must be an integer from 1 to 100, got 101"),
+        ("history_search", {"query": "zebrafish", "limit": [5]}, "limit must be an integer from 1 to 100, got [5]"),
+        ("history_read", {"context_item_id": item, "offset": "0"},
+         'offset must be an integer from 0 to 9223372036854775807, got "0"'),
+        ("history_read", {"context_item_id": item, "offset": 1.5},
+         "offset must be an integer from 0 to 9223372036854775807, got 1.5"),
+        ("history_read", {"context_item_id": item, "offset": False},
+         "offset must be an integer from 0 to 9223372036854775807, got false"),
+        ("history_read", {"context_item_id": item, "offset": -1},
+         "offset must be an integer from 0 to 9223372036854775807, got -1"),
+        ("history_read", {"context_item_id": item, "limit": "100"}, 'limit must be an integer from 1 to 1048576, got "100"'),
+        ("history_read", {"context_item_id": item, "limit": 0}, "limit must be an integer from 1 to 1048576, got 0"),
+        ("history_read", {"context_item_id": item, "limit": 1048577},
+         "limit must be an integer from 1 to 1048576, got 1048577"),
+        ("history_read", {"context_item_id": item, "limit": {"n": 1}},
+         'limit must be an integer from 1 to 1048576, got {"n": 1}'),
+    ]
+    for i, (name, args, message) in enumerate(calls):
+        body = await run_tool(daemon, token, sid, f"h{i}", name, args)
+        assert (body["error_code"], body["content"][0]["text"]) == ("INVALID_ARGUMENT", f"INVALID_ARGUMENT: {message}"), \
+            (name, args, body["content"])
+    # past the item's size: its size named, the value quoted; at the edges the calls run
+    page = await run_tool(daemon, token, sid, "p0", "history_read", {"context_item_id": item, "limit": 1048576})
+    size = page["structured_content"]["size"]
+    body = await run_tool(daemon, token, sid, "p1", "history_read", {"context_item_id": item, "offset": size + 1})
+    assert body["content"][0]["text"] == \
+        f"INVALID_ARGUMENT: offset must be from 0 to {size} (the item's size in bytes), got {size + 1}", body["content"]
+    body = await run_tool(daemon, token, sid, "p2", "history_read", {"context_item_id": item, "offset": size})
+    assert not body["is_error"] and body["structured_content"]["eof"], body["content"]
+    body = await run_tool(daemon, token, sid, "p3", "history_search", {"query": "zebrafish", "limit": 100})
+    assert not body["is_error"], body["content"]
