@@ -108,3 +108,23 @@ def test_dashboard_bounds_the_spans_of_an_output_that_changes_colour_at_every_wo
     assert shown["spans"][:2] == [["1 ", "ansi-fg-2", "", ""], ["2 ", "ansi-fg-1", "", ""]], shown["spans"][:2]
     assert shown["spans"][-1] == ["5000 ", "ansi-fg-1", "", ""], shown["spans"][-1]
     assert console_errors(browser) == []
+
+
+def test_dashboard_shows_the_colours_of_a_jobs_last_output_in_the_report_of_its_end(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The input that tells the agent a job ended carries the job's last output: shown in the
+    timeline as the job's output is, its first lines (Lens's) as they are."""
+    _, _, _, [job] = session_starting_jobs(make_daemon, browser, tmp_path, "dash-report-colours",
+                                           r"printf 'a \033[31mred\033[2K\033[0m b\n'")
+    report = "#timeline .msg.user .text"
+
+    def shown() -> Any:
+        got = [browser.execute_script(READ, n) for n in by_css(browser, report)]
+        return next((g for g in got if g["text"].startswith(f"[background job {job} ")), None)
+
+    got = wait_for(shown, "the report of the job's end", 20)
+    assert got["text"] == (f"[background job {job} exited with code 0]\n"
+                           r"command: printf 'a \033[31mred\033[2K\033[0m b\n'" "\n"
+                           "last output (up to 4096 bytes):\na red b\n"), got["text"]
+    assert got["spans"] == [["red", "ansi-fg-1", "", ""]] and got["tags"] == ["SPAN"], got
+    assert console_errors(browser) == []
