@@ -79,9 +79,16 @@ def test_dashboard_shows_a_jobs_colours_in_its_output(
     card = "#jobs li.card"
     wait_for(lambda: "exited (0)" in one(browser, card).text, "the job's end", 20)
     click(browser, f"{card} button.job-output")
-    shown = wait_for(lambda: by_css(browser, f"{card} .job-out pre") and browser.execute_script(READ, f"{card} .job-out pre"),
-                     "the job's output")
-    assert shown["text"] == "a red both b\n", shown
+    def read() -> Any:
+        got = browser.execute_script(READ, f"{card} .job-out pre")
+        seen.append(got)
+        return got if got is not None and got["text"] == "a red both b\n" else None
+
+    seen: list[Any] = []
+    try:
+        shown = wait_for(read, "the job's output")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last read: {seen[-1:]}, the card: {one(browser, card).text!r}") from None
     assert shown["spans"] == [["red ", "ansi-fg-1", "", ""], ["both", "ansi-fg-1 ansi-bold", "", ""]], shown
     assert console_errors(browser) == []
 
@@ -127,4 +134,28 @@ def test_dashboard_shows_the_colours_of_a_jobs_last_output_in_the_report_of_its_
                            r"command: printf 'a \033[31mred\033[2K\033[0m b\n'" "\n"
                            "last output (up to 4096 bytes):\na red b\n"), got["text"]
     assert got["spans"] == [["red", "ansi-fg-1", "", ""]] and got["tags"] == ["SPAN"], got
+    assert console_errors(browser) == []
+
+
+def test_dashboard_shows_the_colours_of_a_queued_report_of_a_jobs_end(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A job that ends while the agent answers: the report of its end waits in the queue, its
+    last output shown there as in the timeline."""
+    command = r"while [ ! -e go ]; do sleep 0.05; done; printf 'a \033[31mred\033[0m b\n'"
+    d, token, sid, [job] = session_starting_jobs(make_daemon, browser, tmp_path, "dash-queued-report", command)
+    wait_for(lambda: d.request("GET", f"/sessions/{sid}", token=token)[1]["status"] == "idle", "the first run's end")
+    submit(browser, "stream slowly")
+    wait_for(lambda: by_css(browser, "#timeline .msg.streaming"), "the answer streaming")
+    (tmp_path / "workspace" / "go").touch()
+    queued = "#queue li.card .text"
+
+    def shown() -> Any:
+        got = [browser.execute_script(READ, n) for n in by_css(browser, queued)]
+        return next((g for g in got if g["text"].startswith(f"[background job {job} ")), None)
+
+    got = wait_for(shown, "the report queued", 20)
+    assert got["text"].endswith("last output (up to 4096 bytes):\na red b\n"), got["text"]
+    assert got["spans"] == [["red", "ansi-fg-1", "", ""]] and got["tags"] == ["SPAN"], got
+    status, body = d.request("POST", f"/sessions/{sid}/abort", token=token)
+    assert status == 200, body
     assert console_errors(browser) == []
