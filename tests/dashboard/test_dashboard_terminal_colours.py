@@ -1,0 +1,161 @@
+"""A command's output and a job's, as a terminal would show them: their SGR escape sequences
+(colours, bold, inverse…) shown as spans with classes, every other escape or control sequence
+(cursor moves, erases, an OSC title, an OSC 8 link, a character set switch, a bell, a sequence cut
+short by the end of a line) left out and never made a link, and the text between them exact
+(markup in it shown as text; Hebrew, a combining mark and an emoji as they came). The daemon
+keeps the output as the command wrote it.
+
+One real daemon (``lens serve`` on loopback port 0, a real executor process, the ``faux``
+provider calling the tools) and one headless Chromium, as in ``test_dashboard_browser.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.dashboard.test_dashboard_browser import (  # noqa: F401 (fixtures)
+    Daemon, browser, by_css, click, console_errors, daemon, make_daemon, one, open_session, session_starting_jobs,
+    submit, wait_for)
+
+OUTPUT = (b"plain \x1b[31mred\x1b[0m \x1b[1;32mbold green\x1b[m "
+          b"\x1b[38;5;196mc256\x1b[39m \x1b[48;2;10;20;30mtrue\x1b[0m \x1b[7minv\x1b[27m "
+          b"\x1b[2J\x1b[H\x1b[?25lcleared\x1b[K \x1b]0;a title\x07"
+          b"\x1b]8;;https://evil.example/\x1b\\link\x1b]8;;\x1b\\ "
+          b"<b>not bold</b> \x08\x07\x1b(Bend\x1b[31\n"
+          b"\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d e\xcc\x81 \xf0\x9f\x98\x80 \xc2\x9b1mc1\x1b[4mu\n")
+SHOWN = "plain red bold green c256 true inv cleared link <b>not bold</b> end\nשלום e\u0301 😀 c1u\n"
+SPANS = [["red", "ansi-fg-1", "", ""], ["bold green", "ansi-fg-2 ansi-bold", "", ""],
+         ["c256", "", "rgb(255, 0, 0)", ""], ["true", "", "", "rgb(10, 20, 30)"], ["inv", "ansi-inverse", "", ""],
+         # (up to the note: the output and the line break before the note)
+         ["c1", "ansi-bold", "", ""], ["u\n\n", "ansi-bold ansi-underline", "", ""]]
+
+# What a <pre> shows: its text, its spans (text, classes, colour, background) and the names of
+# every element in it.
+READ = """
+const pre = arguments[0] instanceof Element ? arguments[0] : document.querySelector(arguments[0]);
+if (!pre) return null;
+return {text: pre.textContent, tags: Array.from(pre.querySelectorAll("*"), (n) => n.tagName),
+        spans: Array.from(pre.querySelectorAll("span"), (n) => [n.textContent, n.className, n.style.color,
+                                                                 n.style.backgroundColor])};
+"""
+RESULT_PRE = """
+const card = document.querySelector(`#timeline .tool[data-call-id="${arguments[0]}"]`);
+const result = card && [...card.querySelectorAll(":scope > details")].find(
+  (d) => d.querySelector("summary").textContent === "result");
+return result ? result.querySelector("pre") : null;
+"""
+
+
+def test_dashboard_shows_a_commands_colours_and_leaves_out_its_other_escape_sequences(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    token, sid = open_session(browser, daemon, tmp_path, "dash-colours")
+    (tmp_path / "workspace" / "colours.txt").write_bytes(OUTPUT)
+    submit(browser, "/tool run_command " + json.dumps({"command": "cat colours.txt"}))
+
+    def call() -> dict[str, Any] | None:
+        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
+        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
+        return calls[-1] if calls and view["status"] == "idle" else None
+
+    item = wait_for(call, "the command's result")
+    # (the daemon keeps what the command wrote, escape sequences and all)
+    assert OUTPUT.decode() in item["result"]["text"], item["result"]
+    shown = wait_for(lambda: browser.execute_script(READ, browser.execute_script(RESULT_PRE, item["call"]["callId"])),
+                     "the result in the page")
+    # (Lens's note of how the command ended is plain text, not in the colour the output left on)
+    assert shown["text"] == SHOWN + "\n[exit 0]", shown["text"]
+    assert shown["spans"] == SPANS, shown["spans"]
+    assert set(shown["tags"]) == {"SPAN"}, shown["tags"]   # (no link, no markup from the text)
+    assert not any(ch < " " and ch not in "\t\n\r" or "\x7f" <= ch <= "\x9f" for ch in shown["text"]), shown["text"]
+    assert console_errors(browser) == []
+
+
+def test_dashboard_shows_a_jobs_colours_in_its_output(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    session_starting_jobs(make_daemon, browser, tmp_path, "dash-job-colours",
+                          r"printf 'a \033[31mred\033]0;t\007 \033[1mboth\033[0m b\n'")
+    card = "#jobs li.card"
+    wait_for(lambda: "exited (0)" in one(browser, card).text, "the job's end", 20)
+    click(browser, f"{card} button.job-output")
+    def read() -> Any:
+        got = browser.execute_script(READ, f"{card} .job-out pre")
+        seen.append(got)
+        return got if got is not None and got["text"] == "a red both b\n" else None
+
+    seen: list[Any] = []
+    try:
+        shown = wait_for(read, "the job's output")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last read: {seen[-1:]}, the card: {one(browser, card).text!r}") from None
+    assert shown["spans"] == [["red ", "ansi-fg-1", "", ""], ["both", "ansi-fg-1 ansi-bold", "", ""]], shown
+    assert console_errors(browser) == []
+
+
+def test_dashboard_bounds_the_spans_of_an_output_that_changes_colour_at_every_word(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """Past 5000 spans the rest of the output is plain text (a browser lays a hundred thousand
+    spans out for seconds, at every redraw of a followed job's output), the words all there."""
+    token, sid = open_session(browser, daemon, tmp_path, "dash-many-colours")
+    words = range(1, 6001)
+    (tmp_path / "workspace" / "many.txt").write_text("".join(f"\x1b[3{i % 2 + 1}m{i} " for i in words))
+    submit(browser, "/tool run_command " + json.dumps({"command": "cat many.txt"}))
+
+    def call() -> dict[str, Any] | None:
+        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
+        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
+        return calls[-1] if calls and view["status"] == "idle" else None
+
+    item = wait_for(call, "the command's result")
+    shown = wait_for(lambda: browser.execute_script(READ, browser.execute_script(RESULT_PRE, item["call"]["callId"])),
+                     "the result in the page")
+    assert shown["text"] == "".join(f"{i} " for i in words) + "\n[exit 0]", shown["text"][-200:]
+    assert len(shown["spans"]) == 5000, len(shown["spans"])
+    assert shown["spans"][:2] == [["1 ", "ansi-fg-2", "", ""], ["2 ", "ansi-fg-1", "", ""]], shown["spans"][:2]
+    assert shown["spans"][-1] == ["5000 ", "ansi-fg-1", "", ""], shown["spans"][-1]
+    assert console_errors(browser) == []
+
+
+def test_dashboard_shows_the_colours_of_a_jobs_last_output_in_the_report_of_its_end(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The input that tells the agent a job ended carries the job's last output: shown in the
+    timeline as the job's output is, its first lines (Lens's) as they are."""
+    _, _, _, [job] = session_starting_jobs(make_daemon, browser, tmp_path, "dash-report-colours",
+                                           r"printf 'a \033[31mred\033[2K\033[0m b\n'")
+    report = "#timeline .msg.user .text"
+
+    def shown() -> Any:
+        got = [browser.execute_script(READ, n) for n in by_css(browser, report)]
+        return next((g for g in got if g["text"].startswith(f"[background job {job} ")), None)
+
+    got = wait_for(shown, "the report of the job's end", 20)
+    assert got["text"] == (f"[background job {job} exited with code 0]\n"
+                           r"command: printf 'a \033[31mred\033[2K\033[0m b\n'" "\n"
+                           "last output (up to 4096 bytes):\na red b\n"), got["text"]
+    assert got["spans"] == [["red", "ansi-fg-1", "", ""]] and got["tags"] == ["SPAN"], got
+    assert console_errors(browser) == []
+
+
+def test_dashboard_shows_the_colours_of_a_queued_report_of_a_jobs_end(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A job that ends while the agent answers: the report of its end waits in the queue, its
+    last output shown there as in the timeline."""
+    command = r"while [ ! -e go ]; do sleep 0.05; done; printf 'a \033[31mred\033[0m b\n'"
+    d, token, sid, [job] = session_starting_jobs(make_daemon, browser, tmp_path, "dash-queued-report", command)
+    wait_for(lambda: d.request("GET", f"/sessions/{sid}", token=token)[1]["status"] == "idle", "the first run's end")
+    submit(browser, "stream slowly")
+    wait_for(lambda: by_css(browser, "#timeline .msg.streaming"), "the answer streaming")
+    (tmp_path / "workspace" / "go").touch()
+    queued = "#queue li.card .text"
+
+    def shown() -> Any:
+        got = [browser.execute_script(READ, n) for n in by_css(browser, queued)]
+        return next((g for g in got if g["text"].startswith(f"[background job {job} ")), None)
+
+    got = wait_for(shown, "the report queued", 20)
+    assert got["text"].endswith("last output (up to 4096 bytes):\na red b\n"), got["text"]
+    assert got["spans"] == [["red", "ansi-fg-1", "", ""]] and got["tags"] == ["SPAN"], got
+    status, body = d.request("POST", f"/sessions/{sid}/abort", token=token)
+    assert status == 200, body
+    assert console_errors(browser) == []
