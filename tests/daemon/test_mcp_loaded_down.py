@@ -1,9 +1,12 @@
 """A deferred MCP tool a session loaded, while its server is down: it stays loaded ("Tool catalog,
 policy planes and capability_search"), and the inventory says so, marking it with its server's
-state. A real daemon over HTTP, the ``faux`` provider, the test server over stdio (set-up:
-``mcp_down.py``)."""
+state; a tool the server's last listing left out stays out. A real daemon over HTTP, the
+``faux`` provider, the test server over stdio (set-up: ``mcp_down.py``)."""
 
 from __future__ import annotations
+
+import os
+import signal
 
 from .conftest import DaemonFactory, run_tool
 from .mcp_down import crash, inventory, loaded_session, mcp_server, server_in
@@ -29,3 +32,23 @@ async def test_a_loaded_tool_of_a_server_that_is_down_stays_in_loaded_marked_wit
     assert inv["loaded"] == [] and inv["loadedUnavailable"] == []
     body = await run_tool(d, token, sid, "r3", "mcp__t__echo", {"text": "x"})
     assert body["error_code"] == "MCP_SERVER_UNAVAILABLE", body
+
+
+async def test_a_loaded_tool_the_servers_last_listing_left_out_stays_out_of_loaded_while_it_is_down(
+        daemon_factory: DaemonFactory) -> None:
+    # The server stops listing `fail`: it leaves `loaded` (the registry has it no more). When the
+    # server then went down, `fail` came back into `loaded` (and loadedUnavailable), to leave
+    # again once the server was up: in and out with the server's state. Only the tools of its
+    # last listing are kept while it is down.
+    d, token, sid = await loaded_session(daemon_factory, {
+        "tools": {"deferred": ["mcp__t__echo", "mcp__t__fail"]},
+        "mcpServers": {"t": mcp_server("--shrink", maxRestarts=0)}}, load=["mcp__t__echo", "mcp__t__fail"])
+    assert (await inventory(d, token, sid))["loaded"] == ["mcp__t__echo", "mcp__t__fail"]
+    assert (await run_tool(d, token, sid, "r1", "mcp__t__shrink", {}))["status"] == "ok"
+    inv = await server_in(d, token, sid, "running", toolCount=4)  # (shrink, echo, add, image)
+    assert inv["loaded"] == ["mcp__t__echo"] and inv["loadedUnavailable"] == []
+    os.kill(inv["mcpServers"][0]["pid"], signal.SIGKILL)  # (its crash tool is no longer listed)
+    inv = await server_in(d, token, sid, "failed")
+    assert inv["loaded"] == ["mcp__t__echo"], inv["loaded"]
+    assert inv["loadedUnavailable"] == [{"name": "mcp__t__echo", "server": "t", "status": "failed"}]
+    assert inv["visibility"]["loaded"] == 1
