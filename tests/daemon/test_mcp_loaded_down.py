@@ -1,12 +1,14 @@
 """A deferred MCP tool a session loaded, while its server is down: it stays loaded ("Tool catalog,
 policy planes and capability_search"), and the inventory says so, marking it with its server's
-state; a tool the server's last listing left out stays out. A real daemon over HTTP, the
-``faux`` provider, the test server over stdio (set-up: ``mcp_down.py``)."""
+state, until the server is back; a tool the server's last listing left out stays out. A real
+daemon over HTTP, the ``faux`` provider, the test server over stdio (set-up: ``mcp_down.py``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from pathlib import Path
 
 from .conftest import DaemonFactory, run_tool
 from .mcp_down import crash, inventory, loaded_session, mcp_server, server_in
@@ -52,3 +54,41 @@ async def test_a_loaded_tool_the_servers_last_listing_left_out_stays_out_of_load
     assert inv["loaded"] == ["mcp__t__echo"], inv["loaded"]
     assert inv["loadedUnavailable"] == [{"name": "mcp__t__echo", "server": "t", "status": "failed"}]
     assert inv["visibility"]["loaded"] == 1
+
+
+async def test_a_loaded_tool_of_a_server_that_comes_back_is_offered_again_and_no_longer_marked(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # maxRestarts 1: the server crashes, is restarted (held at its start until the test lets it
+    # go, so that its time down is seen), and is back: the tool is offered and callable again.
+    d, token, sid = await loaded_session(daemon_factory, {
+        "tools": {"deferred": ["mcp__t__echo"]},
+        "mcpServers": {"t": mcp_server("--hold-restart", str(tmp_path), maxRestarts=1)}}, load=["mcp__t__echo"])
+    await crash(d, token, sid, "r1")
+    inv = await server_in(d, token, sid, "restarting")
+    assert inv["loaded"] == ["mcp__t__echo"] and "mcp__t__echo" not in inv["offered"]
+    assert inv["loadedUnavailable"] == [{"name": "mcp__t__echo", "server": "t", "status": "restarting"}]
+    (tmp_path / "go").touch()
+    inv = await server_in(d, token, sid, "running", restarts=1)
+    assert inv["loaded"] == ["mcp__t__echo"] and inv["loadedUnavailable"] == []
+    assert "mcp__t__echo" in inv["offered"] and inv["visibility"]["loaded"] == 1
+    body = await run_tool(d, token, sid, "r2", "mcp__t__echo", {"text": "back"})
+    assert body["status"] == "ok" and body["content"] == [{"type": "text", "text": "echo: back"}], body
+
+
+async def test_a_subagents_loaded_tool_of_a_server_that_is_down_is_in_its_own_inventory_alone(
+        daemon_factory: DaemonFactory) -> None:
+    # `&agent=`: the subagent loaded the tool, the main agent did not; each answer is its agent's.
+    d, token, sid = await loaded_session(daemon_factory, {
+        "tools": {"deferred": ["mcp__t__echo"]}, "mcpServers": {"t": mcp_server(maxRestarts=0)}}, load=[])
+    load = {"query": "mcp__t__echo", "limit": 1}
+    body = await run_tool(d, token, sid, "s1", "subagent", {"prompt": f"/tool capability_search {json.dumps(load)}"},
+                          agent="main")
+    assert body["status"] == "ok", body
+    [sub] = [a["agentId"] for a in (await d.view(token, sid))["agents"] if a["role"] == "subagent"]
+    assert (await inventory(d, token, sid, sub))["loaded"] == ["mcp__t__echo"]
+    await crash(d, token, sid, "r1")
+    inv = await server_in(d, token, sid, "failed", agent=sub)
+    assert inv["agent"] == sub and inv["loaded"] == ["mcp__t__echo"]
+    assert inv["loadedUnavailable"] == [{"name": "mcp__t__echo", "server": "t", "status": "failed"}]
+    main = await inventory(d, token, sid)
+    assert main["loaded"] == [] and main["loadedUnavailable"] == []
