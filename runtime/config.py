@@ -28,7 +28,8 @@ from . import jsonc
 from .atomicfile import FileTooLarge, others_can_change, others_can_write, read_regular_file
 from .body_hints import first_refused
 from .errors import LensError, short_reason, shortened, shortened_json
-from .credentials import TOKEN_SHAPE, WELL_KNOWN_KEY_ENV, config_secrets, credential_literals
+from .credentials import (KEY_IN_PLACE_OF_A_NAME, WELL_KNOWN_KEY_ENV, config_secrets, credential_literals,
+                          is_key_in_place_of_a_name)
 from .key_hints import UnknownKey, hinted, refused_key_hint, unknown_keys_listed
 from .mcp_config import McpServerConfig, check_mcp_servers
 from .trust import loose_directory_above, swap_fix, the_fix
@@ -393,12 +394,12 @@ def _is_env_name(name: str) -> bool:
 
 
 def _key_in_place_of_a_name(where: str, field: str, name: str | None) -> None:
-    """Refuse a variable's name that is a key itself (:data:`credentials.TOKEN_SHAPE`): a key
-    pasted where its variable's name belongs was echoed as that name ("needs its key in the
-    environment variable sk-…") in answers and notes. The value is never quoted."""
-    if name and TOKEN_SHAPE.fullmatch(name.strip()):
-        raise ConfigError(f"{where}: {field} holds what looks like a key itself, not the name of an environment "
-                          f"variable (the value is not shown): put the key in a variable and give its name here")
+    """Refuse a variable's name that is a key itself (:func:`credentials.is_key_in_place_of_a_name`):
+    a key pasted where its variable's name belongs was echoed as that name ("needs its key in the
+    environment variable sk-…") in answers and notes. The value is never quoted. (An MCP
+    server's ``envFrom`` and ``env`` names: :func:`runtime.mcp_config.check_mcp_servers`.)"""
+    if is_key_in_place_of_a_name(name):
+        raise ConfigError(f"{where}: {field} {KEY_IN_PLACE_OF_A_NAME}")
 
 
 def check_config(cfg: Config, where: str) -> None:

@@ -57,6 +57,17 @@ TOKEN_SHAPE = re.compile(r"(?:gh[pousr]_|github_pat_|glpat-|xox[abprs]-|xapp-|sk
                          r"rk_live_|AKIA|ASIA|npm_|hf_|pypi-|lens_)[A-Za-z0-9_\-]{12,}")
 
 
+# Said of a variable's name that is a key itself (:func:`is_key_in_place_of_a_name`), after the field's place.
+KEY_IN_PLACE_OF_A_NAME = ("holds what looks like a key itself, not the name of an environment variable (the value "
+                          "is not shown): put the key in a variable and give its name here")
+
+
+def is_key_in_place_of_a_name(name: str | None) -> bool:
+    """Whether a variable's name is a key itself (:data:`TOKEN_SHAPE`): a key pasted where its
+    variable's name belongs, which would be echoed as that name in answers, notes and logs."""
+    return bool(name) and TOKEN_SHAPE.fullmatch(name.strip()) is not None
+
+
 def token_words(text: str) -> list[str]:
     """The words of ``text`` (split at blanks, ``=``, ``:``, ``,``, ``;``, ``&``, ``?``, quotes)
     that are token-shaped (:data:`TOKEN_SHAPE`) as a whole."""

@@ -12,6 +12,7 @@ import re
 
 import msgspec
 
+from .credentials import KEY_IN_PLACE_OF_A_NAME, is_key_in_place_of_a_name
 from .errors import shortened
 
 SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")  # whole strings only; "__" and a trailing "_" also refused
@@ -43,6 +44,14 @@ def check_mcp_servers(servers: dict[str, McpServerConfig], where: str, error: ty
             raise error(f"{key}: command must be a non-empty program name or path")
         if any("\0" in a for a in s.args):
             raise error(f"{key}: args must not contain NUL characters")
+        # (a key pasted in place of a name passed the name's check and was echoed as that name,
+        # in the inventory's envFromUnset and the log: refused, never quoted, before that check
+        # quotes what is no name)
+        for field, names in (("envFrom", s.env_from), ("env", list(s.env))):
+            for i, var in enumerate(names):
+                if is_key_in_place_of_a_name(var):
+                    place = f"envFrom[{i}]" if field == "envFrom" else f"the name of env's entry {i + 1}"
+                    raise error(f"{key}: {place} {KEY_IN_PLACE_OF_A_NAME}")
         for var in [*s.env, *s.env_from]:
             if not ENV_NAME_RE.fullmatch(var):
                 raise error(f"{key}: {var[:60]!r} is not an environment variable name")

@@ -80,4 +80,5 @@ def add_model_routes(app: QuartTrio, svc: Services) -> None:
         deps = svc.supervisor.deps
         catalog = deps.tool_catalog or ToolCatalog(deps.tools)
         servers = svc.mcp.inventory() if svc.mcp is not None else []
-        return json_response(inventory(catalog, state, servers, agent_id))
+        listings = svc.mcp.listings() if svc.mcp is not None else {}
+        return json_response(inventory(catalog, state, servers, agent_id, mcp_listings=listings))

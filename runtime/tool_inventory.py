@@ -10,7 +10,7 @@ requests were offered what the policy and config of their time gave).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from projections.session_state import MAIN_AGENT, SessionState
 from tools.base import ToolSpec
@@ -38,22 +38,31 @@ def ptc_view(catalog: ToolCatalog, offered: list[ToolSpec], session_policy: dict
                                   if s.name not in native and s.name not in NOT_FROM_PROGRAMS and s.name not in off)}
 
 
-def _down_server(name: str, mcp_servers: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _down_server(name: str, mcp_servers: list[dict[str, Any]],
+                 listings: Mapping[str, Sequence[str]]) -> dict[str, Any] | None:
     """The inventory entry of the MCP server ``name`` (``mcp__<server>__<tool>``) is a tool of,
-    when that server is not running; else None (a server name holds no ``__``: one matches)."""
+    when that server is not running and its last listing had that tool (or it never listed one:
+    nothing says the tool is gone); else None. One server at most matches: a server name holds
+    no ``__`` and does not end in ``_`` (runtime/mcp_config.py), so ``mcp__a__`` begins no other
+    server's tools (server ``a_`` would have made ``mcp__a____b`` a tool of ``a`` and of ``a_``)."""
     for server in mcp_servers:
         if name.startswith(tool_id(server["name"], "")) and server["status"] != "running":
-            return server
+            listed = listings.get(server["name"], ())
+            # (a tool its last listing left out is gone, down or not: in and out of loaded as the
+            # server went down and up, it stays out)
+            return server if not listed or name in listed else None
     return None
 
 
 def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: list[dict[str, Any]],
-              agent_id: str | None = None) -> dict[str, Any]:
+              agent_id: str | None = None, *, mcp_listings: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """The snapshot; ``agent_id`` (an agent of ``state``, checked by the caller) makes ``offered``,
     ``loaded``, ``searchable``, ``defaultAllowed``, ``ptc`` and their ``visibility`` counts that
     agent's and adds ``agent``; without it they are the main agent's (the answer as it was).
     ``mcp_servers``: the MCP servers' inventory entries (their ``name`` and ``status`` mark the
-    loaded tools of the servers that are down)."""
+    loaded tools of the servers that are down); ``mcp_listings``: each server's last listing
+    (:meth:`tools.mcp.servers.McpServers.listings`, kept while it is down): a down server's
+    loaded tool stays in ``loaded`` only if that listing had it (or the server never listed)."""
     registry = catalog.registry
     specs = registry.all()
     deferred = catalog.deferred_names()
@@ -67,7 +76,7 @@ def inventory(catalog: ToolCatalog, state: SessionState | None, mcp_servers: lis
     for name in agent.capabilities if agent is not None else ():
         if name in assigned:
             loaded.append(name)
-        elif (server := _down_server(name, mcp_servers)) is not None and (allowed is None or name in allowed):
+        elif (server := _down_server(name, mcp_servers, mcp_listings or {})) is not None and (allowed is None or name in allowed):
             # (a loaded tool stays loaded while its server is down, out of the registry: it is
             # offered again when the server is back)
             loaded.append(name)

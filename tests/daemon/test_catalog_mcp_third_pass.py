@@ -21,16 +21,11 @@ import trio
 
 from runtime.providers.names import alias_for
 
-from ..mcp.conftest import SERVER
 from .conftest import DaemonFactory, finished, run_tool, wait_until
+from .mcp_down import FAUX, crash, loaded_session, mcp_server, server_in
 from .test_tool_catalog_http import inventory
 
 ODD = str(Path(__file__).with_name("odd_mcp_server.py"))
-FAUX = {"providers": [{"id": "faux", "protocol": "faux", "models": [{"id": "faux-1"}]}], "defaultModel": "faux/faux-1"}
-
-
-def mcp_server(*flags: str, **kw: Any) -> dict[str, Any]:
-    return {"command": sys.executable, "args": [SERVER, *flags], **kw}
 
 
 def odd_server(*flags: str, **kw: Any) -> dict[str, Any]:
@@ -277,22 +272,13 @@ async def test_a_server_going_down_does_not_make_another_servers_deferred_tools_
     # for good; the other's tools were counted with the registry alone and became eager (offered,
     # callable without a load), and would have been withdrawn from the model again at the
     # failed server's return. The count is of the tools each server listed last, down or not.
-    d = await daemon_factory(config={**FAUX, "tools": {"mcpDeferAbove": 11}, "mcpServers": {
-        "t": mcp_server(maxRestarts=0), "u": mcp_server()}})
-    token = await d.pair("third-pass", strong=True)
-    sid = await d.new_session(token)
-    body = await run_tool(d, token, sid, "r1", "capability_search", {"query": "mcp__t__crash", "limit": 1})
-    assert body["status"] == "ok", body
+    d, token, sid = await loaded_session(daemon_factory, {"tools": {"mcpDeferAbove": 11}, "mcpServers": {
+        "t": mcp_server(maxRestarts=0), "u": mcp_server()}}, load=["mcp__t__crash"])
     inv = await inventory(d, token, sid)
     assert inv["loaded"] == ["mcp__t__crash"] and "mcp__u__echo" not in inv["offered"]
     assert inv["visibility"]["deferred"] == 22
-    body = await run_tool(d, token, sid, "r2", "mcp__t__crash", {})
-    assert body["error_code"] == "MCP_SERVER_UNAVAILABLE"
-
-    async def failed() -> dict[str, Any] | None:
-        inv = await inventory(d, token, sid)
-        return inv if {s["name"]: s["status"] for s in inv["mcpServers"]}["t"] == "failed" else None
-    inv = await wait_until(failed, what="server t failed for good")
+    await crash(d, token, sid, "r2")
+    inv = await server_in(d, token, sid, "failed")
     assert not any(n.startswith("mcp__u__") for n in inv["offered"]), inv["offered"]
     assert inv["visibility"]["deferred"] == 11 and "mcp__u__echo" in inv["searchable"]
     body = await run_tool(d, token, sid, "r3", "mcp__u__echo", {"text": "still deferred"})

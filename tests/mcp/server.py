@@ -33,7 +33,8 @@ inside arrays and objects, and ``models``, whose schema reaches them through ``$
 text: ``5`` and ``5.0`` differ there), ``--long-name`` (adds a tool of a 44-character name), ``--named NAME`` (repeatable: adds a tool of that name answering
 ``NAME: {text}``), ``--i18n`` (adds tools named and described in Chinese, Russian
 and French, and described in Thai, Lao, Khmer and Burmese), ``--many N`` (adds N tools ``t0`` … ``tN-1``),
-``--shrink`` (adds ``shrink`` first),
+``--shrink`` (adds ``shrink`` first), ``--hold-restart DIR`` (a start after the first, told by the file
+``DIR/started`` the first writes, reads nothing until the file ``DIR/go`` exists: a restart held),
 ``--no-tools`` (declares no tools capability and answers ``tools/list`` "method not found"),
 ``--odd-ids`` (answers ``initialize`` and every ``tools/call`` first with ids of other JSON types that
 Python takes as equal to the request's — ``true`` for 1, ``1.0``, ``"1"`` — carrying a wrong result, then
@@ -243,6 +244,7 @@ def main() -> None:
     ap.add_argument("--deaf", action="store_true")
     ap.add_argument("--shout", action="store_true")
     ap.add_argument("--raw", action="store_true")
+    ap.add_argument("--hold-restart")
     opts = ap.parse_known_args()[0]  # (others are kept: `env` of "*argv" shows them)
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
@@ -340,6 +342,13 @@ def main() -> None:
         with open(opts.pidfile + ".tmp", "w") as f:
             f.write(" ".join(map(str, pids)))
         os.replace(opts.pidfile + ".tmp", opts.pidfile)
+    if opts.hold_restart:
+        started = os.path.join(opts.hold_restart, "started")
+        if os.path.exists(started):  # (a restart: held until the test lets it go)
+            while not os.path.exists(os.path.join(opts.hold_restart, "go")):
+                time.sleep(0.01)
+        else:
+            open(started, "w").close()
     for line in sys.stdin:
         reading.wait()
         if not line.strip():

@@ -272,6 +272,29 @@ def test_bad_server_entries_are_refused_with_a_clear_message(servers: dict[str, 
         assert w in info.value.message, (w, info.value.message)
 
 
+PASTED_KEY = "ghp_" + "A1b2C3d4E5f6" * 3
+
+
+@pytest.mark.parametrize(("entry", "place"), [
+    ({"envFrom": ["GH_HOST", PASTED_KEY]}, "envFrom[1]"),
+    ({"envFrom": [f" sk-proj-{PASTED_KEY[4:]}"]}, "envFrom[0]"),  # (not a name either: was quoted as one)
+    ({"env": {"GH_HOST": "github.com", PASTED_KEY: "x"}}, "the name of env's entry 2"),
+])
+def test_a_key_pasted_in_place_of_an_env_name_is_refused_without_being_shown(entry: dict[str, Any], place: str) -> None:
+    # `"envFrom": ["ghp_…"]` passed the name's check and was echoed as a name in the inventory's
+    # envFromUnset and the log, as apiKeyEnv, tokenEnv and webSearch.apiKeyEnv no longer are.
+    from runtime.config import ConfigError
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps({"mcpServers": {"gh": {"command": "x", **entry}}}), "c.jsonc")
+    assert info.value.code == "CONFIG_INVALID"
+    assert info.value.message == (f"c.jsonc: mcpServers['gh']: {place} holds what looks like a key itself, not the "
+                                  "name of an environment variable (the value is not shown): put the key in a "
+                                  "variable and give its name here")
+    # names that only look like a key's variable are names
+    parse_config(json.dumps({"mcpServers": {"gh": {"command": "x", "envFrom": ["GH_TOKEN", "SK_PROJ_KEY_OF_MINE_1"],
+                                                   "env": {"GHP_MODE": "1"}}}}), "c.jsonc")
+
+
 async def test_a_call_cancelled_while_the_server_is_being_stopped_ends_cancelled(start: Any) -> None:
     # A daemon's shutdown cancels the sessions and stops the servers at once: the cancelled call's
     # notifications/cancelled then meets a closed stdin. That must not turn the cancellation into

@@ -4,12 +4,15 @@ Content blocks map as: ``text`` → text part; ``image`` (PNG, JPEG, GIF, WebP u
 artifact + image part (a whole one of at most 8000 pixels a side, as ``view_image`` takes; else
 a text line saying why it is not shown); any other binary (``audio``, a ``resource`` with a
 ``blob``, an image of another type) → artifact + a text line naming it; ``resource`` with ``text`` → text headed by its
-URI; ``resource_link`` → a text line. ``structuredContent`` becomes the structured content, and,
-in a result whose content gives nothing (none, or empty text), its JSON is the text too.
-``isError: true`` makes an error result (``MCP_TOOL_ERROR``) carrying the server's content; an
-``isError`` that is not a boolean (``"true"``, ``1``, null) makes the result malformed
-(``MCP_RESULT_INVALID``, naming its JSON type). A ``text`` block without a string ``text`` shows a
-note in its place, as any other block that cannot be shown does.
+URI; ``resource_link`` → a text line. A block that cannot be shown (a ``text`` block without a
+string ``text``, a block of an unknown type, one that is not an object, a binary that is not
+valid base64 or is above its cap) shows a note in its place. ``structuredContent`` becomes the
+structured content, and, in a result whose content gives nothing (none, empty text, or notes
+alone), its JSON is the text too. ``isError: true`` makes an error result (``MCP_TOOL_ERROR``)
+carrying the server's content (content of notes alone: "reported an error without a message",
+then the notes); ``isError`` null or absent is a success; one that is not a boolean (``"true"``,
+``1``, an array, an object) makes the result malformed (``MCP_RESULT_INVALID``, naming its JSON
+type).
 
 Caps: the text of one result at most :data:`MAX_TEXT_BYTES` (the rest is cut, and the result
 says so), at most :data:`MAX_BLOCKS` content blocks read and :data:`MAX_BINARIES` binaries
@@ -62,14 +65,19 @@ class _Builder:
         self.cut = 0  # text bytes left out
         self.binaries = 0  # binaries stored
         self.binaries_left = 0  # binaries past MAX_BINARIES, not stored
+        # Whether a block gave something (text, a link, a stored binary), not only notes of what
+        # could not be shown: without it, structured content is the text and an error "has no message"
+        self.gave = False
 
-    def text(self, text: str) -> None:
+    def text(self, text: str, *, note: bool = False) -> None:
+        """Add ``text`` (a ``note`` says what a block could not give: it is no content of its own)."""
         data = self.secrets.scrub_text(_clean(text)).encode("utf-8")
         room = MAX_TEXT_BYTES - self.text_bytes
         if len(data) > room:
             self.cut += len(data) - room
             data = data[:max(room, 0)]
         if data:
+            self.gave = self.gave or not note
             self.text_bytes += len(data)
             self.content.append(t.TextPart(data.decode("utf-8", "ignore")))  # (a character cut at the cap: dropped)
 
@@ -78,15 +86,16 @@ class _Builder:
         try:
             data = base64.b64decode(str(b64), validate=True)
         except (binascii.Error, ValueError):
-            self.text(f"[{what}: {mime}, not valid base64; left out]")
+            self.text(f"[{what}: {mime}, not valid base64; left out]", note=True)
             return
         if len(data) > MAX_BINARY_BYTES:
-            self.text(f"[{what}: {mime}, {len(data)} bytes, above the {MAX_BINARY_BYTES}-byte cap; left out]")
+            self.text(f"[{what}: {mime}, {len(data)} bytes, above the {MAX_BINARY_BYTES}-byte cap; left out]", note=True)
             return
         if self.binaries >= MAX_BINARIES:
             self.binaries_left += 1
             return
         self.binaries += 1
+        self.gave = True
         aid = await trio.to_thread.run_sync(self.artifacts.put, data)
         image = sniff_image(data)
         stored = image or mime
@@ -103,7 +112,7 @@ class _Builder:
 
     async def block(self, block: Any) -> None:
         if not isinstance(block, dict):
-            self.text(f"[a content block that is not an object: {self.secrets.cut(_clean(block), 200)}]")
+            self.text(f"[a content block that is not an object: {self.secrets.cut(_clean(block), 200)}]", note=True)
             return
         kind = block.get("type")
         if kind == "text":
@@ -112,7 +121,7 @@ class _Builder:
                 self.text(text)
             else:  # (a note in its place, as for a block of another kind that cannot be shown)
                 self.text("[a text block without text; left out]" if text is MISSING
-                          else f"[a text block whose text is {json_kind(text)}, not a string; left out]")
+                          else f"[a text block whose text is {json_kind(text)}, not a string; left out]", note=True)
         elif kind in ("image", "audio"):
             await self.binary(block.get("data", ""), block.get("mimeType"), kind)
         elif kind == "resource" and isinstance(block.get("resource"), dict):
@@ -126,7 +135,7 @@ class _Builder:
             name = self.secrets.cut(_clean(block.get("name", "")), 200)
             self.text(f"[resource link: {self.secrets.cut(_clean(block.get('uri', '')), 2000)}{f' ({name})' if name else ''}]")
         else:
-            self.text(f"[a content block of type {self.secrets.cut(_clean(kind), 40)!r}, not shown]")
+            self.text(f"[a content block of type {self.secrets.cut(_clean(kind), 40)!r}, not shown]", note=True)
 
 
 async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
@@ -134,7 +143,9 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
     """Map a ``tools/call`` result; a malformed one is an ``MCP_RESULT_INVALID`` error result."""
     if not isinstance(result, dict) or not isinstance(result.get("content", []), list):
         return ToolResult.error("MCP_RESULT_INVALID", f"{tool} answered a result without a content list")
-    is_error = result.get("isError", False)
+    is_error = result.get("isError")
+    if is_error is None:  # (null as absent, as structuredContent's null and the project's null optional fields)
+        is_error = False
     if not isinstance(is_error, bool):
         # (MCP's isError is a boolean: "true" or 1 read as success would hide a failure, and read
         # as an error would guess what a server meant; the server's answer is malformed, said so)
@@ -154,9 +165,10 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
         if problem is not None or size > MAX_STRUCTURED_BYTES:
             left_out = problem or f"{size} bytes of JSON, above the {MAX_STRUCTURED_BYTES}-byte cap"
             structured = None
-    if structured is not None and not b.content and len(blocks) <= MAX_BLOCKS:
-        # (structured content alone: MCP asks a server to repeat it as text, and one that does not
-        # would answer the model nothing, which sees a result's content only: it sees the JSON.
+    if structured is not None and not b.gave and len(blocks) <= MAX_BLOCKS:
+        # (structured content alone, or with notes of blocks that could not be shown: MCP asks a
+        # server to repeat it as text, and one that does not would answer the model nothing, which
+        # sees a result's content only: it sees the JSON.
         # Before the notes below: scrubbing can lengthen it past the cap, which is then said)
         b.text(msgspec.json.encode(structured).decode())
     if b.cut:
@@ -170,9 +182,14 @@ async def to_tool_result(result: Any, artifacts: ArtifactStore, tool: str,
     if left_out is not None:
         b.content.append(t.TextPart(f"[structured content left out: {left_out}]"))
     if is_error:
-        message = (b.secrets.cut("".join(p.text for p in b.content if isinstance(p, t.TextPart)), 2000)
-                   or f"{tool} reported an error without a message")
-        return ToolResult(b.content or [t.TextPart(f"MCP_TOOL_ERROR: {message}")],
+        if b.gave:
+            message = (b.secrets.cut("".join(p.text for p in b.content if isinstance(p, t.TextPart)), 2000)
+                       or f"{tool} reported an error without a message")  # (an image alone)
+            content = b.content
+        else:  # (notes alone are no message: said so, and the notes follow)
+            message = f"{tool} reported an error without a message"
+            content = [t.TextPart(f"MCP_TOOL_ERROR: {message}"), *b.content]
+        return ToolResult(content,
                           {"error": {"code": "MCP_TOOL_ERROR", "message": message}, "structured": structured},
                           is_error=True, error_code="MCP_TOOL_ERROR", events=b.events)
     return ToolResult(b.content, structured, events=b.events)

@@ -407,6 +407,10 @@ class McpServers:
     def inventory(self) -> list[dict[str, Any]]:
         return [s.to_json() for s in self.servers.values()]
 
+    def listings(self) -> dict[str, list[str]]:
+        """Each server's :meth:`listed_tools` by its name (empty: it never listed a tool)."""
+        return {name: list(s.listed) for name, s in self.servers.items()}
+
     def listed_tools(self) -> list[str]:
         """The ids of the tools the servers registered at their last listings, those of servers
         that are down now included (``tools.mcpDeferAbove`` is compared with their number)."""
