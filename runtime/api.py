@@ -37,7 +37,7 @@ from .errors import LensError
 from .guard import AuthRequired, Guard, HostForbidden, OriginForbidden
 from .head_limit import limit_head
 from .history_api import add_history_routes
-from .http_parts import BODY_ON_LOOP_BYTES, BODY_SECONDS, STATUS, ApiError, error_response
+from .http_parts import BODY_ON_LOOP_BYTES, BODY_SECONDS, STATUS, ApiError, error_response, raw_query_not_utf8
 from .jobs_api import add_job_routes
 from .models_api import add_model_routes
 from .pairing import PairingLimit
@@ -178,8 +178,9 @@ def create_app(svc: Services) -> QuartTrio:
     app.config["BODY_TIMEOUT"] = BODY_SECONDS  # (read_body bounds the body itself: receive_body)
     # (keep_send outermost: it keeps the server's own send for SSE's direct write path; then the
     # bound on a stalled client's body writes; the connection guards next, before anything in the
-    # app can write; then the head's limit)
-    checked = _host_checked(_query_checked(_finish_responses(app.asgi_app)), svc)
+    # app can write; then the head's limit; then the Host's check (its 403 comes first), then the
+    # target's (an empty path, a raw query that is no UTF-8 text: 400), both before Quart reads them)
+    checked = _host_checked(_target_checked(_finish_responses(app.asgi_app)), svc)
     guarded = guard_connection_races(limit_head(checked))
     app.asgi_app = keep_send(bound_writes(guarded, frozenset({STREAM_PATH})))  # type: ignore[method-assign]
 
@@ -377,33 +378,31 @@ def _host_checked(asgi_app: Any, svc: Services) -> Any:
     return app
 
 
-def query_not_utf8(query: bytes) -> str | None:
-    """The message, when the raw bytes of a request's query (as sent, not percent-decoded) are no
-    UTF-8 text: the first such byte and its offset in the query; else None."""
-    try:
-        query.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        byte = query[exc.start]
-        return (f"the query is not UTF-8: the byte 0x{byte:02X} at offset {exc.start} of the query is no UTF-8 "
-                f"text; percent-encode the value's UTF-8 bytes")
-    return None
+def _target_checked(asgi_app: Any) -> Any:
+    """Wrap an ASGI app so a request whose target the app cannot read is answered 400
+    ``INVALID_ARGUMENT`` before the app sees it:
 
+    - an empty path before the query (``GET ?x=1`` over HTTP/1.1, ``:path ?x=1`` over HTTP/2):
+      Quart reads the path's first character as it makes the request, before any handler, and an
+      empty one raised there (an empty 500, a traceback in the log);
+    - a query whose raw bytes are no UTF-8 text (:func:`http_parts.raw_query_not_utf8`): over
+      HTTP/2 a query is sent as the bytes of ``:path``, and hypercorn hands them to the app as they
+      came; Quart decodes them as UTF-8 while it binds the request's URL adapter: ``?x=\\xff``
+      raised outside every error handler, an empty 500 on every route (``/health`` too). HTTP/1.1
+      refuses a byte past ASCII in h11. The percent-encoded form (``%ff``) is the routes' to judge
+      (``http_parts.one_arg``), in the same words.
 
-def _query_checked(asgi_app: Any) -> Any:
-    """Wrap an ASGI app so a request whose raw query bytes are no UTF-8 text is answered 400
-    ``INVALID_ARGUMENT`` (:func:`query_not_utf8`) before the app sees it.
-
-    Over HTTP/2 a query is sent as the bytes of ``:path``, and hypercorn hands them to the app
-    as they came; Quart decodes them as UTF-8 while it binds the request's URL adapter, before
-    any handler or ``before_request`` runs: ``?x=\\xff`` raised outside every error handler, an
-    empty 500 on every route (``/health`` too). HTTP/1.1 refuses a byte past ASCII in h11. The
-    percent-encoded form (``%ff``) is the routes' to judge (``http_parts.one_arg``), in the same
-    words.
+    Any other target (``*``, the absolute form, a path without its leading slash) is read as
+    before: Quart reads it, and routing answers it.
     """
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") in ("http", "websocket"):
-            message = query_not_utf8(scope.get("query_string") or b"")
+            if not scope.get("raw_path"):  # (Quart reads its first character)
+                message = ("the request's target has an empty path before its query; a path starts with /"
+                           if scope.get("query_string") else "the request's target has an empty path")
+            else:
+                message = raw_query_not_utf8(scope.get("query_string") or b"")
             if message is not None:
                 return await refuse(scope, send, STATUS["INVALID_ARGUMENT"], "INVALID_ARGUMENT", message)
         return await asgi_app(scope, receive, send)

@@ -462,6 +462,20 @@ def one_arg(name: str) -> str | None:
     return values[0] if values else None
 
 
+def raw_query_not_utf8(query: bytes) -> str | None:
+    """The message, when the raw bytes of a request's query (as sent, not percent-decoded: only
+    HTTP/2 lets such bytes through, h11 refuses them in the request line) are no UTF-8 text: the
+    first such byte and its offset in the query; else None. (:func:`_query_not_utf8` judges a
+    parameter's percent-encoded bytes, once the query is read.)"""
+    try:
+        query.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        byte = query[exc.start]
+        return (f"the query is not UTF-8: the byte 0x{byte:02X} at offset {exc.start} of the query is no UTF-8 "
+                f"text; percent-encode the value's UTF-8 bytes")
+    return None
+
+
 def _query_not_utf8(name: str) -> str | None:
     """The value of the query parameter ``name`` as written, when its percent-encoded bytes are no
     UTF-8 text; else None. The query's parser keeps such bytes percent-encoded (werkzeug 2.3 on),

@@ -4,7 +4,9 @@ Some requests never reach the Quart app: h11 cannot parse them (a bad request li
 or two, a byte a header may not hold, a bad ``Content-Length``, a bad chunk: 400; a head past
 ``h11_max_incomplete_size``: 431; a transfer coding other than chunked: 501), or hypercorn refuses
 a WebSocket handshake itself (no ``Sec-WebSocket-Key``, a version other than 13, HTTP/1.0; data
-sent before the handshake's answer). Hypercorn answered those with a status and an empty body.
+sent before the handshake's answer; a ``Connection``, ``Sec-WebSocket-Extensions`` or
+``Sec-WebSocket-Protocol`` holding a byte past ASCII, which hypercorn failed to read, ending the
+whole server: :func:`_ws_handle`). Hypercorn answered those with a status and an empty body.
 Here they carry ``{"error": {"code", "message"}}`` (``Content-Type: application/json``) with a
 code of the API's table and ``connection: close``, as any error of the app does.
 
@@ -24,7 +26,11 @@ whitespace, ended the whole connection; the first is now answered 431 on its str
 head's limit (runtime.head_limit), the second read as h11 reads it (:class:`_H2Decoder`). Other
 malformed HTTP/2 fields (RFC 9113 8.2, 8.3), which h2 made a connection error too, are answered
 400 on their stream (:class:`MalformedFields`, :func:`_fields_answered`), and so is a
-``content-length`` h2 cannot read; a body longer or shorter than its ``content-length`` resets its
+``content-length`` h2 cannot read, and what h2 lets through but hypercorn cannot read, which
+ended the whole server (:func:`unreadable_request`): a request without ``:path`` (a CONNECT
+tunnel), a ``:method`` that is no token, a ``:path`` holding a byte outside 0x21-0x7E in its path
+or a control byte, space or DEL in its query (as h11 refuses them over HTTP/1.1), a WebSocket
+handshake whose list field holds a byte past ASCII; a body longer or shorter than its ``content-length`` resets its
 stream (:func:`_body_length_checked`, :func:`_ended_short`). A request refused before it became
 an ASGI request goes to the access log all the same (:func:`refused_scope`).
 
@@ -58,10 +64,10 @@ import hpack
 import msgspec
 from hypercorn.config import Config
 from hypercorn.events import RawData, Updated
-from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
+from hypercorn.protocol.events import Body, EndBody, Request, Response, StreamClosed
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
-from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.protocol.ws_stream import Handshake, WSStream
 from h2.stream import H2Stream
 from hpack.table import table_entry_size
 from hyperframe.frame import DataFrame, HeadersFrame
@@ -212,22 +218,56 @@ def _ws_error_response(original: Callable[..., Any]) -> Callable[..., Any]:
     async def _send_error_response(self: Any, status_code: int) -> None:
         if not isinstance(self.config, ServerConfig):
             return await original(self, status_code)
-        body = error_body(status_code, handshake_refusal(status_code, self))
-        headers = body_headers(body)
-        if self.handshake.http_version < "2":  # (HTTP/2 has no connection header)
-            headers.append((b"connection", b"close"))
-        await self.send(Response(stream_id=self.stream_id, status_code=status_code, headers=headers))
-        await self.send(Body(stream_id=self.stream_id, data=body))
-        await self.send(EndBody(stream_id=self.stream_id))
-        await self.config.log.access(self.scope, {"status": status_code, "headers": []}, time() - self.start_time)
-        if self.app_put is None:
-            # Refused before the app: nothing else would ever end the stream. Over HTTP/1.1 ending
-            # it closes the connection; over HTTP/2 the stream is dropped (and reset, the client's
-            # side being open: _reset_if_answered) and the connection's timer restarted once the
-            # frames that opened it are handled (_h2_events).
-            await self.send(StreamClosed(stream_id=self.stream_id))
+        await _ws_refuse(self, status_code, handshake_refusal(status_code, self))
 
     return _send_error_response
+
+
+async def _ws_refuse(stream: Any, status_code: int, message: str) -> None:
+    """Answer the WebSocket handshake of ``stream`` (a WSStream) ``status_code`` with ``message``
+    in the error shape, log it, and end the stream when the app never had it."""
+    body = error_body(status_code, message)
+    headers = body_headers(body)
+    if stream.handshake.http_version < "2":  # (HTTP/2 has no connection header)
+        headers.append((b"connection", b"close"))
+    await stream.send(Response(stream_id=stream.stream_id, status_code=status_code, headers=headers))
+    await stream.send(Body(stream_id=stream.stream_id, data=body))
+    await stream.send(EndBody(stream_id=stream.stream_id))
+    await stream.config.log.access(stream.scope, {"status": status_code, "headers": []}, time() - stream.start_time)
+    if stream.app_put is None:
+        # Refused before the app: nothing else would ever end the stream. Over HTTP/1.1 ending
+        # it closes the connection; over HTTP/2 the stream is dropped (and reset, the client's
+        # side being open: _reset_if_answered) and the connection's timer restarted once the
+        # frames that opened it are handled (_h2_events).
+        await stream.send(StreamClosed(stream_id=stream.stream_id))
+
+
+def _ws_handle(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``WSStream.handle``: hypercorn reads a WebSocket handshake's ``Connection``,
+    ``Sec-WebSocket-Extensions`` and ``Sec-WebSocket-Protocol`` (:data:`HANDSHAKE_LISTS`) as
+    lists of ASCII tokens as it takes the request, and a byte past ASCII in one (h11 lets such
+    bytes through in a field value) failed there, which ended the whole server. Such a handshake
+    is answered 400 before hypercorn reads it (over HTTP/2 :func:`unreadable_request` refuses it
+    first; this holds for any stream). The stream gets a handshake of its other fields (its
+    HTTP version for the answer) and a scope of no field's bytes for the access log."""
+    async def handle(self: Any, event: Any) -> None:
+        if not isinstance(self.config, ServerConfig) or self.closed or not isinstance(event, Request):
+            return await original(self, event)
+        what = next((w for name, value in event.headers if bytes(name).lower() in HANDSHAKE_LISTS
+                     and (w := handshake_not_ascii(bytes(name).lower(), value)) is not None), None)
+        if what is None:
+            return await original(self, event)
+        self.start_time = time()
+        self.handshake = Handshake([(n, v) for n, v in event.headers if bytes(n).lower() not in HANDSHAKE_LISTS],
+                                   event.http_version)
+        self.scope = {"type": "http", "http_version": event.http_version, "method": "GET",
+                      "scheme": "https" if self.scheme == "wss" else "http", "path": "-", "query_string": b"",
+                      "headers": [], "client": self.client}  # (refused_scope's shape)
+        await _ws_refuse(self, 400, f"the WebSocket handshake is not valid: {what}; "
+                                    "the daemon serves no WebSocket route")
+        self.closed = True
+
+    return handle
 
 
 def _reset_if_answered(proto: Any, stream_id: int) -> bool:
@@ -394,9 +434,10 @@ class MalformedFields(h2.exceptions.ProtocolError):
     answers it on its stream (:func:`_fields_answered`). ``str()`` is :attr:`what`, in the
     daemon's words: h2's own message quotes the field's bytes (a credential may be among them)."""
 
-    def __init__(self, what: str, method: bytes | None) -> None:
+    def __init__(self, what: str, method: bytes | None, whole: bool = False) -> None:
         super().__init__(what)
         self.what = what
+        self.whole = whole  # (``what`` is the whole message: :func:`unreadable_request`'s)
         self.method = (method or b"-").decode("latin-1")  # (for the access log: refused_scope keeps a token only)
         self.head = method == b"HEAD"  # (a HEAD request: its answer has no body)
 
@@ -450,7 +491,13 @@ def _h2_fields(original: Callable[..., Any]) -> Callable[..., Any]:
     """``H2Stream._process_received_headers`` (h2's checks of a received header block's fields)
     and ``H2Stream._initialize_content_length`` (its reading of ``content-length``, done before
     those checks): their ProtocolError becomes :class:`MalformedFields`. A request's fields h2
-    takes are then checked for what hypercorn cannot read (:func:`unreadable_request`)."""
+    takes are then checked for what hypercorn cannot read (:func:`unreadable_request`).
+
+    Unlike the other seams these are replaced for every h2 connection of the process, not only
+    the daemon's server's (an H2Stream knows no config). No HTTP/2 client runs in the daemon (its
+    HTTP clients are made without HTTP/2), so only the server's streams meet them; to any other
+    user of h2 the refusal is h2's own ProtocolError, a connection error as before, and a
+    response's fields are never checked here."""
     def checked(self: Any, headers: Any, *rest: Any) -> Any:
         try:
             fields = original(self, headers, *rest)
@@ -458,8 +505,8 @@ def _h2_fields(original: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except h2.exceptions.ProtocolError as error:
             raise MalformedFields(malformed_words(str(error)), h2.utilities.extract_method_header(headers)) from None
-        if isinstance(fields, list) and (what := unreadable_request(fields)) is not None:
-            raise MalformedFields(what, h2.utilities.extract_method_header(fields))
+        if isinstance(fields, list) and (message := unreadable_request(fields)) is not None:
+            raise MalformedFields(message, h2.utilities.extract_method_header(fields), whole=True)
         return fields
 
     return checked
@@ -467,26 +514,71 @@ def _h2_fields(original: Callable[..., Any]) -> Callable[..., Any]:
 
 # A method is a token (RFC 9110 9.1, 5.6.2), as h11 reads one over HTTP/1.1.
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# The fields of a WebSocket handshake hypercorn reads as comma-separated lists of ASCII tokens
+# (wsproto's ``split_comma_header``): a byte past ASCII in one ended the whole server.
+HANDSHAKE_LISTS = (b"connection", b"sec-websocket-extensions", b"sec-websocket-protocol")
 
 
 def unreadable_request(fields: list[Any]) -> str | None:
-    """The problem, in the daemon's words, when a request's fields (h2 took them) hold a ``:method``
-    that is no token or a ``:path`` whose path (before ``?``) holds a byte past ASCII; else None.
-    Hypercorn decodes both as ASCII when it makes the request's stream, and its failure there
-    ended the whole server (HTTP/1.1 refuses both in h11, before the app). The query's bytes are
-    the app's to judge (runtime.api: a query that is no UTF-8 text is refused there)."""
+    """The message, in the daemon's words, when a request's fields (h2 took them) are what
+    hypercorn cannot read or what HTTP/1.1 never lets through, else None:
+
+    - no ``:path`` (a CONNECT tunnel, RFC 9113 8.5, the only request h2 lets go without one):
+      hypercorn made its stream with no path and failed, which ended the whole server;
+    - a ``:method`` that is no token, or a ``:path`` whose path (before ``?``) holds a byte
+      outside 0x21-0x7E: hypercorn decodes both as ASCII as it makes the stream, and that
+      failure ended the whole server too; a control byte, a space or DEL reached the app;
+    - a query (after ``?``) holding a control byte, a space or DEL (h2 refuses NUL, CR and LF
+      only). Bytes past ASCII in the query are the app's to judge: raw UTF-8 text is read, bytes
+      that are no UTF-8 text are refused there (``http_parts.raw_query_not_utf8``);
+    - a CONNECT (a WebSocket handshake, RFC 8441) whose field of :data:`HANDSHAKE_LISTS` holds a
+      byte past ASCII: hypercorn decodes those as ASCII when it reads the handshake.
+
+    HTTP/1.1 refuses the same request line in h11 (its target must be bytes 0x21-0x7E), and the
+    same handshake in :func:`_ws_handle`."""
     if not any(name == b":method" for name, _value in fields):  # (a response's or trailers' fields)
         return None
+    method = next(bytes(value) for name, value in fields if name == b":method")
+    if not any(name == b":path" for name, _value in fields):
+        return ("a request without :path (a CONNECT tunnel) is not served: the daemon is no proxy; "
+                "the request was not read")
     for name, value in fields:
         if name == b":method" and not _TOKEN.fullmatch(value):
-            return "the :method is not a token (RFC 9110 9.1: letters, digits and !#$%&'*+-.^_`|~)"
+            return unreadable_message("the :method is not a token (RFC 9110 9.1: letters, digits and !#$%&'*+-.^_`|~)")
         if name == b":path":
-            path = bytes(value).partition(b"?")[0]
-            at = next((i for i, byte in enumerate(path) if byte > 0x7F), None)
+            path, mark, query = bytes(value).partition(b"?")
+            at = next((i for i, byte in enumerate(path) if not 0x21 <= byte <= 0x7E), None)
             if at is not None:
-                return (f"the :path holds the byte 0x{path[at]:02X} at offset {at}, in its path, which is not ASCII; "
-                        f"percent-encode the path's UTF-8 bytes (%{path[at]:02X})")
+                return unreadable_message(f"the :path holds the byte 0x{path[at]:02X} at offset {at}, in its path, "
+                                          f"which is {_kind(path[at])}; percent-encode it (%{path[at]:02X})")
+            at = next((i for i, byte in enumerate(query) if byte < 0x21 or byte == 0x7F), None)
+            if at is not None:
+                return unreadable_message(f"the :path holds the byte 0x{query[at]:02X} at offset "
+                                          f"{len(path) + len(mark) + at}, in its query, which is {_kind(query[at])}; "
+                                          f"percent-encode it (%{query[at]:02X})")
+    if method == b"CONNECT":
+        for name, value in fields:
+            if name in HANDSHAKE_LISTS and (what := handshake_not_ascii(name, value)) is not None:
+                return f"the WebSocket handshake is not valid: {what}; the request was not read"
     return None
+
+
+def unreadable_message(what: str) -> str:
+    return f"the request's HTTP/2 fields are malformed (RFC 9113 8.3.1): {what}; the request was not read"
+
+
+def _kind(byte: int) -> str:
+    return ("a space" if byte == 0x20 else "DEL" if byte == 0x7F else "a control byte" if byte < 0x20
+            else "not ASCII")
+
+
+def handshake_not_ascii(name: bytes, value: bytes) -> str | None:
+    """What is wrong, when ``value`` (of the handshake's field ``name``) holds a byte past ASCII."""
+    at = next((i for i, byte in enumerate(value) if byte > 0x7F), None)
+    if at is None:
+        return None
+    shown = "-".join(part.capitalize() for part in name.decode("latin-1").split("-")).replace("Websocket", "WebSocket")
+    return f"{shown} holds the byte 0x{value[at]:02X} at offset {at}, which is not ASCII (a list of tokens)"
 
 
 def _stream_error(answer: Callable[[], tuple[list[Any], list[Any]]]) -> tuple[list[Any], list[Any]]:
@@ -585,7 +677,7 @@ def _body_length_checked(proto: Any, original: Callable[..., Any]) -> Callable[.
 def _answer_malformed(connection: Any, stream_id: int, error: MalformedFields, config: Config) -> int:
     """Answer ``stream_id`` 400 (or reset it PROTOCOL_ERROR where the answer cannot go). Returns
     the status the access log gets: 400, the refusal, whether its answer went or a reset did."""
-    body = error_body(400, malformed_message(error.what))
+    body = error_body(400, error.what if error.whole else malformed_message(error.what))
     headers = [(b":status", b"400"), *body_headers(body), *config.response_headers("h2")]
     fits = error.head or len(body) <= min(connection.local_flow_control_window(stream_id),
                                           connection.max_outbound_frame_size)
@@ -619,6 +711,7 @@ SEAMS: list[tuple[type, str, tuple[str, ...], Callable[[Callable[..., Any]], Cal
     (H11Protocol, "_send_error_response", ("self", "status_code"), _h11_error_response),
     (H11Protocol, "handle", ("self", "event"), _h11_handle),
     (WSStream, "_send_error_response", ("self", "status_code"), _ws_error_response),
+    (WSStream, "handle", ("self", "event"), _ws_handle),
     (H2Protocol, "initiate", ("self", "headers", "settings"), _h2_initiate),
     (H2Protocol, "_close_stream", ("self", "stream_id"), _h2_after),
     (H2Protocol, "_send_data", ("self", "stream_id"), _h2_after),

@@ -27,7 +27,7 @@ from hypercorn.config import Config as HyperConfig
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
-from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.protocol.ws_stream import Handshake, WSStream
 from hypercorn.trio import serve as hyper_serve
 
 from runtime import daemon as daemon_module
@@ -116,8 +116,13 @@ def test_the_seam_into_hypercorn_is_where_it_was() -> None:
     h11_next = inspect.getsource(h11.Connection.next_event)  # (the bound h11 checks, on the buffer the cut measures)
     assert "if len(self._receive_buffer) > self._max_incomplete_event_size:" in h11_next
     assert "return await self.protocol.handle(RawData(data=error.data))" in inspect.getsource(ProtocolWrapper.handle)
-    ws_handle = inspect.getsource(WSStream.handle)
+    ws_handle = inspect.getsource(WSStream.handle._lens_original)  # type: ignore[attr-defined]
     assert "elif not self.handshake.is_valid():\n                await self._send_error_response(400)" in ws_handle
+    # (the handshake's lists read as ASCII, refused before: server_answers.HANDSHAKE_LISTS)
+    assert "self.handshake = Handshake(event.headers, event.http_version)" in ws_handle
+    handshake = inspect.getsource(Handshake.__init__)
+    assert all(f'name == b"{name.decode()}"' in handshake for name in server_answers.HANDSHAKE_LISTS), handshake
+    assert "self.subprotocols = split_comma_header(value)" in handshake
     assert "except H2ProtocolAssumedError" in inspect.getsource(ProtocolWrapper.handle)
     assert "await self.protocol.initiate()" in inspect.getsource(ProtocolWrapper.handle)
 
