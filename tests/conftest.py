@@ -190,9 +190,20 @@ def _no_child_left_running() -> Iterator[None]:
             f"pid {pid}: {command_line(p)}" for pid, p in sorted(left.items())), pytrace=False)
 
 
+def _interrupted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or holds, a KeyboardInterrupt (trio raises a Ctrl-C that lands in a
+    test inside the exception group of the nurseries it crosses)."""
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """Keep a failing Hypothesis test a plain failure instead of an INTERNALERROR.
+    """Stop the run after a test a Ctrl-C (``timeout -s INT``) reached inside trio, and keep a
+    failing Hypothesis test a plain failure instead of an INTERNALERROR.
+
+    Pytest stops at a bare KeyboardInterrupt; one inside an exception group it takes for that
+    test's failure, and the run went on to its end. Stopping through ``session.shouldstop`` runs
+    the teardowns (the module's executors, daemons) as any interrupted run does.
 
     On failure Hypothesis' own makereport hook imports ``hypothesis.extra._patching`` (libcst),
     which imports ``mypy_extensions.TypedDict`` and warns DeprecationWarning; under
@@ -207,4 +218,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 import hypothesis.extra._patching  # noqa: F401
             except ImportError:
                 pass
+    if call.excinfo is not None and _interrupted(call.excinfo.value):
+        item.session.shouldstop = f"KeyboardInterrupt in {item.nodeid}"
     yield

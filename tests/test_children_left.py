@@ -50,3 +50,37 @@ def test_a_child_left_running_fails_the_test_that_left_it_naming_it(tmp_path: Pa
     assert found, out
     left = read_proc(found.group(1))  # ended by the check, so the tests after it start clean
     assert left is None or left.argv[:2] != [b"sleep", b"60"] or left.state in ("Z", "X")
+
+
+INTERRUPTED_CONFTEST = "from tests.conftest import pytest_runtest_makereport  # noqa: F401\n"
+INTERRUPTED_TESTS = '''
+import os
+import signal
+
+import trio
+
+
+async def test_interrupted_inside_trio():
+    os.kill(os.getpid(), signal.SIGINT)  # (what a Ctrl-C or `timeout -s INT` delivers)
+    await trio.sleep_forever()
+
+
+def test_after_the_interrupt():
+    pass
+'''
+
+
+def test_a_ctrl_c_inside_a_trio_test_stops_the_run(tmp_path: Path) -> None:
+    # Trio wraps the KeyboardInterrupt in an exception group, which pytest took for a failure of
+    # that test and went on with the next ones: a run cut off by `timeout -s INT` ran to its end.
+    (tmp_path / "conftest.py").write_text(INTERRUPTED_CONFTEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n")
+    (tmp_path / "test_interrupted.py").write_text(INTERRUPTED_TESTS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           "-W", "ignore::ResourceWarning", str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr
+    assert "1 failed" in out and "passed" not in out, out
+    assert "Interrupted" in out and "KeyboardInterrupt" in out, out
+    assert done.returncode == 2, out  # (pytest's exit status of an interrupted run)

@@ -18,7 +18,13 @@ it. ``GROUP`` says where the child runs:
 
 While the child runs it reaps whatever is re-parented to it and ends. A SIGTERM or SIGINT it gets
 (the daemon signals the whole group) is passed on to every child of its own, the adopted ones
-included, which may have left the group. Once the child has exited, it ends what is left of the
+included, which may have left the group. With ``same`` (an MCP server), so is the end of its
+own parent, the daemon, however that ended (a kill -9 included): a thread waits on the parent's
+pidfd and then signals this process, and SIGKILLs its children if they are still there after
+:data:`LEFTOVER_GRACE_S`. (A server that reads its standard input sees the daemon's end there;
+one that reads nothing at that moment ran on for good, re-parented to init.) An executor's
+commands are left to the executor's own record of their groups: the next executor on the same
+state directory ends those a killed one left (:mod:`tools.executor.groups`). Once the child has exited, it ends what is left of the
 child's processes — its own children and the members of its group and of the child's group —
 with SIGTERM, then SIGKILL after :data:`LEFTOVER_GRACE_S`, and exits as the child did (the same
 status, or killed by the same signal).
@@ -131,6 +137,40 @@ def _end_leftovers(me: int, groups: tuple[int, ...], linger_s: float = 0.0) -> N
         time.sleep(0.02)  # (a process killed now is re-parented, or reaped, the next time round)
 
 
+def _children_of(me: int) -> list[int]:
+    return [pid for pid, ppid, _, state in procs() if ppid == me and running(state)]
+
+
+def _watch_parent(parent: int, me: int) -> None:
+    """Once ``parent`` has ended: SIGTERM to this process (its handler passes it on to the
+    children), then SIGKILL to the children still there after :data:`LEFTOVER_GRACE_S`. Nothing
+    is watched where pidfds are missing (Linux before 5.3): the parent's end is then seen as
+    before, by a child that reads its standard input."""
+    try:
+        import select
+
+        fd = os.pidfd_open(parent)
+    except (ImportError, AttributeError, OSError):
+        return
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)  # (readable once the process has ended)
+        while not poller.poll():
+            pass
+        os.kill(me, signal.SIGTERM)
+        time.sleep(LEFTOVER_GRACE_S)
+        for pid in _children_of(me):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    import _thread
+
+    _thread.start_new_thread(watch, ())
+
+
 def _exit_as(status: int) -> int:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -181,15 +221,16 @@ def main(argv: list[str]) -> int:
     me = os.getpid()
 
     def pass_on(sig: int, _frame: object) -> None:
-        for pid, ppid, _, state in procs():
-            if ppid == me and running(state):
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        for pid in _children_of(me):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, pass_on)
+    if not own_group:
+        _watch_parent(os.getppid(), me)
     status = 0
     while True:
         try:

@@ -76,7 +76,7 @@ OTHER_VERSION_EXECUTOR = """
 import sys
 import tools.executor, tools.executor.server as server
 tools.executor.PROTOCOL_VERSION = server.PROTOCOL_VERSION = int(sys.argv[1])
-sys.exit(server.main(sys.argv[2], sys.argv[3], sys.argv[4]))
+sys.exit(server.main(sys.argv[2], sys.argv[3], sys.argv[4], exit_with_stdin=True))
 """
 
 
@@ -84,7 +84,13 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
                    listen: str = "127.0.0.1:0", state: Path | None = None,
                    protocol_version: int | None = None) -> ExecutorProcess:
     """``lens executor serve`` over ``root / "workspace"``, once it says it listens;
-    ``protocol_version``: the same code speaking that version instead of its own."""
+    ``protocol_version``: the same code speaking that version instead of its own.
+
+    The process runs with ``--exit-with-stdin``, its standard input a pipe whose other end only
+    this process holds (``proc.lifeline``, closed by :func:`stop_process` or with ``proc``): it is in a session of its own (a signal to the test run's
+    group does not reach it), so a test run ended without its teardown (``timeout -s TERM``, a
+    SIGKILL, an interrupt while it starts) still takes it along, as a killed daemon takes its
+    executors, instead of leaving it serving under init."""
     workspace = root / "workspace"
     state = state if state is not None else root / "state"
     workspace.mkdir(parents=True, exist_ok=True)
@@ -93,22 +99,33 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
     if test_hooks:
         env[TEST_HOOKS_ENV] = "1"
     out, err = root / "executor.stdout", root / "executor.stderr"
+    child_end, lifeline = os.pipe()  # (read end, write end; neither inherited by other children: both close-on-exec)
     with out.open("wb") as fo, err.open("wb") as fe:
         serve = (["-m", "runtime.cli", "executor", "serve", "--workspace", str(workspace), "--listen", listen,
-                  "--state", str(state)] if protocol_version is None
+                  "--state", str(state), "--exit-with-stdin"] if protocol_version is None
                  else ["-c", OTHER_VERSION_EXECUTOR, str(protocol_version), str(workspace), listen, str(state)])
-        proc = subprocess.Popen(
-            [sys.executable, *serve],
-            env=env, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        text = out.read_text(errors="replace")
-        if "listening on" in text and text.endswith("\n"):
-            break
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise RuntimeError(f"executor did not start: {text!r} {err.read_text(errors='replace')!r}")
-        time.sleep(0.02)  # bounded poll for the readiness line
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, *serve],
+                env=env, stdin=child_end, stdout=fo, stderr=fe, start_new_session=True)
+        except BaseException:
+            os.close(lifeline)
+            raise
+        finally:
+            os.close(child_end)
+    proc.lifeline = _Lifeline(lifeline)  # type: ignore[attr-defined]
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            text = out.read_text(errors="replace")
+            if "listening on" in text and text.endswith("\n"):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"executor did not start: {text!r} {err.read_text(errors='replace')!r}")
+            time.sleep(0.02)  # bounded poll for the readiness line
+    except BaseException:  # (a Ctrl-C while it starts included: never left running)
+        stop_process(proc)
+        raise
     port = int(text.strip().splitlines()[0].rsplit(":", 1)[1])
     return ExecutorProcess(proc, f"127.0.0.1:{port}", token, workspace, state, out, err)
 
@@ -225,6 +242,25 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+    lifeline = getattr(proc, "lifeline", None)  # (an executor's, see start_executor)
+    if lifeline is not None:
+        lifeline.close()
+
+
+class _Lifeline:
+    """The write end of the pipe a test's executor watches (:func:`start_executor`): closed by
+    :meth:`close`, or when it is collected with its process object (a test that ended the process
+    itself), without a ResourceWarning."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    __del__ = close
 
 
 @pytest.fixture(scope="module")
