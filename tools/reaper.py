@@ -24,10 +24,10 @@ pidfd and then signals this process, and SIGKILLs its children if they are still
 :data:`LEFTOVER_GRACE_S`. (A server that reads its standard input sees the daemon's end there;
 one that reads nothing at that moment ran on for good, re-parented to init.) An executor's
 commands are left to the executor's own record of their groups: the next executor on the same
-state directory ends those a killed one left (:mod:`tools.executor.groups`). Once the child has exited, it ends what is left of the
-child's processes — its own children and the members of its group and of the child's group —
-with SIGTERM, then SIGKILL after :data:`LEFTOVER_GRACE_S`, and exits as the child did (the same
-status, or killed by the same signal).
+state directory ends those a killed one left (:mod:`tools.executor.groups`). Once the child has
+exited, it ends what is left of the child's processes — its own children and the members of its
+group and of the child's group — with SIGTERM, then SIGKILL after :data:`LEFTOVER_GRACE_S`, and
+exits as the child did (the same status, or killed by the same signal).
 
 ``STATUS_FD`` is the write end of a pipe the caller reads: closed once the child runs (after its
 pid, with ``own``), or given the ``errno`` (in decimal) of why it could not be started.
