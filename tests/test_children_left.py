@@ -35,14 +35,19 @@ def test_a_child_that_is_ending_is_waited_for():
 '''
 
 
-def test_a_child_left_running_fails_the_test_that_left_it_naming_it(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text(CONFTEST)
-    (tmp_path / "test_children.py").write_text(TESTS)
+def _pytest_in(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], str]:
+    """A pytest run of the tests written in ``tmp_path``, in a process of its own; its output."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                            "-W", "ignore::ResourceWarning", str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    out = done.stdout + done.stderr
+    return done, done.stdout + done.stderr
+
+
+def test_a_child_left_running_fails_the_test_that_left_it_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_children.py").write_text(TESTS)
+    done, out = _pytest_in(tmp_path)
     assert done.returncode == 1, out
     assert "3 passed, 1 error" in out, out  # (the leaking test passes, its teardown fails)
     assert "ERROR at teardown of test_leaves_a_child" in out, out
@@ -76,11 +81,7 @@ def test_a_ctrl_c_inside_a_trio_test_stops_the_run(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text(INTERRUPTED_CONFTEST)
     (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n")
     (tmp_path / "test_interrupted.py").write_text(INTERRUPTED_TESTS)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           "-W", "ignore::ResourceWarning", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    out = done.stdout + done.stderr
+    done, out = _pytest_in(tmp_path)
     assert "1 failed" in out and "passed" not in out, out
     assert "Interrupted" in out and "KeyboardInterrupt" in out, out
     assert done.returncode == 2, out  # (pytest's exit status of an interrupted run)
