@@ -87,10 +87,11 @@ def start_executor(root: Path, *, token: str | None = None, test_hooks: bool = T
     ``protocol_version``: the same code speaking that version instead of its own.
 
     The process runs with ``--exit-with-stdin``, its standard input a pipe whose other end only
-    this process holds (``proc.lifeline``, closed by :func:`stop_process` or with ``proc``): it is in a session of its own (a signal to the test run's
-    group does not reach it), so a test run ended without its teardown (``timeout -s TERM``, a
-    SIGKILL, an interrupt while it starts) still takes it along, as a killed daemon takes its
-    executors, instead of leaving it serving under init."""
+    this process holds (``proc.lifeline``, closed by :func:`stop_process` or with ``proc``): it
+    is in a session of its own (a signal to the test run's group does not reach it), so a test
+    run ended without its teardown (``timeout -s TERM``, a SIGKILL, an interrupt while it starts)
+    still takes it along, as a killed daemon takes its executors, instead of leaving it serving
+    under init."""
     workspace = root / "workspace"
     state = state if state is not None else root / "state"
     workspace.mkdir(parents=True, exist_ok=True)
