@@ -52,7 +52,7 @@ from tools.ptc.tool import ProgramCut
 from . import decide as d
 from . import jobs as j
 from . import working_context as wc
-from .agent_tools import agent_planes, skills_listed
+from .agent_tools import agent_planes, offered_capabilities, skills_listed
 from .config import ContextConfig
 from .errors import (
     ActorUnavailable,
@@ -1416,7 +1416,7 @@ class SessionActor:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 return ToolResult.error("INVALID_ARGUMENT", f"{name} arguments are not JSON data ({exc})")
-            offered, loading = _offered_capabilities(current)
+            offered, loading = offered_capabilities(current)
             check = self.tool_catalog.check(loaded=offered, loading=loading, allowed=current.tools or None,
                                             session=tool_policy, is_main_agent=is_main, from_program=True)
             result = await tools.run(name, arguments, sub, allowed=current.tools or None, check=check)
@@ -1455,7 +1455,7 @@ class SessionActor:
                                  allowlist_of=allowlist_of, cut_output=cut_output,
                                  recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id,
                                  rerun=restart)
-        offered, loading = _offered_capabilities(agent)
+        offered, loading = offered_capabilities(agent)
         check = self.tool_catalog.check(loaded=offered, loading=loading, allowed=agent.tools or None,
                                         session=tool_policy, is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a
@@ -1635,14 +1635,6 @@ _RECORDED_AT_ONCE = (t.FileEdited, t.FileReverted, t.ArtifactStored)
 # is appended before the fork's first input. The ``artifact.stored`` copies an edit stores sit
 # between them and name no call.
 RESULT_RECORDS = (t.TodoUpdated, t.FileEdited, t.FileReverted, t.CapabilityLoaded, t.SkillUnloaded)
-
-
-def _offered_capabilities(agent: Any) -> tuple[list[str], list[str]]:
-    """The deferred tools the agent's last model request offered (a call of its answer may call
-    them), and those a call of that answer loaded since (callable from the next request: the
-    request did not offer them, F-TOOL-3)."""
-    n = agent.capabilities_offered
-    return list(agent.capabilities[:n]), list(agent.capabilities[n:])
 
 
 def _call_item_id(agent: Any, call_id: str) -> str | None:
