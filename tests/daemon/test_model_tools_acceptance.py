@@ -10,7 +10,7 @@ import sys
 from tools.files.errors import MAX_TEXT_BYTES
 
 from ..mcp.conftest import SERVER as MCP_SERVER
-from .conftest import Daemon, DaemonFactory, finished, run_tool, stop_daemon
+from .conftest import Daemon, DaemonFactory, finished, question_opened, run_tool, stop_daemon
 
 MiB = 1 << 20
 
@@ -89,13 +89,50 @@ async def test_a_deferred_tool_loaded_in_an_answer_is_callable_from_the_next_req
     loads = [e["body"] for e in await d.events(token, sid) if e["kind"] == "capability.loaded"]
     assert [b["capability_ids"] for b in loads] == [["mcp__t__echo"], ["mcp__t__add"]]
 
-    # the next request offers them, and after a restart (the state replayed from the log) too
+    # the next request offers them
     body = await run_tool(d, token, sid, "next", "mcp__t__echo", {"text": "next request"})
     assert body["content"] == [{"type": "text", "text": "echo: next request"}], body
-    await stop_daemon(d)
-    d = await daemon_factory(config=config)
-    body = await run_tool(d, token, sid, "restarted", "mcp__t__add", {"a": 1, "b": 2})
+    body = await run_tool(d, token, sid, "next-2", "mcp__t__add", {"a": 1, "b": 2})
     assert body["content"] == [{"type": "text", "text": "3"}], body
+
+
+async def test_the_calls_of_an_answer_a_restart_cut_are_judged_by_the_request_that_answer_replies_to(
+        daemon_factory: DaemonFactory) -> None:
+    # The daemon stops while a question of the answer is open, after the search before it was
+    # recorded: the answer's later calls run once it is back, with the tools folded from the log.
+    # The one loaded in an earlier answer is callable; the one that answer's search loaded is not.
+    ask = {"questions": [{"id": "go", "text": "Go on?", "options": [{"id": "yes", "label": "Yes"}]}]}
+    config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+        {"when": "LOAD-ADD", "toolCalls": [{"name": "capability_search", "arguments": {"query": "mcp__t__add"}}]},
+        {"when": "SEARCH-ASK-CALL", "toolCalls": [
+            {"name": "capability_search", "arguments": {"query": "mcp__t__echo"}},
+            {"name": "ask_user", "arguments": ask},
+            {"name": "mcp__t__echo", "arguments": {"text": "same answer"}},
+            {"name": "mcp__t__add", "arguments": {"a": 1, "b": 2}}]}],
+        "models": [{"id": "faux-1", "contextWindow": 1_000_000}]}],
+        "defaultModel": "faux/faux-1", "tools": {"deferred": ["mcp__t__*"]},
+        "mcpServers": {"t": {"command": sys.executable, "args": [MCP_SERVER]}}}
+    d = await daemon_factory(config=config)
+    token = await d.pair("deferred-client", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "load", "LOAD-ADD")
+    await d.wait_idle(token, sid)
+    await question_opened(d, token, sid, "ask", "SEARCH-ASK-CALL")
+    events = await d.events(token, sid)
+    assert [b["name"] for b in finished(events)] == ["capability_search"] * 2
+    assert [e["body"]["name"] for e in events if e["kind"] == "tool.started"][-1] == "ask_user"
+    await stop_daemon(d)
+
+    d = await daemon_factory(config=config, root=d.root)
+    await d.wait_idle(token, sid)
+    by_name = {b["name"]: b for b in finished(await d.events(token, sid))}
+    assert by_name["ask_user"]["error_code"] == "INTERRUPTED", by_name["ask_user"]
+    echo = by_name["mcp__t__echo"]
+    assert echo["error_code"] == "TOOL_NOT_LOADED", echo
+    assert f"mcp__t__echo was loaded by capability_search {AFTER}" in echo["content"][0]["text"], echo
+    assert by_name["mcp__t__add"]["content"] == [{"type": "text", "text": "3"}], by_name["mcp__t__add"]
+    body = await run_tool(d, token, sid, "next", "mcp__t__echo", {"text": "next request"})
+    assert body["content"] == [{"type": "text", "text": "echo: next request"}], body
 
 
 async def _answer(d: Daemon, token: str, sid: str, cue: str) -> list[dict]:
