@@ -171,10 +171,13 @@ class AgentState(msgspec.Struct):
     skills: dict[str, LoadedSkill] = {}  # loaded skills by name
     skills_due: list[SkillDue] = []
     # Deferred tools this agent loaded with capability_search (``capability.loaded``), in order.
+    # Append-only: no event removes or reorders one (a load of one loaded already adds nothing),
+    # which is what makes the count below name them; the fold's property tests check it.
     capabilities: list[str] = []
     # How many of ``capabilities`` its last model request offered (those loaded before its
     # ``model.requested``): the calls of that request's answer may call these; one loaded later in
-    # the answer is callable from the next request (F-TOOL-3).
+    # the answer is callable from the next request (F-TOOL-3). A count, not the names: it is
+    # right only while ``capabilities`` is append-only (above).
     capabilities_offered: int = 0
     # The last compaction that failed (``context.compaction_failed``), cleared by one that
     # succeeds (a manual one too): after an automatic one failed none is tried again

@@ -52,7 +52,7 @@ from tools.ptc.tool import ProgramCut
 from . import decide as d
 from . import jobs as j
 from . import working_context as wc
-from .agent_tools import agent_planes, skills_listed
+from .agent_tools import agent_planes, offered_capabilities, skills_listed
 from .config import ContextConfig
 from .errors import (
     ActorUnavailable,
@@ -1392,6 +1392,20 @@ class SessionActor:
         def loaded_capabilities() -> list[str]:
             return list(self.state.agents[agent_id].capabilities)
 
+        def capabilities_loading() -> list[str]:
+            return offered_capabilities(self.state.agents[agent_id])[1]
+
+        # What a program's capability_search calls loaded: held until the program's result records
+        # them, loaded all the same for its later calls (a search again loads nothing new; a call
+        # of such a tool is told it is callable from the next request).
+        program_loads: list[str] = []
+
+        def loaded_in_program() -> list[str]:
+            return list(dict.fromkeys([*loaded_capabilities(), *program_loads]))
+
+        def loading_in_program() -> list[str]:
+            return list(dict.fromkeys([*capabilities_loading(), *program_loads]))
+
         def allowlist_of(name: str) -> list[str] | None:
             return self.tool_catalog.allowlist(name, tool_policy)
 
@@ -1406,8 +1420,8 @@ class SessionActor:
             sub = ToolContext(self.state.project_id, self.session_id, agent_id, task_id, sub_id, is_main,
                               file_edits=self._file_edits, call_running=other_call_running,
                               agent_tools=list(current.tools) or None,
-                              loaded_capabilities=loaded_capabilities, tool_policy=tool_policy,
-                              workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
+                              loaded_capabilities=loaded_in_program, capabilities_loading=loading_in_program,
+                              tool_policy=tool_policy, workspace_allowlist=self.tool_catalog.allowlist(name, tool_policy),
                               allowlist_of=allowlist_of, secrets=self.deps.store.secrets, cut_output=sub_cut,
                               cut_events=lambda events, unrecorded: cut_events(
                                   [_under_call(e, sub_id, call.call_id) for e in events], unrecorded),
@@ -1416,10 +1430,11 @@ class SessionActor:
                 arguments = json.dumps(args, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 return ToolResult.error("INVALID_ARGUMENT", f"{name} arguments are not JSON data ({exc})")
-            offered, loading = _offered_capabilities(current)
-            check = self.tool_catalog.check(loaded=offered, loading=loading, allowed=current.tools or None,
+            offered, _loading = offered_capabilities(current)
+            check = self.tool_catalog.check(loaded=offered, loading=loading_in_program(), allowed=current.tools or None,
                                             session=tool_policy, is_main_agent=is_main, from_program=True)
             result = await tools.run(name, arguments, sub, allowed=current.tools or None, check=check)
+            program_loads.extend(c for e in result.events if isinstance(e, t.CapabilityLoaded) for c in e.capability_ids)
             # What the call changed on disk is recorded now, under the program's call: a crash or an
             # abort before the program ends would otherwise leave edits no revert_call can reach.
             # The rest (a loaded capability, say) goes with the program's result, also under its id.
@@ -1450,12 +1465,13 @@ class SessionActor:
                                  call_running=call_running, ask=ask, jobs=self.jobs,
                                  loaded_skills=lambda: loaded_skill_states(self.state.agents[agent_id]),
                                  agent_tools=list(agent.tools) or None, loaded_capabilities=loaded_capabilities,
+                                 capabilities_loading=capabilities_loading,
                                  call_tool=call_tool, tool_policy=tool_policy,
                                  workspace_allowlist=self.tool_catalog.allowlist(call.name, tool_policy),
                                  allowlist_of=allowlist_of, cut_output=cut_output,
                                  recordable=self.deps.store.codec.pack_checked, call_item_id=call_item_id,
                                  rerun=restart)
-        offered, loading = _offered_capabilities(agent)
+        offered, loading = offered_capabilities(agent)
         check = self.tool_catalog.check(loaded=offered, loading=loading, allowed=agent.tools or None,
                                         session=tool_policy, is_main_agent=is_main)
         # The artifacts the call stores are held in flight until its result commits or fails: a
@@ -1635,14 +1651,6 @@ _RECORDED_AT_ONCE = (t.FileEdited, t.FileReverted, t.ArtifactStored)
 # is appended before the fork's first input. The ``artifact.stored`` copies an edit stores sit
 # between them and name no call.
 RESULT_RECORDS = (t.TodoUpdated, t.FileEdited, t.FileReverted, t.CapabilityLoaded, t.SkillUnloaded)
-
-
-def _offered_capabilities(agent: Any) -> tuple[list[str], list[str]]:
-    """The deferred tools the agent's last model request offered (a call of its answer may call
-    them), and those a call of that answer loaded since (callable from the next request: the
-    request did not offer them, F-TOOL-3)."""
-    n = agent.capabilities_offered
-    return list(agent.capabilities[:n]), list(agent.capabilities[n:])
 
 
 def _call_item_id(agent: Any, call_id: str) -> str | None:

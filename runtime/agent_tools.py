@@ -2,8 +2,10 @@
 
 One computation for both places that need it: the actor building an agent's request
 (:meth:`runtime.actor.SessionActor._tool_schemas`) and the tool inventory describing that agent
-(:mod:`runtime.tool_inventory`), so under the same policy and config the two cannot disagree. Pure: reads the session's folded state
-and the catalog, changes nothing.
+(:mod:`runtime.tool_inventory`), so under the same policy and config the two cannot disagree; and
+which loaded tools the request a call answers offered (:func:`offered_capabilities`), which the
+actor checks the call against. Pure: reads the session's folded state and the catalog, changes
+nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ def agent_planes(catalog: ToolCatalog, state: SessionState | None, agent_id: str
     if loaded is None:
         loaded = agent.capabilities if agent is not None else ()
     return catalog.planes(is_main_agent=is_main, allowed=allowed, loaded=loaded, session=session_tool_policy(state))
+
+
+def offered_capabilities(agent: AgentState) -> tuple[list[str], list[str]]:
+    """The deferred tools ``agent``'s last model request offered (a call of its answer, direct or
+    from a program, may call them), and those a call of that answer loaded since (callable from the
+    next request: the request did not offer them, F-TOOL-3). ``AgentState.capabilities`` only
+    grows, in load order, so its first ``capabilities_offered`` are the ones that request had."""
+    n = agent.capabilities_offered
+    return list(agent.capabilities[:n]), list(agent.capabilities[n:])
 
 
 def can_load_skills(catalog: ToolCatalog, state: SessionState | None, agent_id: str = MAIN_AGENT) -> bool:

@@ -60,6 +60,10 @@ class ToolContext:
     # the deferred capabilities it has loaded (``capability.loaded``). Provided by the actor.
     agent_tools: Sequence[str] | None = None
     loaded_capabilities: Callable[[], Sequence[str]] | None = None
+    # Those of them loaded since the agent's last model request (by an earlier call of the answer
+    # this call is part of, or of its program): that request did not offer them, they are callable
+    # from the next one (F-TOOL-3). Provided by the actor.
+    capabilities_loading: Callable[[], Sequence[str]] | None = None
     # Runs another of this agent's tools as a sub-call of this one (``programmatic_tool_run``):
     # ``call_tool(call_id, name, args)`` with the sub-call's own id (``<call_id>.<n>``), through
     # the same registry, catalog planes and policy as a native call; a failure comes back as an

@@ -104,6 +104,7 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
         off = catalog.disabled_names(assigned, ctx.tool_policy)
         already = [s for s in assigned if s.name in deferred and s.name in set(loaded) and s.name not in off]
         have = set(loaded)
+        loading = set(ctx.capabilities_loading() if ctx.capabilities_loading is not None else ())
         # (at equal scores the tools not loaded yet come first: "github" again loads the next ones
         # of a server's tools, where the ones loaded by the first search filled the limit again)
         wire = catalog.names.offered_names()
@@ -146,6 +147,11 @@ def capability_search_tool(catalog: ToolCatalog) -> ToolSpec:
                      for m in matches]
             tail = (f"Loaded {', '.join(new)}: callable from your next request." if new
                     else "Nothing new was loaded." if load else "Not loaded (load: false).")
+            # (listed loaded, but not callable yet: an earlier call of this answer loaded them)
+            since = [m["name"] for m in matches if m["name"] in loading and m["name"] not in new]
+            if since:
+                tail += (f" {', '.join(since)} {'was' if len(since) == 1 else 'were'} loaded since your last request: "
+                         f"callable from your next request.")
             if more:
                 tail += f" {_more_past(ranked, past, limit, load, have | set(new))}"
             text = "\n".join([*lines, tail])

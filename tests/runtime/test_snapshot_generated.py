@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from events import types as t
 from events.reader import StoredEvent
 from events.store import Draft
-from projections.session_state import SNAPSHOT_VERSION, SessionState, fold, snapshot_bytes, working_context
+from projections.session_state import MAIN_AGENT, SNAPSHOT_VERSION, SessionState, fold, snapshot_bytes, working_context
 from projections.snapshots import decode_snapshot, encode_snapshot
 from runtime.actor import SessionActor, _reset_for_fork
-from session_events import Recorder, assert_usage_summed, session_events
+from session_events import Recorder, assert_usage_summed, session_events, step
 
 from conftest import open_runtime
 
@@ -71,6 +71,38 @@ def test_snapshots_taken_after_every_event_in_a_row_equal_the_full_replay(data):
         state = stored_copy(fold(state, [se]))
     assert_same_state(state, rec.state)
     assert_usage_summed(state, rec.events)
+
+
+LOADABLE = ["web_fetch", "mcp__x__y", "mcp__a__b", "get_system_time"]
+
+
+@BOUNDED
+@given(data=st.data())
+def test_a_fold_never_shortens_or_reorders_an_agents_capabilities(data):
+    # AgentState.capabilities_offered counts the first of an agent's capabilities its last request
+    # offered: right only while every event leaves them as they were or adds some at the end.
+    # (a session's life with loads drawn between its steps, of more names, by any of its agents:
+    # loads by one agent in every order, and of names it has loaded already)
+    rec = Recorder("s1")
+    rec.add(t.SessionCreated(model="faux/faux-1"))
+    for _ in range(data.draw(st.integers(10, 30))):
+        step(rec, data)
+        if data.draw(st.booleans()):
+            rec.add(t.CapabilityLoaded(capability_ids=data.draw(st.lists(st.sampled_from(LOADABLE), min_size=1,
+                                                                         max_size=3))),
+                    agent_id=data.draw(st.sampled_from(sorted(rec.state.agents) or [MAIN_AGENT])))
+    state = SessionState("s1")
+    for se in rec.events:
+        before = {a: list(agent.capabilities) for a, agent in state.agents.items()}
+        state = fold(state, [se])
+        for agent_id, agent in state.agents.items():
+            was = before.get(agent_id, [])
+            assert agent.capabilities[:len(was)] == was, (se.event, was, agent.capabilities)
+            assert len(set(agent.capabilities)) == len(agent.capabilities), agent.capabilities
+            assert 0 <= agent.capabilities_offered <= len(agent.capabilities)
+        if isinstance(se.event, t.ModelRequested):
+            agent = state.agents[se.agent_id]
+            assert agent.capabilities_offered == len(agent.capabilities)
 
 
 def _appended(rec: Recorder) -> list[Draft]:
