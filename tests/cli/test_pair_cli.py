@@ -354,3 +354,16 @@ def test_a_pair_file_set_to_a_directory_by_its_form_is_a_config_error(tmp_path: 
                    f"give the pair file's own path (as config/pair.json)\n"), err
     assert sorted(os.listdir(tmp_path)) == ["config"] and os.listdir(tmp_path / "config") == ["lens.jsonc"]
 
+
+@pytest.mark.parametrize("token", ["x" * 48, "lens_short", "lens_" + "a" * 44, "", "LENS_" + "a" * 43],
+                         ids=["no-prefix", "short", "long", "empty", "prefix-case"])
+def test_approve_refuses_a_credential_to_issue_not_of_its_shape(tmp_path: Path, token: str):
+    # approve(token=…) issued whatever it was handed: a credential without the prefix that
+    # authenticate() looks for (never accepted), or a short guessable one.
+    pair = pending_client(tmp_path)
+    before = pair.read_bytes()
+    with pytest.raises(ValueError, match="must be 48 characters starting with 'lens_'"):
+        PairStore(pair).approve("c1", strong=False, token=token)
+    assert pair.read_bytes() == before
+    issued = PairStore(pair).approve("c1", strong=False, token="lens_" + "a" * 43)  # (of its shape: taken)
+    assert PairStore(pair).authenticate(issued).client_id == "c1"
