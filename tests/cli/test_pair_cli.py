@@ -154,7 +154,8 @@ def test_ctrl_c_at_every_stage_of_an_approve_exits_130_and_leaves_the_pair_file_
     before = pair.read_bytes()
     found = [_as_before_or_approved(pair, before)
              for _ in ctrl_c_sweep(["pair", "approve", "--client", "c1"], tmp_path, points=10, tail=(1100, 20),
-                                   reset=lambda: pair.write_bytes(before), noted=re.escape(APPROVED_UNSHOWN))]
+                                   reset=lambda: pair.write_bytes(before), noted=re.escape(APPROVED_UNSHOWN),
+                                   done=lambda: _as_before_or_approved(pair, before) == "approved")]
     assert "before" in found and "approved" in found, found  # (the last points lie past its write)
 
 
