@@ -52,6 +52,9 @@ MAX_QUERY_TERMS = 32
 # with the words (1,300 CJK characters took 7 s over 30k items; 64 took 0.17 s).
 MAX_QUERY_WORDS = 64
 MAX_LIMIT = 100
+# The most bytes one history read returns (history_read's limit, as the tool and GET
+# /history/items/{id} take it).
+MAX_READ_BYTES = 1024 * 1024
 # The index's tokenizer, as the FTS table is made with it and as queries are checked against it.
 TOKENIZER = ("unicode61", ("remove_diacritics", "2"))
 
@@ -628,8 +631,8 @@ class HistoryIndex:
             # page counted wrongly, and the reader sees by how much)
             raise HistoryError("INVALID_ARGUMENT", f"offset must be from 0 to {size} (the item's size in bytes), "
                                                    f"got {offset}")
-        if limit < 1 or limit > 1024 * 1024:
-            raise HistoryError("INVALID_ARGUMENT", "limit must be from 1 to 1048576 bytes")
+        if limit < 1 or limit > MAX_READ_BYTES:
+            raise HistoryError("INVALID_ARGUMENT", f"limit must be from 1 to {MAX_READ_BYTES} bytes")
         # Only the page's bytes (and up to 4 more, to end on a whole character) are read, through
         # SQLite's incremental I/O on the stored UTF-8 text; its size and digest were stored with it.
         with self.conn.blob_open("main", "history_items", "text", rowid, False) as blob:

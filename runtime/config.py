@@ -429,17 +429,19 @@ def check_config(cfg: Config, where: str) -> None:
                           f"not {cfg.executor.address.rpartition('@')[2][:200]!r}")
     if cfg.executor.address is not None and not cfg.executor.token_env:
         raise ConfigError(f"{where}: executor.tokenEnv must name the environment variable with the remote executor's token")
-    if cfg.executor.token_env and cfg.executor.address is None:
-        # (a token with no executor to give it to: the daemon spawned a local executor without a
-        # word, and the agent's commands ran on this host where a remote one was most likely meant)
-        raise ConfigError(f"{where}: executor.tokenEnv is set but executor.address is not: the token is for a "
-                          f"remote executor; set executor.address to its 'host:port', or make executor.tokenEnv "
-                          f"null to run a local executor")
     if any(not _is_env_name(name) for name in cfg.executor.pass_env):
         raise ConfigError(f"{where}: executor.passEnv must list environment variable names")
     _key_in_place_of_a_name(where, "executor.tokenEnv", cfg.executor.token_env)
     if cfg.executor.token_env is not None and not _is_env_name(cfg.executor.token_env):
         raise ConfigError(f"{where}: executor.tokenEnv must name an environment variable (or be null)")
+    if cfg.executor.token_env and cfg.executor.address is None:
+        # (after the checks of its value, which say first what is wrong with it: a key pasted in
+        # is told as one. A token with no executor to give it to: the daemon spawned a local
+        # executor without a word, and the agent's commands ran on this host where a remote one
+        # was most likely meant)
+        raise ConfigError(f"{where}: executor.tokenEnv is set but executor.address is not: the token is for a "
+                          f"remote executor; set executor.address to its 'host:port', or make executor.tokenEnv "
+                          f"null to run a local executor")
     for p in cfg.providers:
         # ("" is no key, as null: decided earlier, and daemons' configs say it)
         _key_in_place_of_a_name(where, f"provider {p.id!r}: apiKeyEnv", p.api_key_env)

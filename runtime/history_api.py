@@ -15,6 +15,8 @@ from __future__ import annotations
 from quart import Response
 from quart_trio import QuartTrio
 
+from projections.history import MAX_READ_BYTES
+
 from .http_parts import ApiError, Body, check_id, int_arg, json_response, read_body
 from .projects_api import project_exists
 from .services import Services
@@ -60,5 +62,5 @@ def add_history_routes(app: QuartTrio, svc: Services) -> None:
     async def history_item(item_id: str) -> Response:
         check_id(item_id, "context item id")
         offset = int_arg("offset", 0, 0, None)
-        limit = int_arg("limit", 16384, 1, 1024 * 1024)
+        limit = int_arg("limit", 16384, 1, MAX_READ_BYTES)
         return json_response(await svc.projections.history_read(item_id, offset=offset, limit=limit))

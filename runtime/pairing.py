@@ -318,6 +318,10 @@ class _Place:
     read: tuple[int, int] | None = None
 
 
+# A credential's length: the prefix, then 32 random bytes in URL-safe base64 (43 characters).
+CREDENTIAL_LENGTH = len(TOKEN_PREFIX) + 43
+
+
 def new_credential() -> str:
     """A new client credential (what :meth:`PairStore.approve` issues)."""
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -625,7 +629,12 @@ class PairStore:
     def approve(self, client_id: str, *, strong: bool, token: str | None = None) -> str:
         """Issue a credential for ``client_id`` (replacing any earlier one); returns it, once.
         ``token``: the credential to issue, from :func:`new_credential` (made here when None): a
-        caller holding it can tell whether the write was made when the call was interrupted."""
+        caller holding it can tell whether the write was made when the call was interrupted.
+        Raises ``ValueError`` for a ``token`` not of its shape (no ``lens_`` prefix, or not its
+        length), before anything is read or written."""
+        if token is not None and (not token.startswith(TOKEN_PREFIX) or len(token) != CREDENTIAL_LENGTH):
+            raise ValueError(f"a credential to issue must be {CREDENTIAL_LENGTH} characters starting with "
+                             f"{TOKEN_PREFIX!r}, as new_credential() makes")
         validate_client_id(client_id)
         if not os.path.lexists(self.path):  # no client asked yet: nothing to lock, nor a directory to make
             raise _not_asked(client_id)

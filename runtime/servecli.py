@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
@@ -16,11 +17,13 @@ from .errors import LensError
 from .logcli import silence_stdout
 from .pairing import PairFileInvalid, PairStore, new_credential
 from .startcheck import check_startable
-from .terminal import shown
+from .terminal import shell_word, shown
 from .trust import check_private_data_dir
 
 if TYPE_CHECKING:
     from .daemon import HeldSignals
+
+_T = TypeVar("_T")
 
 
 # `lens executor serve --listen`'s default (docs/executor.md).
@@ -138,15 +141,19 @@ def cmd_pair_approve(args: argparse.Namespace) -> int:
         raise CredentialNotShown("standard output is closed: the credential would be shown nowhere; "
                                  "nothing was changed")
     token = new_credential()
+    had = store.find(args.client)  # (as the command read it: the credential it held before, if any)
     try:
         store.approve(args.client, strong=args.strong_trust, token=token)
     except KeyboardInterrupt:
         # A Ctrl-C after the pair file was replaced, before approve returned (its directory's
         # fsync, the re-read, the lock's release): the approval is made, and is said as one the
         # print was stopped in is, not as a bare "stopped". Told by the file itself, read afresh
-        # (a store the Ctrl-C stopped in the middle of its re-read is not looked at).
-        if PairStore(store.path, log_problems=False).authenticate(token) is not None:
-            raise KeyboardInterrupt(_approved_unshown(args)) from None
+        # (a store the Ctrl-C stopped in the middle of its re-read is not looked at), with a
+        # second Ctrl-C held off meanwhile (the command is stopping already: it says what it left).
+        note = _ctrl_c_held_off(lambda: _approve_left(store.path, args, token,
+                                                      None if had is None else had.credential_hash))
+        if note is not None:
+            raise KeyboardInterrupt(note) from None
         raise  # (before the write: nothing was changed)
     trust = "strong trust" if args.strong_trust else "read-only"
     try:
@@ -154,22 +161,66 @@ def cmd_pair_approve(args: argparse.Namespace) -> int:
         print("The credential is shown once; store it now:")
         print(token, flush=True)
     except KeyboardInterrupt:  # (after the write: said what it left, not a bare "stopped")
-        raise KeyboardInterrupt(_approved_unshown(args)) from None
+        raise KeyboardInterrupt(_ctrl_c_held_off(lambda: _approved_unshown(args))) from None
     except OSError as exc:  # (the reader went away, or a full disk: said, not a bare "No space left")
         silence_stdout()
         why = "the reader of standard output went away" if isinstance(exc, BrokenPipeError) else exc.strerror or exc
         raise CredentialNotShown(f"client {args.client} was approved but its credential could not be printed "
-                                 f"({why}), and it cannot be shown again: run lens pair approve again") from None
+                                 f"({why}), and it cannot be shown again: run {_approve_again(args)[0]} "
+                                 f"again") from None
     drop_a_late_ctrl_c()  # (the credential is shown: a Ctrl-C now is too late to stop the approve)
     return 0
+
+
+def _ctrl_c_held_off(work: Callable[[], _T]) -> _T:
+    """``work()`` with SIGINT held off: a Ctrl-C that comes meanwhile waits, and is taken, when
+    it is let through, as the stop the command is making already (what it says it left is said,
+    not cut off by a bare "stopped")."""
+    import _signal
+
+    held = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
+    try:
+        return work()
+    finally:
+        try:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, held)  # (a Ctrl-C held off is raised here)
+        except KeyboardInterrupt:
+            pass
+
+
+def _approve_left(path: Path, args: argparse.Namespace, token: str, had: str | None) -> str | None:
+    """What an approve a Ctrl-C stopped before it returned left, told by the pair file read afresh:
+    the note that the client was approved (the file holds ``token``), that it may have been (the
+    file cannot be read, or the client holds a credential other than ``had``, the one it held
+    when the command read the file: replaced by another approve since), or None: nothing was
+    changed."""
+    fresh = PairStore(path, log_problems=False)
+    if fresh.authenticate(token) is not None:
+        return _approved_unshown(args)
+    rec = fresh.find(args.client)
+    if not fresh.valid or (rec is not None and rec.status == "approved" and rec.credential_hash != had):
+        again, config = _approve_again(args)
+        return (f"client {args.client} may have been approved: lens pair list{config} shows it; "
+                f"run {again} for a new credential (which revokes any earlier one)")
+    return None
+
+
+def _approve_again(args: argparse.Namespace) -> tuple[str, str]:
+    """The command that approves the client ``args`` names again, as a shell reads it back, and
+    the ``--config`` words it and ``lens pair list`` take (empty without one)."""
+    client = f"--client={args.client}" if args.client.startswith("-") else f"--client {args.client}"  # (`-phone`)
+    config = getattr(args, "config", None)
+    # (a path starting with "-" joined to its option, as argparse would read it as one otherwise;
+    # one with a line break or bytes that are not UTF-8 in $'…' quoting)
+    config = "" if config is None else f" {shell_word(f'--config={config}')}" if str(config).startswith("-") \
+        else f" --config {shell_word(str(config))}"
+    return f"lens pair approve {client}" + (" --strong-trust" if args.strong_trust else "") + config, config
 
 
 def _approved_unshown(args: argparse.Namespace) -> str:
     """What an approve a Ctrl-C stopped after its write left (exit 130): the client approved with a
     credential no one saw, and how to get one now (a new approve replaces it)."""
-    client = f"--client={args.client}" if args.client.startswith("-") else f"--client {args.client}"  # (`-phone`)
-    config = "" if getattr(args, "config", None) is None else f" --config {shown(shlex.quote(str(args.config)))}"
-    again = f"lens pair approve {client}" + (" --strong-trust" if args.strong_trust else "") + config
+    again, config = _approve_again(args)
     return (f"client {args.client} was approved (any earlier credential of it is revoked; lens pair list{config} "
             f"shows it approved) but its credential was not shown: run {again} again for a new one, which replaces it")
 

@@ -118,16 +118,17 @@ def interrupted_where(where: str, argv: Sequence[str], cwd: Path | None = None) 
 
 def ctrl_c_sweep(argv: Sequence[str], cwd: Path | None = None, *, reset: Callable[[], None] = lambda: None,
                  points: int = 28, tail: tuple[int, int] = (0, 0),
-                 noted: str | None = None) -> Iterator[tuple[int, subprocess.CompletedProcess[str]]]:
+                 noted: str | None = None,
+                 done: Callable[[], bool] = lambda: False) -> Iterator[tuple[int, subprocess.CompletedProcess[str]]]:
     """A Ctrl-C at ``points`` calls across the whole of ``lens ARGV``, densest where the stack
     loads (C extensions initialising, msgspec building its decoders) and sparser after, and with
     ``tail`` (CALLS, POINTS) at POINTS more spread evenly over its last CALLS calls (a command whose
     own work, after the stack has loaded, is short): each run that reached its point must end
     130, saying so (after at most one block of a Ctrl-C Python dropped in a finalizer or callback,
     which comes again, once), or with ``noted`` (a regular expression) ending with "; NOTE" where NOTE
-    matches it: what a command stopped after its work says it left; yields the call and the run
-    for more checks. ``reset`` runs before
-    each run, the whole one first."""
+    matches it: what a command stopped after its work says it left, only where ``done()`` (asked
+    after the run) says its work was done; yields the call and the run for more checks. ``reset``
+    runs before each run, the whole one first."""
     reset()
     whole = interrupted_at_call(0, argv, cwd)
     assert whole.returncode == 0, whole.stderr
@@ -148,8 +149,8 @@ def ctrl_c_sweep(argv: Sequence[str], cwd: Path | None = None, *, reset: Callabl
         # …" with its traceback, and msgspec's C code what Python code it calls raises: that Ctrl-C
         # comes again, once, and is never delivered again into such a clean-up.)
         assert res.returncode == 130, (call, res.returncode, res.stderr)
-        assert res.stderr == INTERRUPTED or DROPPED_ONCE.fullmatch(res.stderr) or (
-            noted is not None and re.fullmatch(re.escape(INTERRUPTED[:-1]) + "; " + noted + "\n", res.stderr)), \
-            (call, res.stderr)
+        said = noted is not None and re.fullmatch(re.escape(INTERRUPTED[:-1]) + "; " + noted + "\n", res.stderr)
+        assert res.stderr == INTERRUPTED or DROPPED_ONCE.fullmatch(res.stderr) or said, (call, res.stderr)
+        assert not said or done(), (call, "noted, but its work was not done", res.stderr)
         yield call, res
     assert reached >= len(calls) - 2, (reached, len(calls))  # (the last points may lie past a shorter run)

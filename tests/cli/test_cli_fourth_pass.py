@@ -266,5 +266,5 @@ def test_approve_onto_a_full_disk_says_the_client_was_approved_and_to_approve_ag
                              stderr=subprocess.PIPE, text=True, timeout=60)
     assert res.returncode == 2, (res.returncode, res.stderr)
     assert res.stderr == ("lens: IO_ERROR: client c1 was approved but its credential could not be printed (No "
-                          "space left on device), and it cannot be shown again: run lens pair approve again\n")
+                          "space left on device), and it cannot be shown again: run lens pair approve --client c1 again\n")
     assert PairStore(pair).find("c1").status == "approved"  # (what the message says)

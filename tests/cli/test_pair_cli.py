@@ -154,7 +154,8 @@ def test_ctrl_c_at_every_stage_of_an_approve_exits_130_and_leaves_the_pair_file_
     before = pair.read_bytes()
     found = [_as_before_or_approved(pair, before)
              for _ in ctrl_c_sweep(["pair", "approve", "--client", "c1"], tmp_path, points=10, tail=(1100, 20),
-                                   reset=lambda: pair.write_bytes(before), noted=re.escape(APPROVED_UNSHOWN))]
+                                   reset=lambda: pair.write_bytes(before), noted=re.escape(APPROVED_UNSHOWN),
+                                   done=lambda: _as_before_or_approved(pair, before) == "approved")]
     assert "before" in found and "approved" in found, found  # (the last points lie past its write)
 
 
@@ -192,6 +193,109 @@ def test_ctrl_c_after_the_pair_file_is_replaced_says_the_client_was_approved(tmp
     assert again.returncode == 0, again.stderr
     token = again.stdout.splitlines()[-1]
     assert PairStore(pair).authenticate(token).client_id == "c1"
+
+
+# Runs `lens ARGV…` with a first Ctrl-C as the pair file's rename returns (after TAMPER, which may
+# change the file as another process would), then a second, a real SIGINT, at the first Python
+# call SECOND (an expression of `frame`) selects after it.
+_TWICE = r"""
+import os, signal, sys
+from runtime.cli import main
+first = False
+def profile(frame, event, arg):  # (unset by the Ctrl-C it raises, as Python unsets one that raises)
+    global first
+    if event == "c_return" and arg is os.replace and frame.f_code.co_name == "replace_in_directory":
+        first = True
+        TAMPER
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+def trace(frame, event, arg):
+    if first and SECOND:
+        sys.settrace(None)
+        os.kill(os.getpid(), signal.SIGINT)
+    return None
+sys.setprofile(profile)
+sys.settrace(trace)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _interrupted_twice(tmp_path: Path, argv: list[str], *, second: str = "False",
+                       tamper: str = "pass") -> subprocess.CompletedProcess[str]:
+    script = _TWICE.replace("TAMPER", tamper).replace("SECOND", second)
+    return subprocess.run([sys.executable, "-c", script, *argv], cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("second", ['frame.f_code.co_name == "authenticate"',
+                                    'frame.f_code.co_name == "_approved_unshown"'], ids=["re-read", "message"])
+def test_a_second_ctrl_c_while_an_interrupted_approve_looks_at_the_file_still_says_it_was_approved(
+        tmp_path: Path, second: str):
+    # A second Ctrl-C while the approve stopped after its rename read the pair file afresh (or
+    # made its message) ended with the bare "stopped by Ctrl-C": the client was approved, with a
+    # credential nobody saw, and nothing said so. The second one is held off until it is said.
+    pair = pending_client(tmp_path)
+    before = pair.read_bytes()
+    res = _interrupted_twice(tmp_path, ["pair", "approve", "--client", "c1"], second=second)
+    assert (res.returncode, res.stdout) == (130, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr == INTERRUPTED[:-1] + "; " + APPROVED_UNSHOWN + "\n", res.stderr
+    assert _as_before_or_approved(pair, before) == "approved"
+
+
+MAY_BE_APPROVED = ("client c1 may have been approved: lens pair list shows it; run lens pair approve --client c1 "
+                   "for a new credential (which revokes any earlier one)")
+
+
+@pytest.mark.parametrize("tamper", [
+    # the file made invalid by hand as the rename returned
+    'open("config/pair.json", "wb").write(b"{")',
+    # the client approved by another approve (another credential) as the rename returned
+    'import json; d = json.load(open("config/pair.json")); d["clients"][0]["credentialHash"] = "0" * 64; '
+    'open("config/pair.json", "w").write(json.dumps(d))',
+], ids=["invalid", "replaced"])
+def test_a_ctrl_c_after_the_rename_whose_file_cannot_tell_says_the_client_may_have_been_approved(
+        tmp_path: Path, tamper: str):
+    # The fresh read of a pair file made invalid, or whose client holds another credential since,
+    # cannot tell whether this approve was made: the bare "stopped" said nothing was; now the
+    # message says it may have been, where to look, and how to get a credential.
+    pending_client(tmp_path)
+    res = _interrupted_twice(tmp_path, ["pair", "approve", "--client", "c1"], tamper=tamper)
+    assert (res.returncode, res.stdout) == (130, ""), (res.returncode, res.stdout, res.stderr)
+    assert res.stderr == INTERRUPTED[:-1] + "; " + MAY_BE_APPROVED + "\n", res.stderr
+
+
+def test_a_ctrl_c_before_the_write_of_a_client_approved_before_still_says_only_stopped(tmp_path: Path):
+    # A client approved before, its approve again stopped before the write: its credential is the
+    # one it had, nothing was changed, and the message says no more than "stopped".
+    pair = pending_client(tmp_path)
+    PairStore(pair).approve("c1", strong=False)
+    before = pair.read_bytes()
+    res = interrupted_where('code.co_name == "_locked"', ["pair", "approve", "--client", "c1"], tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (130, "", INTERRUPTED), (res.returncode, res.stderr)
+    assert pair.read_bytes() == before
+
+
+@pytest.mark.parametrize("folder", ["-odd", "a\nb", os.fsdecode(b"-\xff c")], ids=["dash", "newline", "not-utf-8"])
+def test_the_approve_a_ctrl_c_stopped_suggests_reads_back_as_the_config_given(tmp_path: Path, folder: str):
+    # `--config -odd/lens.jsonc` was suggested as written (argparse reads "-odd…" as an option),
+    # a path with a line break broke the message in two, and one not UTF-8 came out as "\udcff".
+    (tmp_path / folder).mkdir()
+    config = f"{folder}/lens.jsonc"
+    (tmp_path / config).write_text("{}\n")
+    pair = tmp_path / folder / "pair.json"
+    PairStore(pair).register("c1", "client", max_pending=32)
+    res = interrupted_as_returning('arg is __import__("os").replace and frame.f_code.co_name == "replace_in_directory"',
+                                   ["pair", "approve", "--client", "c1", f"--config={config}"], tmp_path)
+    assert res.returncode == 130 and res.stderr.count("\n") == 1, res.stderr
+    said = re.fullmatch(re.escape(INTERRUPTED[:-1]) + r"; client c1 was approved \(any earlier credential of it is "
+                        r"revoked; lens pair list (.+) shows it approved\) but its credential was not shown: run "
+                        r"lens (.+) again for a new one, which replaces it\n", res.stderr)
+    assert said, res.stderr
+    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + said.group(2)], capture_output=True, timeout=60).stdout
+    assert words.split(b"\0")[:-1] == [b"pair", b"approve", b"--client", b"c1", *([os.fsencode(f"--config={config}")]
+        if folder.startswith("-") else [b"--config", os.fsencode(config)])], words
+    listed = subprocess.run(["bash", "-c", "printf '%s\\0' " + said.group(1)], capture_output=True, timeout=60).stdout
+    assert listed.split(b"\0")[:-1] == words.split(b"\0")[4:-1], listed
+    assert PairStore(pair).find("c1").status == "approved"
 
 
 def test_ctrl_c_dropped_while_the_pair_file_is_decoded_still_stops_the_approve(tmp_path: Path):
@@ -250,3 +354,17 @@ def test_a_pair_file_set_to_a_directory_by_its_form_is_a_config_error(tmp_path: 
     assert err == (f"lens: CONFIG_INVALID: config/lens.jsonc: pairFile {place!r} names a directory, not a file; "
                    f"give the pair file's own path (as config/pair.json)\n"), err
     assert sorted(os.listdir(tmp_path)) == ["config"] and os.listdir(tmp_path / "config") == ["lens.jsonc"]
+
+
+@pytest.mark.parametrize("token", ["x" * 48, "lens_short", "lens_" + "a" * 44, "", "LENS_" + "a" * 43],
+                         ids=["no-prefix", "short", "long", "empty", "prefix-case"])
+def test_approve_refuses_a_credential_to_issue_not_of_its_shape(tmp_path: Path, token: str):
+    # approve(token=…) issued whatever it was handed: a credential without the prefix that
+    # authenticate() looks for (never accepted), or a short guessable one.
+    pair = pending_client(tmp_path)
+    before = pair.read_bytes()
+    with pytest.raises(ValueError, match="must be 48 characters starting with 'lens_'"):
+        PairStore(pair).approve("c1", strong=False, token=token)
+    assert pair.read_bytes() == before
+    issued = PairStore(pair).approve("c1", strong=False, token="lens_" + "a" * 43)  # (of its shape: taken)
+    assert PairStore(pair).authenticate(issued).client_id == "c1"

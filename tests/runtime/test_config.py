@@ -519,3 +519,18 @@ def test_the_config_place_problem_is_its_own_directory_its_link_targets_then_tho
 def test_a_model_reference_splits_at_its_first_slash_and_a_missing_part_is_empty(ref: str,
                                                                                   parts: tuple[str, str]) -> None:
     assert split_model_ref(ref) == parts
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("sk-" + "a" * 40, "executor.tokenEnv holds what looks like a key itself"),
+    ("A=B", "executor.tokenEnv must name an environment variable"),
+    ("", "executor.tokenEnv must name an environment variable"),
+], ids=["key", "no-name", "empty"])
+def test_a_token_variable_without_an_address_is_told_what_is_wrong_with_its_value_first(name: str, words: str) -> None:
+    # A key pasted into executor.tokenEnv with no executor.address was told only "tokenEnv is set
+    # but executor.address is not": what was wrong with the value itself went unsaid (and the
+    # fix it offered, an address, would have left the key there).
+    with pytest.raises(ConfigError) as info:
+        parse_config(cfg(executor={"tokenEnv": name}), "c.jsonc")
+    assert words in info.value.message, info.value.message
+    assert "a" * 20 not in info.value.message  # (the key itself is never shown)
