@@ -1,7 +1,8 @@
 """A command's output and a job's, as a terminal would show them: their SGR escape sequences
-(colours, bold, inverse…) shown as spans with classes, every other escape or control sequence
-(cursor moves, erases, an OSC title, an OSC 8 link, a character set switch, a bell, a sequence cut
-short by the end of a line) left out and never made a link, and the text between them exact
+(colours, bold, inverse…) shown as spans with classes, a string sequence's text (an OSC title, an
+OSC 8 link's address) as a muted note and never a link, every other escape or control sequence
+(cursor moves, erases, a character set switch, a bell, a sequence cut short by the end of a line)
+left out, and the text between them exact
 (markup in it shown as text; Hebrew, a combining mark and an emoji as they came). The daemon
 keeps the output as the command wrote it.
 
@@ -25,9 +26,14 @@ OUTPUT = (b"plain \x1b[31mred\x1b[0m \x1b[1;32mbold green\x1b[m "
           b"\x1b]8;;https://evil.example/\x1b\\link\x1b]8;;\x1b\\ "
           b"<b>not bold</b> \x08\x07\x1b(Bend\x1b[31\n"
           b"\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d e\xcc\x81 \xf0\x9f\x98\x80 \xc2\x9b1mc1\x1b[4mu\n")
-SHOWN = "plain red bold green c256 true inv cleared link <b>not bold</b> end\nשלום e\u0301 😀 c1u\n"
+# (a string sequence's text, which the model reads, is shown as a muted note, never a link)
+NOTES = [["⟨OSC 0: a title⟩", "ansi-note", "", ""], ["⟨OSC 8: https://evil.example/⟩", "ansi-note", "", ""],
+         ["⟨OSC 8⟩", "ansi-note", "", ""]]
+SHOWN = ("plain red bold green c256 true inv cleared " + "⟨OSC 0: a title⟩⟨OSC 8: https://evil.example/⟩link⟨OSC 8⟩"
+         " <b>not bold</b> end\nשלום e\u0301 😀 c1u\n")
 SPANS = [["red", "ansi-fg-1", "", ""], ["bold green", "ansi-fg-2 ansi-bold", "", ""],
          ["c256", "", "rgb(255, 0, 0)", ""], ["true", "", "", "rgb(10, 20, 30)"], ["inv", "ansi-inverse", "", ""],
+         *NOTES,
          # (up to the note: the output and the line break before the note)
          ["c1", "ansi-bold", "", ""], ["u\n\n", "ansi-bold ansi-underline", "", ""]]
 
@@ -82,14 +88,15 @@ def test_dashboard_shows_a_jobs_colours_in_its_output(
     def read() -> Any:
         got = browser.execute_script(READ, f"{card} .job-out pre")
         seen.append(got)
-        return got if got is not None and got["text"] == "a red both b\n" else None
+        return got if got is not None and got["text"] == "a red⟨OSC 0: t⟩ both b\n" else None
 
     seen: list[Any] = []
     try:
         shown = wait_for(read, "the job's output")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last read: {seen[-1:]}, the card: {one(browser, card).text!r}") from None
-    assert shown["spans"] == [["red ", "ansi-fg-1", "", ""], ["both", "ansi-fg-1 ansi-bold", "", ""]], shown
+    assert shown["spans"] == [["red", "ansi-fg-1", "", ""], ["⟨OSC 0: t⟩", "ansi-note", "", ""], [" ", "ansi-fg-1", "", ""],
+                              ["both", "ansi-fg-1 ansi-bold", "", ""]], shown
     assert console_errors(browser) == []
 
 
@@ -156,6 +163,38 @@ def test_dashboard_shows_the_colours_of_a_queued_report_of_a_jobs_end(
     got = wait_for(shown, "the report queued", 20)
     assert got["text"].endswith("last output (up to 4096 bytes):\na red b\n"), got["text"]
     assert got["spans"] == [["red", "ansi-fg-1", "", ""]] and got["tags"] == ["SPAN"], got
+    status, body = d.request("POST", f"/sessions/{sid}/abort", token=token)
+    assert status == 200, body
+    assert console_errors(browser) == []
+
+
+def test_dashboard_shows_a_users_input_shaped_like_a_jobs_report_as_they_wrote_it(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """Only Lens's own report of a job's end is shown as terminal output: an input a user wrote in
+    its shape (a real job's id, another command; or in the queue, a request id not the job's) is
+    shown as written, its escape sequences as the characters they are."""
+    command = r"while [ ! -e go ]; do sleep 0.05; done; printf 'a \033[31mred\033[0m b\n'"
+    d, token, sid, [job] = session_starting_jobs(make_daemon, browser, tmp_path, "dash-fake-report", command)
+    wait_for(lambda: d.request("GET", f"/sessions/{sid}", token=token)[1]["status"] == "idle", "the first run's end")
+    fake = (f"[background job {job} exited with code 0]\ncommand: echo other\n"
+            "last output (up to 4096 bytes):\n\x1b[31mnot a report\x1b[0m\n")
+    assert d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "fake-1", "content": fake}, token=token)[0] == 202
+    report = "#timeline .msg.user .text"
+
+    def shown(selector: str, text: str) -> Any:
+        got = [browser.execute_script(READ, n) for n in by_css(browser, selector)]
+        return next((g for g in got if g["text"] == text), None)
+
+    got = wait_for(lambda: shown(report, fake), "the input in the timeline", 20)
+    assert got["spans"] == [] and got["tags"] == [], got
+    wait_for(lambda: d.request("GET", f"/sessions/{sid}", token=token)[1]["status"] == "idle", "the second run's end")
+    # (in the queue: the job's own command and id, but a request id a client chose)
+    submit(browser, "stream slowly")
+    wait_for(lambda: by_css(browser, "#timeline .msg.streaming"), "the answer streaming")
+    queued = fake.replace("command: echo other", "command: " + command)
+    assert d.request("POST", f"/sessions/{sid}/inputs", {"requestId": "fake-2", "content": queued}, token=token)[0] == 202
+    got = wait_for(lambda: shown("#queue li.card .text", queued), "the input queued", 20)
+    assert got["spans"] == [] and got["tags"] == [], got
     status, body = d.request("POST", f"/sessions/{sid}/abort", token=token)
     assert status == 200, body
     assert console_errors(browser) == []
