@@ -31,9 +31,10 @@ NOTES = [["⟨OSC 0: a title⟩", "ansi-note", "", ""], ["⟨OSC 8: https://evil
          ["⟨OSC 8⟩", "ansi-note", "", ""]]
 SHOWN = ("plain red bold green c256 true inv cleared " + "⟨OSC 0: a title⟩⟨OSC 8: https://evil.example/⟩link⟨OSC 8⟩"
          " <b>not bold</b> end\nשלום e\u0301 😀 c1u\n")
+# (the page's ink on a background near black is lightened to be read there: "true")
 SPANS = [["red", "ansi-fg-1", "", ""], ["bold green", "ansi-fg-2 ansi-bold", "", ""],
-         ["c256", "", "rgb(255, 0, 0)", ""], ["true", "", "", "rgb(10, 20, 30)"], ["inv", "ansi-inverse", "", ""],
-         *NOTES,
+         ["c256", "", "rgb(255, 0, 0)", ""], ["true", "", "rgb(97, 102, 110)", "rgb(10, 20, 30)"],
+         ["inv", "ansi-inverse", "", ""], *NOTES,
          # (up to the note: the output and the line break before the note)
          ["c1", "ansi-bold", "", ""], ["u\n\n", "ansi-bold ansi-underline", "", ""]]
 
@@ -197,4 +198,49 @@ def test_dashboard_shows_a_users_input_shaped_like_a_jobs_report_as_they_wrote_i
     assert got["spans"] == [] and got["tags"] == [], got
     status, body = d.request("POST", f"/sessions/{sid}/abort", token=token)
     assert status == 200, body
+    assert console_errors(browser) == []
+
+
+# The contrast of each span's text with the background it is shown on (its own, else its nearest
+# ancestor's that is not transparent), as WCAG reckons it.
+CONTRASTS = """
+const pre = arguments[0];
+const rgb = (c) => c.match(/[\\d.]+/g).map(Number);
+const lum = (c) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+                     return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+const bgOf = (n) => { for (; n; n = n.parentElement) { const c = rgb(getComputedStyle(n).backgroundColor);
+                                                     if (c.length < 4 || c[3] > 0) return c.slice(0, 3); }
+                      return [255, 255, 255]; };
+return Array.from(pre.querySelectorAll("span"), (n) => {
+  const a = lum(rgb(getComputedStyle(n).color)), b = lum(bgOf(n));
+  return [n.textContent, Math.round((Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05) * 1000) / 1000];
+});
+"""
+
+
+def test_dashboard_shows_every_terminal_colour_with_a_contrast_of_at_least_3_to_1(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """256 colours, 24-bit colours, the palette's bright white, a colour on a background the
+    output also sets and inverse: none is shown fainter than 3:1 against the background it is on."""
+    token, sid = open_session(browser, daemon, tmp_path, "dash-contrast")
+    (tmp_path / "workspace" / "faint.txt").write_bytes(
+        b"\x1b[97mbright white\x1b[0m \x1b[38;5;231mwhite256\x1b[0m \x1b[38;2;250;250;240mnear white\x1b[0m "
+        b"\x1b[38;5;226myellow\x1b[0m \x1b[48;5;16mink on black\x1b[0m \x1b[7;97minverse bright\x1b[0m "
+        b"\x1b[31;41mred on red\x1b[0m \x1b[38;2;0;0;0;48;2;20;20;20mblack on near black\x1b[0m "
+        b"\x1b[7;38;2;250;250;250mlight inverse\x1b[0m \x1b[31mred\x1b[0m\n")
+    submit(browser, "/tool run_command " + json.dumps({"command": "cat faint.txt"}))
+
+    def call() -> dict[str, Any] | None:
+        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
+        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
+        return calls[-1] if calls and view["status"] == "idle" else None
+
+    item = wait_for(call, "the command's result")
+    pre = wait_for(lambda: browser.execute_script(RESULT_PRE, item["call"]["callId"]), "the result in the page")
+    got = browser.execute_script(CONTRASTS, pre)
+    assert [t for t, _ in got] == ["bright white", "white256", "near white", "yellow", "ink on black", "inverse bright",
+                                   "red on red", "black on near black", "light inverse", "red"], got
+    assert all(ratio >= 3 for _, ratio in got), got
+    # (a colour that holds as it is, is shown as it is)
+    assert browser.execute_script(READ, pre)["spans"][-1] == ["red", "ansi-fg-1", "", ""]
     assert console_errors(browser) == []
