@@ -244,3 +244,52 @@ def test_dashboard_shows_every_terminal_colour_with_a_contrast_of_at_least_3_to_
     # (a colour that holds as it is, is shown as it is)
     assert browser.execute_script(READ, pre)["spans"][-1] == ["red", "ansi-fg-1", "", ""]
     assert console_errors(browser) == []
+
+
+def test_dashboard_leaves_out_what_a_cut_left_of_a_sequence_at_the_start_of_a_jobs_reported_output(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """The report of a job's end carries its output's last 4096 bytes: when they begin inside an
+    escape sequence (after its ESC), what is left of it (`[31m`, an OSC 8 link's address) is not
+    shown as text."""
+    before = r"head -c 5000 /dev/zero | tr '\0' x; "
+    csi = before + r"printf '\033[31m'; head -c 4092 /dev/zero | tr '\0' y"
+    osc = before + r"printf '\033]8;;https://evil.example/\033\\'; head -c 4069 /dev/zero | tr '\0' z"
+    _, _, _, jobs = session_starting_jobs(make_daemon, browser, tmp_path, "dash-report-cut", csi, osc)
+    report = "#timeline .msg.user .text"
+
+    def shown(job: str) -> Any:
+        got = [browser.execute_script(READ, n) for n in by_css(browser, report)]
+        return next((g for g in got if g["text"].startswith(f"[background job {job} ")), None)
+
+    tails = []
+    for job in jobs:
+        got = wait_for(lambda: shown(job), "the report of the job's end", 20)
+        tails.append((got["text"].split("last output (up to 4096 bytes):\n", 1)[1], got["spans"]))
+    assert tails == [("y" * 4092, []), ("z" * 4069, [])], [(t[:40], len(t), spans) for t, spans in tails]
+    assert console_errors(browser) == []
+
+
+def test_dashboard_shows_the_note_of_a_gap_in_a_jobs_output_plain(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A followed job's output that outran what the daemon keeps: Lens's note of the gap is plain
+    text, not in the colour the output had left on, and the output after it starts plain."""
+    command = (r"printf '\033[31mred '; while [ ! -e go ]; do sleep 0.05; done; "
+               r"head -c 1200000 /dev/zero | tr '\0' z; while [ ! -e end ]; do sleep 0.05; done")
+    session_starting_jobs(make_daemon, browser, tmp_path, "dash-gap-note", command)
+    card = "#jobs li.card"
+    click(browser, f"{card} button.job-output")
+    wait_for(lambda: (browser.execute_script(READ, f"{card} .job-out pre") or {}).get("text") == "red ", "the first output")
+    (tmp_path / "workspace" / "go").touch()
+    notes = f"""
+const pre = document.querySelector("{card} .job-out pre");
+if (!pre) return null;
+const walk = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT), found = [];
+for (let n; (n = walk.nextNode());) if (n.data.includes("no longer kept")) found.push([n.data, n.parentElement.tagName]);
+return found.length ? [found, Array.from(pre.querySelectorAll("span"), (s) => s.textContent.slice(0, 10))] : null;
+"""
+    found, spans = wait_for(lambda: browser.execute_script(notes), "the note of the gap", 60)
+    assert [parent for _, parent in found] == ["PRE"], found
+    assert found[0][0].startswith("\n… (") and found[0][0].endswith(" bytes no longer kept) …\n"), found
+    assert spans == ["red "], spans
+    (tmp_path / "workspace" / "end").touch()
+    assert console_errors(browser) == []
