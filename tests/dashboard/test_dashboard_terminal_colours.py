@@ -293,3 +293,44 @@ return found.length ? [found, Array.from(pre.querySelectorAll("span"), (s) => s.
     assert spans == ["red "], spans
     (tmp_path / "workspace" / "end").touch()
     assert console_errors(browser) == []
+
+
+def test_dashboard_gives_the_spans_of_a_followed_jobs_output_to_its_newest_part(
+        make_daemon: Callable[[dict[str, Any]], Daemon], browser: Any, tmp_path: Path) -> None:
+    """A job's output that changes colour at every word, past the bound: the last 5000 colour
+    changes (the newest, at the bottom of the followed output) are shown, the part before plain."""
+    command = (r"i=1; while [ $i -le 6000 ]; do printf '\033[3%dm%d ' $((i % 2 + 1)) $i; i=$((i + 1)); done; "
+               r"while [ ! -e end ]; do sleep 0.05; done")
+    session_starting_jobs(make_daemon, browser, tmp_path, "dash-newest-colours", command)
+    card = "#jobs li.card"
+    click(browser, f"{card} button.job-output")
+    words = "".join(f"{i} " for i in range(1, 6001))
+    shown = wait_for(lambda: (lambda g: g if g and g["text"] == words else None)(
+        browser.execute_script(READ, f"{card} .job-out pre")), "the whole output", 60)
+    assert len(shown["spans"]) == 5000, len(shown["spans"])
+    assert shown["spans"][0] == ["1001 ", "ansi-fg-2", "", ""], shown["spans"][0]
+    assert shown["spans"][-1] == ["6000 ", "ansi-fg-1", "", ""], shown["spans"][-1]
+    (tmp_path / "workspace" / "end").touch()
+    assert console_errors(browser) == []
+
+
+def test_dashboard_reads_at_most_5000_colour_changes_of_an_output_that_repeats_its_colour(
+        daemon: Daemon, browser: Any, tmp_path: Path) -> None:
+    """SGR sequences that change nothing make no span but take the time to read: past 5000 of
+    them, the rest of the output is plain text, the words all there."""
+    token, sid = open_session(browser, daemon, tmp_path, "dash-repeated-colour")
+    (tmp_path / "workspace" / "same.txt").write_text("".join(f"\x1b[31m{i} " for i in range(1, 6001)))
+    submit(browser, "/tool run_command " + json.dumps({"command": "cat same.txt"}))
+
+    def call() -> dict[str, Any] | None:
+        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
+        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
+        return calls[-1] if calls and view["status"] == "idle" else None
+
+    item = wait_for(call, "the command's result")
+    shown = wait_for(lambda: browser.execute_script(READ, browser.execute_script(RESULT_PRE, item["call"]["callId"])),
+                     "the result in the page")
+    assert shown["text"] == "".join(f"{i} " for i in range(1, 6001)) + "\n[exit 0]", shown["text"][-200:]
+    assert shown["spans"] == [["".join(f"{i} " for i in range(1, 5001)), "ansi-fg-1", "", ""]], \
+        [(t[-20:], c) for t, c, _, _ in shown["spans"]]
+    assert console_errors(browser) == []
