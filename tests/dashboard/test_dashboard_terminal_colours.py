@@ -55,22 +55,32 @@ return result ? result.querySelector("pre") : null;
 """
 
 
+def command_result(daemon: Daemon, token: str, sid: str) -> dict[str, Any]:
+    """The session's last tool call with its result, once the session is idle again."""
+    def call() -> dict[str, Any] | None:
+        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
+        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
+        return calls[-1] if calls and view["status"] == "idle" else None
+
+    return wait_for(call, "the command's result")
+
+
+def shown_result(browser: Any, item: dict[str, Any]) -> Any:
+    """What the page shows of ``item``'s result (:data:`READ`'s reading of its ``<pre>``)."""
+    return wait_for(lambda: browser.execute_script(READ, browser.execute_script(RESULT_PRE, item["call"]["callId"])),
+                    "the result in the page")
+
+
 def test_dashboard_shows_a_commands_colours_and_leaves_out_its_other_escape_sequences(
         daemon: Daemon, browser: Any, tmp_path: Path) -> None:
     token, sid = open_session(browser, daemon, tmp_path, "dash-colours")
     (tmp_path / "workspace" / "colours.txt").write_bytes(OUTPUT)
     submit(browser, "/tool run_command " + json.dumps({"command": "cat colours.txt"}))
 
-    def call() -> dict[str, Any] | None:
-        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
-        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
-        return calls[-1] if calls and view["status"] == "idle" else None
-
-    item = wait_for(call, "the command's result")
+    item = command_result(daemon, token, sid)
     # (the daemon keeps what the command wrote, escape sequences and all)
     assert OUTPUT.decode() in item["result"]["text"], item["result"]
-    shown = wait_for(lambda: browser.execute_script(READ, browser.execute_script(RESULT_PRE, item["call"]["callId"])),
-                     "the result in the page")
+    shown = shown_result(browser, item)
     # (Lens's note of how the command ended is plain text, not in the colour the output left on)
     assert shown["text"] == SHOWN + "\n[exit 0]", shown["text"]
     assert shown["spans"] == SPANS, shown["spans"]
@@ -110,14 +120,8 @@ def test_dashboard_bounds_the_spans_of_an_output_that_changes_colour_at_every_wo
     (tmp_path / "workspace" / "many.txt").write_text("".join(f"\x1b[3{i % 2 + 1}m{i} " for i in words))
     submit(browser, "/tool run_command " + json.dumps({"command": "cat many.txt"}))
 
-    def call() -> dict[str, Any] | None:
-        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
-        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
-        return calls[-1] if calls and view["status"] == "idle" else None
-
-    item = wait_for(call, "the command's result")
-    shown = wait_for(lambda: browser.execute_script(READ, browser.execute_script(RESULT_PRE, item["call"]["callId"])),
-                     "the result in the page")
+    item = command_result(daemon, token, sid)
+    shown = shown_result(browser, item)
     assert shown["text"] == "".join(f"{i} " for i in words) + "\n[exit 0]", shown["text"][-200:]
     assert len(shown["spans"]) == 5000, len(shown["spans"])
     assert shown["spans"][:2] == [["1 ", "ansi-fg-2", "", ""], ["2 ", "ansi-fg-1", "", ""]], shown["spans"][:2]
@@ -230,12 +234,7 @@ def test_dashboard_shows_every_terminal_colour_with_a_contrast_of_at_least_3_to_
         b"\x1b[7;38;2;250;250;250mlight inverse\x1b[0m \x1b[31mred\x1b[0m\n")
     submit(browser, "/tool run_command " + json.dumps({"command": "cat faint.txt"}))
 
-    def call() -> dict[str, Any] | None:
-        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
-        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
-        return calls[-1] if calls and view["status"] == "idle" else None
-
-    item = wait_for(call, "the command's result")
+    item = command_result(daemon, token, sid)
     pre = wait_for(lambda: browser.execute_script(RESULT_PRE, item["call"]["callId"]), "the result in the page")
     got = browser.execute_script(CONTRASTS, pre)
     assert [t for t, _ in got] == ["bright white", "white256", "near white", "yellow", "ink on black", "inverse bright",
@@ -322,14 +321,8 @@ def test_dashboard_reads_at_most_5000_colour_changes_of_an_output_that_repeats_i
     (tmp_path / "workspace" / "same.txt").write_text("".join(f"\x1b[31m{i} " for i in range(1, 6001)))
     submit(browser, "/tool run_command " + json.dumps({"command": "cat same.txt"}))
 
-    def call() -> dict[str, Any] | None:
-        view = daemon.request("GET", f"/sessions/{sid}", token=token)[1]
-        calls = [it for it in view["items"] if it["role"] == "tool_call" and "result" in it]
-        return calls[-1] if calls and view["status"] == "idle" else None
-
-    item = wait_for(call, "the command's result")
-    shown = wait_for(lambda: browser.execute_script(READ, browser.execute_script(RESULT_PRE, item["call"]["callId"])),
-                     "the result in the page")
+    item = command_result(daemon, token, sid)
+    shown = shown_result(browser, item)
     assert shown["text"] == "".join(f"{i} " for i in range(1, 6001)) + "\n[exit 0]", shown["text"][-200:]
     assert shown["spans"] == [["".join(f"{i} " for i in range(1, 5001)), "ansi-fg-1", "", ""]], \
         [(t[-20:], c) for t, c, _, _ in shown["spans"]]
