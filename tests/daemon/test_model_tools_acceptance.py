@@ -135,6 +135,14 @@ async def test_the_calls_of_an_answer_a_restart_cut_are_judged_by_the_request_th
     assert body["content"] == [{"type": "text", "text": "echo: next request"}], body
 
 
+async def _time_deferred_session(daemon_factory: DaemonFactory, client: str) -> tuple[Daemon, str, str]:
+    """A daemon whose ``get_system_time`` is deferred, a strong credential of ``client`` and a new
+    session."""
+    d = await daemon_factory(config=TIME_DEFERRED)
+    token = await d.pair(client, strong=True)
+    return d, token, (await d.session(token, (await d.project(token))["id"]))["id"]
+
+
 async def _answer(d: Daemon, token: str, sid: str, cue: str) -> list[dict]:
     """Submit ``cue`` (a faux script's answer) and wait for the session to go idle: that answer's
     ``tool.finished`` bodies."""
@@ -148,9 +156,7 @@ async def test_a_program_after_a_search_in_its_answer_cannot_call_the_tool_the_s
         daemon_factory: DaemonFactory) -> None:
     # A program's call is checked against what the request its answer replies to offered, as a
     # direct call is: the search before it in the answer loaded the tool for the next request.
-    d = await daemon_factory(config=TIME_DEFERRED)
-    token = await d.pair("ptc-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    d, token, sid = await _time_deferred_session(daemon_factory, "ptc-client")
     search, program = await _answer(d, token, sid, "SEARCH-THEN-PROGRAM")
     assert search["structured_content"]["loaded"] == ["get_system_time"], search
     assert program["error_code"] == "PTC_TOOL_FAILED", program
@@ -164,9 +170,7 @@ async def test_a_program_after_a_search_in_its_answer_cannot_call_the_tool_the_s
 async def test_a_program_that_loads_a_tool_itself_is_told_it_is_callable_from_the_next_request(
         daemon_factory: DaemonFactory) -> None:
     # It was told "is deferred: load it with capability_search first", which it had just done.
-    d = await daemon_factory(config=TIME_DEFERRED)
-    token = await d.pair("ptc-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    d, token, sid = await _time_deferred_session(daemon_factory, "ptc-client")
     [program] = await _answer(d, token, sid, "PROGRAM-LOADS")
     text = program["content"][0]["text"]
     assert program["error_code"] == "PTC_TOOL_FAILED", program
@@ -185,9 +189,7 @@ async def test_a_second_search_in_an_answer_says_the_tool_the_first_loaded_is_ca
         daemon_factory: DaemonFactory) -> None:
     # It listed the tool "loaded" and said "Nothing new was loaded." and nothing of when it may
     # be called (the first search said "callable from your next request").
-    d = await daemon_factory(config=TIME_DEFERRED)
-    token = await d.pair("search-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    d, token, sid = await _time_deferred_session(daemon_factory, "search-client")
     first, second = await _answer(d, token, sid, "SEARCH-TWICE")
     assert first["structured_content"]["loaded"] == ["get_system_time"], first
     assert second["structured_content"]["loaded"] == [], second
