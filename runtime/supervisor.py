@@ -136,7 +136,9 @@ class Supervisor:
         (its contexts, settings, model and thinking level then; idle, with nothing queued).
 
         Raises ``SESSION_NOT_FOUND`` for an unknown source, :class:`ForkPointInvalid`
-        (``VALIDATION_FAILED``) when ``seq`` is not one of the source session's events, ``FORK_TOO_DEEP`` when the source is a fork of a
+        (``VALIDATION_FAILED``) when ``seq`` is not one of the source session's events (an event the
+        source inherited as a fork is taken: the new session is made from the session that recorded
+        it, :meth:`_inherited_from`), ``FORK_TOO_DEEP`` when the source is a fork of a
         fork … :data:`MAX_FORK_DEPTH` levels deep, and the log's code (``EVENT_CORRUPT``) when the
         source cannot be read up to ``seq``. The source is read from its log, not woken: a
         quarantined source (one whose log is damaged after ``seq``, say) can be forked too.
@@ -148,7 +150,14 @@ class Supervisor:
         # body at the fork point is then answered as one before it (the actor's read names it).
         rows = await store.read_rows(after=seq - 1, limit=1) if seq >= 1 else []
         if not rows or rows[0].seq != seq or rows[0].session_id != source_session_id:
-            raise ForkPointInvalid(f"seq {seq} is not an event of session {source_session_id!r}")
+            inherited = await self._inherited_from(source_session_id, rows[0].session_id, seq) if (
+                rows and rows[0].seq == seq) else None
+            if inherited is None:
+                raise ForkPointInvalid(f"seq {seq} is not an event of session {source_session_id!r}")
+            # An event the source holds as a fork, from a session it was forked from (its view
+            # shows the items with those seqs): the state as of it is that session's, so the new
+            # session is made from there.
+            source_session_id = inherited
         if await self._fork_depth(source_session_id) >= MAX_FORK_DEPTH:
             raise ForkTooDeep(f"session {source_session_id!r} is a fork of a fork {MAX_FORK_DEPTH} levels deep, the "
                               "most there may be: fork a session earlier in that chain, or start a new one")
@@ -222,6 +231,22 @@ class Supervisor:
             return max(seq, end)
         except LogError:
             return seq  # (a damaged event there is named by the fork's own read of the source)
+
+    async def _inherited_from(self, session_id: str, owner: str, seq: int) -> str | None:
+        """``owner`` when ``seq``, an event of ``owner``, is one ``session_id`` inherited: ``owner``
+        is in its chain of sources and each fork on the way was made at or after ``seq``; else None."""
+        for _ in range(MAX_FORK_DEPTH):
+            try:
+                first = await self.deps.store.read_events(session_id=session_id, limit=1)
+            except LogError:
+                return None
+            ev = first[0].event if first else None
+            if not isinstance(ev, t.SessionCreated) or not ev.forked_from_session or (ev.forked_from_seq or 0) < seq:
+                return None
+            session_id = ev.forked_from_session
+            if session_id == owner:
+                return owner
+        return None
 
     async def _fork_depth(self, session_id: str) -> int:
         """How many forks deep ``session_id`` is (0: no fork), counted up to MAX_FORK_DEPTH: each
