@@ -67,13 +67,7 @@ async def test_a_deferred_tool_loaded_in_an_answer_is_callable_from_the_next_req
             [("capability_search", {"query": "echo"}), ("mcp__t__echo", {"text": "same answer"})] if order == "first"
             else [("mcp__t__add", {"a": 1, "b": 2}), ("capability_search", {"query": "mcp__t__add", "limit": 1})])]}
         for order in ("first", "second")]
-    config = {"providers": [{"id": "faux", "protocol": "faux", "script": script,
-                             "models": [{"id": "faux-1", "contextWindow": 1_000_000}]}],
-              "defaultModel": "faux/faux-1", "tools": {"deferred": ["mcp__t__*"]},
-              "mcpServers": {"t": {"command": sys.executable, "args": [MCP_SERVER]}}}
-    d = await daemon_factory(config=config)
-    token = await d.pair("deferred-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    d, token, sid = await _session(daemon_factory, _mcp_deferred(script), "deferred-client")
     for order in ("first", "second"):
         await d.submit(token, sid, order, f"LOAD-{order}")
         await d.wait_idle(token, sid)
@@ -102,19 +96,14 @@ async def test_the_calls_of_an_answer_a_restart_cut_are_judged_by_the_request_th
     # recorded: the answer's later calls run once it is back, with the tools folded from the log.
     # The one loaded in an earlier answer is callable; the one that answer's search loaded is not.
     ask = {"questions": [{"id": "go", "text": "Go on?", "options": [{"id": "yes", "label": "Yes"}]}]}
-    config = {"providers": [{"id": "faux", "protocol": "faux", "script": [
+    config = _mcp_deferred([
         {"when": "LOAD-ADD", "toolCalls": [{"name": "capability_search", "arguments": {"query": "mcp__t__add"}}]},
         {"when": "SEARCH-ASK-CALL", "toolCalls": [
             {"name": "capability_search", "arguments": {"query": "mcp__t__echo"}},
             {"name": "ask_user", "arguments": ask},
             {"name": "mcp__t__echo", "arguments": {"text": "same answer"}},
-            {"name": "mcp__t__add", "arguments": {"a": 1, "b": 2}}]}],
-        "models": [{"id": "faux-1", "contextWindow": 1_000_000}]}],
-        "defaultModel": "faux/faux-1", "tools": {"deferred": ["mcp__t__*"]},
-        "mcpServers": {"t": {"command": sys.executable, "args": [MCP_SERVER]}}}
-    d = await daemon_factory(config=config)
-    token = await d.pair("deferred-client", strong=True)
-    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+            {"name": "mcp__t__add", "arguments": {"a": 1, "b": 2}}]}])
+    d, token, sid = await _session(daemon_factory, config, "deferred-client")
     await d.submit(token, sid, "load", "LOAD-ADD")
     await d.wait_idle(token, sid)
     await question_opened(d, token, sid, "ask", "SEARCH-ASK-CALL")
@@ -135,12 +124,19 @@ async def test_the_calls_of_an_answer_a_restart_cut_are_judged_by_the_request_th
     assert body["content"] == [{"type": "text", "text": "echo: next request"}], body
 
 
-async def _time_deferred_session(daemon_factory: DaemonFactory, client: str) -> tuple[Daemon, str, str]:
-    """A daemon whose ``get_system_time`` is deferred, a strong credential of ``client`` and a new
-    session."""
-    d = await daemon_factory(config=TIME_DEFERRED)
+async def _session(daemon_factory: DaemonFactory, config: dict, client: str) -> tuple[Daemon, str, str]:
+    """A daemon of ``config``, a strong credential of ``client`` and a new session."""
+    d = await daemon_factory(config=config)
     token = await d.pair(client, strong=True)
     return d, token, (await d.session(token, (await d.project(token))["id"]))["id"]
+
+
+def _mcp_deferred(script: list[dict]) -> dict:
+    """A config of the faux provider playing ``script`` and the test MCP server ``t`` deferred."""
+    return {"providers": [{"id": "faux", "protocol": "faux", "script": script,
+                           "models": [{"id": "faux-1", "contextWindow": 1_000_000}]}],
+            "defaultModel": "faux/faux-1", "tools": {"deferred": ["mcp__t__*"]},
+            "mcpServers": {"t": {"command": sys.executable, "args": [MCP_SERVER]}}}
 
 
 async def _answer(d: Daemon, token: str, sid: str, cue: str) -> list[dict]:
@@ -156,7 +152,7 @@ async def test_a_program_after_a_search_in_its_answer_cannot_call_the_tool_the_s
         daemon_factory: DaemonFactory) -> None:
     # A program's call is checked against what the request its answer replies to offered, as a
     # direct call is: the search before it in the answer loaded the tool for the next request.
-    d, token, sid = await _time_deferred_session(daemon_factory, "ptc-client")
+    d, token, sid = await _session(daemon_factory, TIME_DEFERRED, "ptc-client")
     search, program = await _answer(d, token, sid, "SEARCH-THEN-PROGRAM")
     assert search["structured_content"]["loaded"] == ["get_system_time"], search
     assert program["error_code"] == "PTC_TOOL_FAILED", program
@@ -170,7 +166,7 @@ async def test_a_program_after_a_search_in_its_answer_cannot_call_the_tool_the_s
 async def test_a_program_that_loads_a_tool_itself_is_told_it_is_callable_from_the_next_request(
         daemon_factory: DaemonFactory) -> None:
     # It was told "is deferred: load it with capability_search first", which it had just done.
-    d, token, sid = await _time_deferred_session(daemon_factory, "ptc-client")
+    d, token, sid = await _session(daemon_factory, TIME_DEFERRED, "ptc-client")
     [program] = await _answer(d, token, sid, "PROGRAM-LOADS")
     text = program["content"][0]["text"]
     assert program["error_code"] == "PTC_TOOL_FAILED", program
@@ -189,7 +185,7 @@ async def test_a_second_search_in_an_answer_says_the_tool_the_first_loaded_is_ca
         daemon_factory: DaemonFactory) -> None:
     # It listed the tool "loaded" and said "Nothing new was loaded." and nothing of when it may
     # be called (the first search said "callable from your next request").
-    d, token, sid = await _time_deferred_session(daemon_factory, "search-client")
+    d, token, sid = await _session(daemon_factory, TIME_DEFERRED, "search-client")
     first, second = await _answer(d, token, sid, "SEARCH-TWICE")
     assert first["structured_content"]["loaded"] == ["get_system_time"], first
     assert second["structured_content"]["loaded"] == [], second
