@@ -140,3 +140,32 @@ async def test_a_fork_past_the_deepest_chain_is_refused_with_nothing_created(run
         st = await rt.run_to_idle(fork, "d1", "deep")
         assert [it.text for it in st.agents["main"].items] == [
             "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+
+
+async def forked_from(rt, session_id: str) -> tuple[str | None, int | None]:
+    """The source and fork point ``session_id``'s ``session.created`` names."""
+    [first] = await rt.store.read_events(session_id=session_id, limit=1)
+    assert isinstance(first.event, t.SessionCreated)
+    return first.event.forked_from_session, first.event.forked_from_seq
+
+
+async def test_the_depth_of_a_fork_at_an_inherited_seq_counts_from_the_session_it_is_made_from(runtime_factory,
+                                                                                              autojump_clock):
+    """A fork at a seq its source inherited is made from the session that recorded it: the depth
+    limit counts from that one, not from the session named in the route. With a chain of
+    MAX_FORK_DEPTH forks, its last link (too deep to fork at an event of its own) is forked at
+    the source's last seq (made from the source) and at its own source's ``session.created``
+    (made from that link, one less deep)."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        chain = await chain_of_forks(rt, src, MAX_FORK_DEPTH)
+        src_last = await rt.store.session_last_seq(src)
+        made = await rt.sup.fork_session(chain[-1], src_last)
+        assert await forked_from(rt, made) == (src, src_last)
+        _, at = await forked_from(rt, chain[-1])  # (chain[-2]'s session.created)
+        made = await rt.sup.fork_session(chain[-1], at)
+        assert await forked_from(rt, made) == (chain[-2], at)
+        st = await rt.run_to_idle(made, "d1", "deep")
+        assert [it.text for it in st.agents["main"].items] == [
+            "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
