@@ -234,19 +234,23 @@ class Supervisor:
 
     async def _inherited_from(self, session_id: str, owner: str, seq: int) -> str | None:
         """``owner`` when ``seq``, an event of ``owner``, is one ``session_id`` inherited: ``owner``
-        is in its chain of sources and each fork on the way was made at or after ``seq``; else None."""
-        for _ in range(MAX_FORK_DEPTH):
+        is in its chain of sources and each fork on the way was made at or after ``seq``; else None.
+        The walk is bounded by the chain's length, not MAX_FORK_DEPTH: a log may hold a longer chain,
+        made before that limit, whose last link's view shows its first source's items."""
+        seen = {session_id}
+        while True:
             try:
                 first = await self.deps.store.read_events(session_id=session_id, limit=1)
             except LogError:
                 return None
             ev = first[0].event if first else None
-            if not isinstance(ev, t.SessionCreated) or not ev.forked_from_session or (ev.forked_from_seq or 0) < seq:
+            if (not isinstance(ev, t.SessionCreated) or not ev.forked_from_session
+                    or ev.forked_from_session in seen or (ev.forked_from_seq or 0) < seq):
                 return None
             session_id = ev.forked_from_session
             if session_id == owner:
                 return owner
-        return None
+            seen.add(session_id)
 
     async def _fork_depth(self, session_id: str) -> int:
         """How many forks deep ``session_id`` is (0: no fork), counted up to MAX_FORK_DEPTH: each

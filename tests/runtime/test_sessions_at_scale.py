@@ -21,7 +21,7 @@ from projections.projector import open_projections_db
 from runtime.projection_service import ProjectionService
 from runtime.actor import SessionActor
 from runtime.http_parts import STATUS
-from runtime.errors import MAX_FORK_DEPTH, ForkTooDeep
+from runtime.errors import MAX_FORK_DEPTH, ForkPointInvalid, ForkTooDeep
 
 
 async def chain_of_forks(rt, source: str, depth: int) -> list[str]:
@@ -169,3 +169,28 @@ async def test_the_depth_of_a_fork_at_an_inherited_seq_counts_from_the_session_i
         st = await rt.run_to_idle(made, "d1", "deep")
         assert [it.text for it in st.agents["main"].items] == [
             "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+
+
+async def test_a_fork_at_an_item_inherited_through_a_chain_longer_than_the_limit_is_made_from_its_session(
+        runtime_factory, autojump_clock):
+    """A chain longer than MAX_FORK_DEPTH, made before that limit, can be in a log. Its last link's
+    view shows the first source's items; a fork there at one of their seqs was 422 "seq N is not
+    an event of session <the link>": the walk to the session that recorded it stopped after
+    MAX_FORK_DEPTH links. It walks the whole chain now (each link once)."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        chain = await chain_of_forks(rt, src, MAX_FORK_DEPTH + 40)
+        src_last = await rt.store.session_last_seq(src)
+        made = await rt.sup.fork_session(chain[-1], src_last)
+        assert await forked_from(rt, made) == (src, src_last)
+        st = await rt.run_to_idle(made, "d1", "deep")
+        assert [it.text for it in st.agents["main"].items] == [
+            "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+        # A damaged log's chain that loops (two sessions naming each other) ends the walk: refused.
+        await rt.store.append(*[
+            Draft(t.SessionCreated(model="faux/faux", forked_from_session=other, forked_from_seq=src_last + 10**6),
+                  project_id="p1", session_id=sid, agent_id="main")
+            for sid, other in (("loop_a", "loop_b"), ("loop_b", "loop_a"))])
+        with pytest.raises(ForkPointInvalid, match=f"seq {src_last} is not an event of session 'loop_a'"):
+            await rt.sup.fork_session("loop_a", src_last)
