@@ -150,8 +150,11 @@ class Supervisor:
         # body at the fork point is then answered as one before it (the actor's read names it).
         rows = await store.read_rows(after=seq - 1, limit=1) if seq >= 1 else []
         if not rows or rows[0].seq != seq or rows[0].session_id != source_session_id:
-            inherited = await self._inherited_from(source_session_id, rows[0].session_id, seq) if (
-                rows and rows[0].seq == seq) else None
+            # (the session whose event seq is; None when seq is no event, or one of no session)
+            owner = rows[0].session_id if rows and rows[0].seq == seq else None
+            inherited: str | None = None
+            if owner is not None:
+                inherited = await self._inherited_from(source_session_id, owner, seq)
             if inherited is None:
                 raise ForkPointInvalid(f"seq {seq} is not an event of session {source_session_id!r}")
             # An event the source holds as a fork, from a session it was forked from (its view
