@@ -31,6 +31,7 @@ from .actor import (RESULT_RECORDS, ActorDeps, Command, Create, Delete, Envelope
                     Submit)
 from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, RequestIdReserved, SessionGone,
                      SessionNotFound, SessionQuarantined)
+from .fork_chain import ForkChain
 from .working_context import DescribeContext
 
 log = logging.getLogger("lens.supervisor")
@@ -240,38 +241,29 @@ class Supervisor:
         is in its chain of sources and each fork on the way was made at or after ``seq``; else None.
         The walk is bounded by the chain's length, not MAX_FORK_DEPTH: a log may hold a longer chain,
         made before that limit, whose last link's view shows its first source's items."""
-        seen = {session_id}
-        while True:
-            try:
-                first = await self.deps.store.read_events(session_id=session_id, limit=1)
-            except LogError:
-                return None
-            ev = first[0].event if first else None
-            if (not isinstance(ev, t.SessionCreated) or not ev.forked_from_session
-                    or ev.forked_from_session in seen or (ev.forked_from_seq or 0) < seq):
-                return None
-            session_id = ev.forked_from_session
-            if session_id == owner:
-                return owner
-            seen.add(session_id)
+        try:
+            async for link in ForkChain(self.deps.store, session_id):
+                if (link.forked_from_seq or 0) < seq:
+                    return None
+                if link.forked_from_session == owner:
+                    return owner
+        except LogError:
+            pass
+        return None
 
     async def _fork_depth(self, session_id: str) -> int:
         """How many forks deep ``session_id`` is (0: no fork), counted up to MAX_FORK_DEPTH: each
         link's ``session.created`` names its source. A link whose first event cannot be read ends
         the count there: a fork never reads it (it starts from a snapshot of the next link), and
         a damaged event must not stop forks the log can make."""
-        depth, seen = 0, {session_id}
-        while depth < MAX_FORK_DEPTH:
-            try:
-                first = await self.deps.store.read_events(session_id=session_id, limit=1)
-            except LogError:
-                break
-            ev = first[0].event if first else None
-            if not isinstance(ev, t.SessionCreated) or not ev.forked_from_session or ev.forked_from_session in seen:
-                break
-            depth += 1
-            session_id = ev.forked_from_session
-            seen.add(session_id)
+        depth = 0
+        try:
+            async for _link in ForkChain(self.deps.store, session_id):
+                depth += 1
+                if depth >= MAX_FORK_DEPTH:
+                    break
+        except LogError:
+            pass
         return depth
 
     async def call(self, session_id: str, command: Command) -> Any:

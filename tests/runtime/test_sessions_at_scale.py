@@ -22,6 +22,7 @@ from runtime.projection_service import ProjectionService
 from runtime.actor import SessionActor
 from runtime.http_parts import STATUS
 from runtime.errors import MAX_FORK_DEPTH, ForkPointInvalid, ForkTooDeep
+from runtime.fork_chain import ForkChain, ForkLink
 
 
 async def chain_of_forks(rt, source: str, depth: int) -> list[str]:
@@ -194,3 +195,26 @@ async def test_a_fork_at_an_item_inherited_through_a_chain_longer_than_the_limit
             for sid, other in (("loop_a", "loop_b"), ("loop_b", "loop_a"))])
         with pytest.raises(ForkPointInvalid, match=f"seq {src_last} is not an event of session 'loop_a'"):
             await rt.sup.fork_session("loop_a", src_last)
+
+
+async def test_a_chain_of_forks_is_walked_back_one_read_per_link_and_ends_where_it_loops(runtime_factory,
+                                                                                         autojump_clock):
+    """The one walk of a chain of forks (a fork's state, its depth, the seqs and edits it
+    inherited): its links from the session back, each read when asked for, each once."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        chain = await chain_of_forks(rt, src, 5)
+        src_last = await rt.store.session_last_seq(src)
+        links = [link async for link in ForkChain(rt.store, chain[-1])]
+        assert links == [ForkLink(chain[i], chain[i - 1] if i else src, src_last + i) for i in reversed(range(5))]
+        assert [link async for link in ForkChain(rt.store, src)] == []  # (no fork)
+        reads = CountingReads(rt.store)
+        async for link in ForkChain(rt.store, chain[-1]):
+            break
+        assert reads.calls == 1 and link.session_id == chain[-1]
+        await rt.store.append(*[
+            Draft(t.SessionCreated(model="faux/faux", forked_from_session=other, forked_from_seq=1),
+                  project_id="p1", session_id=sid, agent_id="main")
+            for sid, other in (("loop_a", "loop_b"), ("loop_b", "loop_a"))])
+        assert [link async for link in ForkChain(rt.store, "loop_a")] == [ForkLink("loop_a", "loop_b", 1)]
