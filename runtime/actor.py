@@ -67,6 +67,7 @@ from .errors import (
     SettingsInvalid,
     shortened_names,
 )
+from .fork_chain import ForkChain
 from .prompt import SystemPrompt
 from .providers.base import Delta, ModelRequest, ModelResult, ProviderError, UsageMeter, well_formed
 from .providers.catalog import ProviderCatalog
@@ -538,20 +539,16 @@ class SessionActor:
         # link is (session, upto); the states are then folded forwards, each from the one before.
         links: list[tuple[str, int | None]] = []
         state: SessionState | None = None
-        seen: set[str] = set()
+        chain = ForkChain(self.deps.store, session_id)  # (it ends where an edited log's cycle comes back)
         while True:
             links.append((session_id, upto))
             state = await self._snapshot_upto(session_id, upto)
             if state is not None:
                 break
-            seen.add(session_id)
-            first = await self.deps.store.read_events(session_id=session_id, limit=1)
-            if not (first and isinstance(first[0].event, t.SessionCreated) and first[0].event.forked_from_session):
+            link = await anext(chain, None)  # (this session's source, read only now: no snapshot)
+            if link is None:
                 break
-            ev = first[0].event
-            if ev.forked_from_session in seen:
-                break  # (only an edited log can hold a cycle: fold what this session holds)
-            session_id, upto = ev.forked_from_session, ev.forked_from_seq or 0
+            session_id, upto = link.forked_from_session, link.forked_from_seq or 0
         sid, until = links.pop()
         if state is not None:
             await self._fold_tail(state, sid, state.last_seq, until, state.last_session_seq)

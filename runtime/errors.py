@@ -132,8 +132,10 @@ class RequestIdReserved(LensError):
 
 class ForkPointInvalid(LensError):
     """A fork's ``seq`` that is no event of its source session (another session's, one past its
-    last, past the log's end): ``VALIDATION_FAILED`` (422), the answer a ``seq`` below 1 gets
-    from the body's own rule, so a client meets one code for one mistake."""
+    last, past the log's end) nor one it inherited as a fork (an event of a session in its chain of
+    sources, at or before every link's fork point up to that session, which a fork is then made
+    from): ``VALIDATION_FAILED`` (422), the answer a ``seq`` below 1 gets from the body's own
+    rule, so a client meets one code for one mistake."""
 
     code = "VALIDATION_FAILED"
 

@@ -8,7 +8,9 @@
   agent's (a subagent's conversation; ``AGENT_NOT_FOUND``, 404, for an agent it does not have).
 * ``POST /sessions/{id}/fork {seq, name?}`` (strong trust) — 201, the new session's view; a
   ``seq`` that is no event of the session (below 1, another session's, past its last) is 422
-  ``VALIDATION_FAILED`` naming it, whichever check finds it.
+  ``VALIDATION_FAILED`` naming it, whichever check finds it, but for one it inherited as a fork
+  (an event of a session in its chain of sources, at or before every link's fork point up to
+  that session): the new session is made from the session that recorded it.
 * ``PATCH /sessions/{id}`` (strong trust) — change its model, thinking level, name, context
   settings or tool policy (null: back to the default); answers its view.
 * ``DELETE /sessions/{id}`` (strong trust) — soft-delete it.

@@ -31,6 +31,7 @@ from .actor import (RESULT_RECORDS, ActorDeps, Command, Create, Delete, Envelope
                     Submit)
 from .errors import (MAX_FORK_DEPTH, ActorUnavailable, ForkPointInvalid, ForkTooDeep, RequestIdReserved, SessionGone,
                      SessionNotFound, SessionQuarantined)
+from .fork_chain import ForkChain
 from .working_context import DescribeContext
 
 log = logging.getLogger("lens.supervisor")
@@ -150,8 +151,11 @@ class Supervisor:
         # body at the fork point is then answered as one before it (the actor's read names it).
         rows = await store.read_rows(after=seq - 1, limit=1) if seq >= 1 else []
         if not rows or rows[0].seq != seq or rows[0].session_id != source_session_id:
-            inherited = await self._inherited_from(source_session_id, rows[0].session_id, seq) if (
-                rows and rows[0].seq == seq) else None
+            # (the session whose event seq is; None when seq is no event, or one of no session)
+            owner = rows[0].session_id if rows and rows[0].seq == seq else None
+            inherited: str | None = None
+            if owner is not None:
+                inherited = await self._inherited_from(source_session_id, owner, seq)
             if inherited is None:
                 raise ForkPointInvalid(f"seq {seq} is not an event of session {source_session_id!r}")
             # An event the source holds as a fork, from a session it was forked from (its view
@@ -234,18 +238,17 @@ class Supervisor:
 
     async def _inherited_from(self, session_id: str, owner: str, seq: int) -> str | None:
         """``owner`` when ``seq``, an event of ``owner``, is one ``session_id`` inherited: ``owner``
-        is in its chain of sources and each fork on the way was made at or after ``seq``; else None."""
-        for _ in range(MAX_FORK_DEPTH):
-            try:
-                first = await self.deps.store.read_events(session_id=session_id, limit=1)
-            except LogError:
-                return None
-            ev = first[0].event if first else None
-            if not isinstance(ev, t.SessionCreated) or not ev.forked_from_session or (ev.forked_from_seq or 0) < seq:
-                return None
-            session_id = ev.forked_from_session
-            if session_id == owner:
-                return owner
+        is in its chain of sources and each fork on the way was made at or after ``seq``; else None.
+        The walk is bounded by the chain's length, not MAX_FORK_DEPTH: a log may hold a longer chain,
+        made before that limit, whose last link's view shows its first source's items."""
+        try:
+            async for link in ForkChain(self.deps.store, session_id):
+                if (link.forked_from_seq or 0) < seq:
+                    return None
+                if link.forked_from_session == owner:
+                    return owner
+        except LogError:
+            pass
         return None
 
     async def _fork_depth(self, session_id: str) -> int:
@@ -253,18 +256,14 @@ class Supervisor:
         link's ``session.created`` names its source. A link whose first event cannot be read ends
         the count there: a fork never reads it (it starts from a snapshot of the next link), and
         a damaged event must not stop forks the log can make."""
-        depth, seen = 0, {session_id}
-        while depth < MAX_FORK_DEPTH:
-            try:
-                first = await self.deps.store.read_events(session_id=session_id, limit=1)
-            except LogError:
-                break
-            ev = first[0].event if first else None
-            if not isinstance(ev, t.SessionCreated) or not ev.forked_from_session or ev.forked_from_session in seen:
-                break
-            depth += 1
-            session_id = ev.forked_from_session
-            seen.add(session_id)
+        depth = 0
+        try:
+            async for _link in ForkChain(self.deps.store, session_id):
+                depth += 1
+                if depth >= MAX_FORK_DEPTH:
+                    break
+        except LogError:
+            pass
         return depth
 
     async def call(self, session_id: str, command: Command) -> Any:

@@ -55,7 +55,8 @@ from tools.files.browse import MAX_DEPTH, MAX_ENTRIES, MAX_READ_BYTES
 from tools.files.sensitive import hidden_path, sensitive_path
 from tools.rerun import once_more_if_died
 
-from .errors import MAX_FORK_DEPTH, LensError, SessionGone, SessionNotFound
+from .errors import LensError, SessionGone, SessionNotFound
+from .fork_chain import ForkChain
 from .http_parts import ApiError, bool_arg, camel_keys, check_id, int_arg, json_response, one_arg
 from .services import Services
 
@@ -161,15 +162,11 @@ def add_workspace_routes(app: QuartTrio, svc: Services) -> None:
         # A fork may revert an edit it inherited (its source's, before the fork point): the
         # source's edits up to there tell what such a revert changed.
         inherited: list[Any] = []
-        first = await svc.store.read_events(session_id=sid, limit=1)
-        source = first[0].event if first and isinstance(first[0].event, t.SessionCreated) else None
-        for _ in range(MAX_FORK_DEPTH):  # (the whole chain: no deeper fork is made)
-            if source is None or not source.forked_from_session or source.forked_from_seq is None:
+        async for link in ForkChain(svc.store, sid):  # (the whole chain, each link once)
+            if link.forked_from_seq is None:
                 break
-            older, _last = await _edit_events(svc.store, source.forked_from_session, source.forked_from_seq)
+            older, _last = await _edit_events(svc.store, link.forked_from_session, link.forked_from_seq)
             inherited[:0] = older
-            first = await svc.store.read_events(session_id=source.forked_from_session, limit=1)
-            source = first[0].event if first and isinstance(first[0].event, t.SessionCreated) else None
         return json_response({"sessionId": sid, "files": changes(events, workspace, inherited), "lastSeq": after})
 
 

@@ -44,3 +44,25 @@ async def test_a_fork_of_a_fork_at_an_inherited_item_is_made_from_where_that_ite
     assert "ok:" in (await run_lens(d.root, "log", "verify", "--data", "data")).stdout
     d2 = await daemon_factory(root=d.root)
     assert {s: await d2.view(token, s) for s in views} == views
+
+
+async def test_a_seq_the_source_recorded_after_a_forks_fork_point_is_no_event_of_that_fork(daemon_factory):
+    # The items the source records after a fork was made are not the fork's: forking the fork (or
+    # a fork of it) at one of their seqs is 422 naming the fork asked for, not a fork of the source.
+    d = await daemon_factory()
+    token = await d.pair("c", strong=True)
+    sid = (await d.session(token, (await d.project(token))["id"]))["id"]
+    await d.submit(token, sid, "r1", "hello r1")
+    await d.wait_idle(token, sid)
+    fork = (await d.post(f"/sessions/{sid}/fork", token, {"seq": (await d.events(token, sid))[-1]["seq"]})).json()
+    [created] = await d.events(token, fork["id"])
+    second = (await d.post(f"/sessions/{fork['id']}/fork", token, {"seq": created["seq"]})).json()
+    await d.submit(token, sid, "r2", "hello r2")  # (in the source, after both forks were made)
+    await d.wait_idle(token, sid)
+    answer = (await d.view(token, sid))["items"][-1]
+    assert (answer["role"], answer["text"]) == ("assistant", "(faux) You said: hello r2")
+    for source in (fork["id"], second["id"]):
+        r = await d.post(f"/sessions/{source}/fork", token, {"seq": answer["seq"]})
+        assert (r.status_code, error_of(r)) == (422, "VALIDATION_FAILED"), r.text
+        assert f"seq {answer['seq']} is not an event of session '{source}'" in r.json()["error"]["message"]
+    assert len((await d.get("/sessions", token)).json()["sessions"]) == 3  # (nothing made)

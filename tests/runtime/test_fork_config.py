@@ -214,6 +214,32 @@ async def test_a_source_with_a_damaged_event_is_forked_before_it(runtime_factory
         assert len(await rt2.store.read_events(limit=1000, kinds=["session.created"])) == n  # nothing created
 
 
+async def test_a_fork_at_an_item_a_fork_inherited_from_a_deleted_or_damaged_session(runtime_factory, autojump_clock):
+    """A fork of a fork at a seq it inherited is made from the session that recorded it: when that
+    one is deleted, the new session is still made and runs (its forkedFrom names the deleted one);
+    when that one's log is damaged before the seq, the log's code names that session."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        evs = await rt.events(src)
+        fork = await rt.sup.fork_session(src, evs[-1].seq)
+        answer = main_items(await rt.state(src))[-1].seq  # (its answer)
+        await rt.call(src, Delete())
+        made = await rt.sup.fork_session(fork, answer)
+        [created] = await rt.store.read_events(session_id=made, limit=1)
+        assert (created.event.forked_from_session, created.event.forked_from_seq) == (src, answer)
+        st = await rt.run_to_idle(made, "f1", "once more")
+        assert [it.text for it in main_items(st)] == [
+            "hello", "(faux) You said: hello", "once more", "(faux) You said: once more"]
+        bad = one(evs, "input.submitted", request_id="r1").seq
+        ids = rt.ids
+    corrupt(rt.data_dir, bad)
+    async with runtime_factory(ids=ids) as rt2:
+        with pytest.raises(ForkSourceUnreadable) as err:
+            await rt2.sup.fork_session(fork, answer)
+        assert err.value.code == "EVENT_CORRUPT" and f"session {src!r}" in err.value.message
+
+
 async def test_configure_applies_from_the_next_model_request(runtime_factory, autojump_clock):
     script = [FauxTurn(when="nap", tool_calls=[sleep_call(1000)])]
     async with runtime_factory(script=script, extra_providers=["faux2"]) as rt:

@@ -21,7 +21,8 @@ from projections.projector import open_projections_db
 from runtime.projection_service import ProjectionService
 from runtime.actor import SessionActor
 from runtime.http_parts import STATUS
-from runtime.errors import MAX_FORK_DEPTH, ForkTooDeep
+from runtime.errors import MAX_FORK_DEPTH, ForkPointInvalid, ForkTooDeep
+from runtime.fork_chain import ForkChain, ForkLink
 
 
 async def chain_of_forks(rt, source: str, depth: int) -> list[str]:
@@ -140,3 +141,80 @@ async def test_a_fork_past_the_deepest_chain_is_refused_with_nothing_created(run
         st = await rt.run_to_idle(fork, "d1", "deep")
         assert [it.text for it in st.agents["main"].items] == [
             "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+
+
+async def forked_from(rt, session_id: str) -> tuple[str | None, int | None]:
+    """The source and fork point ``session_id``'s ``session.created`` names."""
+    [first] = await rt.store.read_events(session_id=session_id, limit=1)
+    assert isinstance(first.event, t.SessionCreated)
+    return first.event.forked_from_session, first.event.forked_from_seq
+
+
+async def test_the_depth_of_a_fork_at_an_inherited_seq_counts_from_the_session_it_is_made_from(runtime_factory,
+                                                                                              autojump_clock):
+    """A fork at a seq its source inherited is made from the session that recorded it: the depth
+    limit counts from that one, not from the session named in the route. With a chain of
+    MAX_FORK_DEPTH forks, its last link (too deep to fork at an event of its own) is forked at
+    the source's last seq (made from the source) and at its own source's ``session.created``
+    (made from that link, one less deep)."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        chain = await chain_of_forks(rt, src, MAX_FORK_DEPTH)
+        src_last = await rt.store.session_last_seq(src)
+        made = await rt.sup.fork_session(chain[-1], src_last)
+        assert await forked_from(rt, made) == (src, src_last)
+        _, at = await forked_from(rt, chain[-1])  # (chain[-2]'s session.created)
+        made = await rt.sup.fork_session(chain[-1], at)
+        assert await forked_from(rt, made) == (chain[-2], at)
+        st = await rt.run_to_idle(made, "d1", "deep")
+        assert [it.text for it in st.agents["main"].items] == [
+            "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+
+
+async def test_a_fork_at_an_item_inherited_through_a_chain_longer_than_the_limit_is_made_from_its_session(
+        runtime_factory, autojump_clock):
+    """A chain longer than MAX_FORK_DEPTH, made before that limit, can be in a log. Its last link's
+    view shows the first source's items; a fork there at one of their seqs was 422 "seq N is not
+    an event of session <the link>": the walk to the session that recorded it stopped after
+    MAX_FORK_DEPTH links. It walks the whole chain now (each link once)."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        chain = await chain_of_forks(rt, src, MAX_FORK_DEPTH + 40)
+        src_last = await rt.store.session_last_seq(src)
+        made = await rt.sup.fork_session(chain[-1], src_last)
+        assert await forked_from(rt, made) == (src, src_last)
+        st = await rt.run_to_idle(made, "d1", "deep")
+        assert [it.text for it in st.agents["main"].items] == [
+            "hello", "(faux) You said: hello", "deep", "(faux) You said: deep"]
+        # A damaged log's chain that loops (two sessions naming each other) ends the walk: refused.
+        await rt.store.append(*[
+            Draft(t.SessionCreated(model="faux/faux", forked_from_session=other, forked_from_seq=src_last + 10**6),
+                  project_id="p1", session_id=sid, agent_id="main")
+            for sid, other in (("loop_a", "loop_b"), ("loop_b", "loop_a"))])
+        with pytest.raises(ForkPointInvalid, match=f"seq {src_last} is not an event of session 'loop_a'"):
+            await rt.sup.fork_session("loop_a", src_last)
+
+
+async def test_a_chain_of_forks_is_walked_back_one_read_per_link_and_ends_where_it_loops(runtime_factory,
+                                                                                         autojump_clock):
+    """The one walk of a chain of forks (a fork's state, its depth, the seqs and edits it
+    inherited): its links from the session back, each read when asked for, each once."""
+    async with runtime_factory() as rt:
+        src = await rt.session()
+        await rt.run_to_idle(src, "r1", "hello")
+        chain = await chain_of_forks(rt, src, 5)
+        src_last = await rt.store.session_last_seq(src)
+        links = [link async for link in ForkChain(rt.store, chain[-1])]
+        assert links == [ForkLink(chain[i], chain[i - 1] if i else src, src_last + i) for i in reversed(range(5))]
+        assert [link async for link in ForkChain(rt.store, src)] == []  # (no fork)
+        reads = CountingReads(rt.store)
+        async for link in ForkChain(rt.store, chain[-1]):
+            break
+        assert reads.calls == 1 and link.session_id == chain[-1]
+        await rt.store.append(*[
+            Draft(t.SessionCreated(model="faux/faux", forked_from_session=other, forked_from_seq=1),
+                  project_id="p1", session_id=sid, agent_id="main")
+            for sid, other in (("loop_a", "loop_b"), ("loop_b", "loop_a"))])
+        assert [link async for link in ForkChain(rt.store, "loop_a")] == [ForkLink("loop_a", "loop_b", 1)]
