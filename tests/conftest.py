@@ -191,7 +191,7 @@ def _no_child_left_running() -> Iterator[None]:
 
 
 def _interrupted(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is, or holds, a KeyboardInterrupt (trio raises a Ctrl-C that lands in a
+    """Whether ``exc`` holds a KeyboardInterrupt (trio raises a Ctrl-C that lands in a
     test inside the exception group of the nurseries it crosses)."""
     return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
 

@@ -10,7 +10,8 @@ than to init. It starts ``ARGV`` with its standard streams, and then holds none 
 become ``/dev/null``), so the caller sees the child's stdout end when the child's processes close
 it. ``GROUP`` says where the child runs:
 
-- ``same``: in this process's group (an MCP server: the daemon signals this group);
+- ``same:PARENT_PID``: in this process's group (an MCP server: the daemon signals this group;
+  ``PARENT_PID`` is the daemon's, the process watched);
 - ``own:LINGER_S``: in a process group of its own, which the caller signals and records (an
   executor command: the shell leads its group, as ``$$`` tells the command). The child's pid is
   written to ``STATUS_FD`` (``pid N``). Once the child has exited, what is left of its tree may
@@ -19,16 +20,21 @@ it. ``GROUP`` says where the child runs:
 While the child runs it reaps whatever is re-parented to it and ends. A SIGTERM or SIGINT it gets
 (the daemon signals the whole group) is passed on to every child of its own, the adopted ones
 included, which may have left the group. With ``same`` (an MCP server), so is the end of its
-own parent, the daemon, however that ended (a kill -9 included): a thread waits on the parent's
-pidfd and then signals this process, and SIGKILLs its children if they are still there after
-:data:`LEFTOVER_GRACE_S`. (A server that reads its standard input sees the daemon's end there;
+own parent, the daemon, however that ended (a kill -9 included), also before this process got
+to watch it: a thread waits on ``PARENT_PID``'s pidfd and then has the main thread pass a
+SIGTERM on, and SIGKILL the children still there after :data:`LEFTOVER_GRACE_S`
+(:func:`_watch_parent`). (A server that reads its standard input sees the daemon's end there;
 one that reads nothing at that moment ran on for good, re-parented to init.) An executor's
-commands are left to the executor's own record of their groups: the next executor on the same
-state directory ends those a killed one left (:mod:`tools.executor.groups`). Once the child has
-exited, it ends what is left of the child's processes — its own children and the members of its
-group and of the child's group — with SIGTERM, then SIGKILL after :data:`LEFTOVER_GRACE_S`, and
-exits as the child did (the same status, or killed by the same signal).
+commands are not watched so: they are left to the executor's own record of their groups, and
+the next executor on the same state directory ends those a killed one left
+(:mod:`tools.executor.groups`); a remote executor killed and never started again leaves them
+running, the item "An executor killed with SIGKILL" that docs/decisions.md's "Audit, once more:
+tools and the executor end to end" left. Once the child has exited, it ends what is left of
+the child's processes — its own children and the members of its group and of the child's group
+— with SIGTERM, then SIGKILL after :data:`LEFTOVER_GRACE_S`, and exits as the child did (the
+same status, or killed by the same signal).
 
+Arguments not of that form are refused with the usage on standard error (status 2).
 ``STATUS_FD`` is the write end of a pipe the caller reads: closed once the child runs (after its
 pid, with ``own``), or given the ``errno`` (in decimal) of why it could not be started.
 ``HAD_LC_CTYPE`` is ``1`` when the child's environment holds ``LC_CTYPE``: else one that Python's
@@ -141,32 +147,43 @@ def _children_of(me: int) -> list[int]:
     return [pid for pid, ppid, _, state in procs() if ppid == me and running(state)]
 
 
-def _watch_parent(parent: int, me: int) -> None:
-    """Once ``parent`` has ended: SIGTERM to this process (its handler passes it on to the
-    children), then SIGKILL to the children still there after :data:`LEFTOVER_GRACE_S`. Nothing
+def _watch_parent(parent: int, gone: list[bool]) -> None:
+    """Once ``parent`` (the daemon's pid, as the caller gave it) has ended: SIGTERM to this
+    process's main thread (its handler passes it on to the children), then, after
+    :data:`LEFTOVER_GRACE_S`, SIGUSR1 to it with ``gone`` set (its handler SIGKILLs the children
+    still there). The main thread does the signalling, as it is the one that reaps (``waitpid``):
+    a pid it read is not reaped and reused meanwhile. If this process's parent is not ``parent``
+    already (the daemon ended between this process's start and now: it was re-parented), or no
+    longer once the pidfd is open (``parent``'s pid was reused), that is acted on at once. Nothing
     is watched where pidfds are missing (Linux before 5.3): the parent's end is then seen as
     before, by a child that reads its standard input."""
-    try:
-        import select
+    fd = -1
+    if os.getppid() == parent:
+        try:
+            fd = os.pidfd_open(parent)
+        except ProcessLookupError:  # (ended since)
+            fd = -1
+        except (AttributeError, OSError):
+            return
+        if fd >= 0 and os.getppid() != parent:  # (the pidfd is another process's: the pid was reused)
+            os.close(fd)
+            fd = -1
+    import _thread
 
-        fd = os.pidfd_open(parent)
-    except (ImportError, AttributeError, OSError):
-        return
+    main_thread = _thread.get_ident()
 
     def watch() -> None:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)  # (readable once the process has ended)
-        while not poller.poll():
-            pass
-        os.kill(me, signal.SIGTERM)
-        time.sleep(LEFTOVER_GRACE_S)
-        for pid in _children_of(me):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if fd >= 0:
+            import select
 
-    import _thread
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)  # (readable once the process has ended)
+            while not poller.poll():
+                pass
+        signal.pthread_kill(main_thread, signal.SIGTERM)
+        time.sleep(LEFTOVER_GRACE_S)
+        gone.append(True)
+        signal.pthread_kill(main_thread, signal.SIGUSR1)
 
     _thread.start_new_thread(watch, ())
 
@@ -189,10 +206,41 @@ def _exit_as(status: int) -> int:
     return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1
 
 
+USAGE = ("usage: reaper.py STATUS_FD HAD_LC_CTYPE GROUP ARGV...\n"
+         "  STATUS_FD: a file descriptor (a decimal number); HAD_LC_CTYPE: 0 or 1;\n"
+         "  GROUP: same:PARENT_PID (an MCP server; PARENT_PID, the daemon's) or own:LINGER_S\n"
+         "  (an executor command; seconds, 0 or more); ARGV: the command, at least its name\n")
+
+
+def _decimal(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _arguments(argv: list[str]) -> tuple[int, bool, int, float, list[str]] | None:
+    """``(status_fd, had_lc_ctype, parent, linger_s, command)`` (``parent`` 0 with ``own``), or
+    ``None`` when ``argv`` is not as :data:`USAGE` says."""
+    if len(argv) < 4 or not _decimal(argv[0]) or argv[1] not in ("0", "1"):
+        return None
+    kind, _, value = argv[2].partition(":")
+    if kind == "same" and _decimal(value) and int(value) > 0:
+        return int(argv[0]), argv[1] == "1", int(value), 0.0, argv[3:]
+    if kind == "own":
+        try:
+            linger_s = float(value)
+        except ValueError:
+            return None
+        if 0.0 <= linger_s < float("inf"):  # (not NaN, not negative)
+            return int(argv[0]), argv[1] == "1", 0, linger_s, argv[3:]
+    return None
+
+
 def main(argv: list[str]) -> int:
-    status_fd, had_lc_ctype, group, command = int(argv[0]), argv[1] == "1", argv[2], argv[3:]
-    own_group = group.startswith("own:")
-    linger_s = float(group[4:]) if own_group else 0.0
+    parsed = _arguments(argv)
+    if parsed is None:
+        sys.stderr.write(USAGE)
+        return 2
+    status_fd, had_lc_ctype, parent, linger_s, command = parsed
+    own_group = parent == 0
     os.set_inheritable(status_fd, False)  # (the child does not get it: it closes at its exec)
     if not had_lc_ctype:  # (Python's start may have set it: PEP 538's locale coercion)
         os.environ.pop("LC_CTYPE", None)
@@ -227,10 +275,17 @@ def main(argv: list[str]) -> int:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    gone: list[bool] = []  # (set by the parent's watch, once it is time to SIGKILL)
+
+    def kill_children(_sig: int, _frame: object) -> None:
+        if gone:  # (a SIGUSR1 from elsewhere is not the watch's)
+            pass_on(signal.SIGKILL, None)
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, pass_on)
     if not own_group:
-        _watch_parent(os.getppid(), me)
+        signal.signal(signal.SIGUSR1, kill_children)
+        _watch_parent(parent, gone)
     status = 0
     while True:
         try:

@@ -465,7 +465,8 @@ async def test_a_seeded_schedule_of_many_things_at_once_keeps_the_invariants(tmp
                                 r = await dd.post(f"/sessions/{sid}/context/snip", token,
                                                   {"itemIds": [orng.choice(working)]})
                                 # (a tool call with no result yet, running or awaiting an answer, is
-                                # refused: docs/decisions.md, "a pending call's snip refused")
+                                # refused: docs/decisions.md, "Context items left open, mended: …", its
+                                # "A snip or hide of a tool call that has no result yet is refused")
                                 pending = r.status_code == 409 and error_of(r) == "CONTEXT_CALL_PENDING"
                                 if r.status_code != 200 and not pending:
                                     violations.append(f"snip in {sid}: {r.status_code} {r.text}")

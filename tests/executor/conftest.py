@@ -236,16 +236,18 @@ def poll_until(condition: Callable[[], Any], timeout: float) -> bool:
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-    lifeline = getattr(proc, "lifeline", None)  # (an executor's, see start_executor)
-    if lifeline is not None:
-        lifeline.close()
+    try:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+    finally:  # (also when the wait failed or was interrupted: the executor then goes with it)
+        lifeline = getattr(proc, "lifeline", None)  # (an executor's, see start_executor)
+        if lifeline is not None:
+            lifeline.close()
 
 
 class _Lifeline:

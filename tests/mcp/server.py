@@ -19,7 +19,7 @@ answers), ``odd_requests`` (with ``--reply-log PATH``: sends requests of its own
 null, an object and ``true``, then one with the id ``"p1"``, then answers; every answer it gets to them is
 written to PATH, a JSON line each).
 
-Flags: ``--hang`` (never answers ``initialize``), ``--exit-at-start`` (writes to stderr and exits
+Flags: ``--hang`` (never answers ``initialize``), ``--ignore-term`` (ignores SIGTERM), ``--exit-at-start`` (writes to stderr and exits
 with status 7), ``--pidfile PATH`` (its pid, and with ``--child`` also the pid of a child process
 it starts in its process group, and with ``--setsid-child`` that of a child it starts in a session of its own,
 which sleeps past the end of its parent's stdin, and with ``--double-fork-child`` that of a process
@@ -51,6 +51,7 @@ import argparse
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -242,10 +243,13 @@ def main() -> None:
     ap.add_argument("--named", action="append", default=[])
     ap.add_argument("--blocks", action="store_true")
     ap.add_argument("--deaf", action="store_true")
+    ap.add_argument("--ignore-term", action="store_true")
     ap.add_argument("--shout", action="store_true")
     ap.add_argument("--raw", action="store_true")
     ap.add_argument("--hold-restart")
     opts = ap.parse_known_args()[0]  # (others are kept: `env` of "*argv" shows them)
+    if opts.ignore_term:  # (only a SIGKILL ends it)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     keyed = ""
     if opts.keyed:  # a server handed a key (envFrom) that quotes it in its tool's definition
         keyed = value = os.environ.get(opts.keyed, "<unset>")

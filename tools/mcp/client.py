@@ -363,8 +363,11 @@ async def open_connection(launch: Launch, *, startup_timeout: float,
     try:
         try:
             proc = await trio.lowlevel.open_process(
+                # (this process's pid, the one the reaper watches: read by the reaper itself, it
+                # would be init's once this process were killed before the reaper got there)
                 [sys.executable, "-I", "-S", REAPER, str(status_write), "1" if "LC_CTYPE" in launch.env else "0",
-                 "same", *launch.argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                 f"same:{os.getpid()}", *launch.argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=launch.env, cwd=launch.cwd, start_new_session=True, pass_fds=(status_write,))
         finally:
             os.close(status_write)
