@@ -611,10 +611,12 @@ def private_kib(pid: int) -> int:
 
 
 # What the reaper may hold beyond a bare `python -I -S` of the same interpreter: ctypes (for
-# prctl) and its own code, about 0.9 MiB measured. Importing `signal` (its enums bring in enum,
-# functools, collections) made it 1.5 MiB; a process's private memory right after its start does
-# not depend on the machine's load.
-REAPER_OVER_BARE_KIB = 1200
+# prctl) and its own code, about 0.9-1.0 MiB measured, and for an MCP server the thread that
+# watches the daemon's pidfd (its stack's touched pages and `select`), about 0.2 MiB more:
+# 1200-1204 KiB measured, which met the former bound of 1200 exactly. Importing `signal` (its
+# enums bring in enum, functools, collections) made it 1.5 MiB without the watch; a process's
+# private memory right after its start does not depend on the machine's load.
+REAPER_OVER_BARE_KIB = 1400
 
 
 async def test_the_reaper_holds_little_more_than_a_bare_interpreter(start: Any, tmp_path: Path) -> None:
